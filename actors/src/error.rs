@@ -1,0 +1,15 @@
+//! The runtime's error type.
+
+/// Everything that can go wrong in the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A libtorch operation failed.
+    #[error("tensor operation failed: {0}")]
+    Torch(#[from] tch::TchError),
+    /// Parameters do not have the layout an operation needs.
+    #[error("parameter layout: {0}")]
+    Layout(String),
+}
+
+/// Result alias of the runtime.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

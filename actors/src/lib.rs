@@ -1,0 +1,31 @@
+//! # shadowsync-actors — the generic background-synchronization runtime
+//!
+//! Nothing here knows about CTR models. The runtime trains anything that
+//! implements [`Learner`]: one SGD step at a time on its own data, with all of its
+//! dense parameters in one contiguous [`FlatParams`] buffer. That single buffer is
+//! what synchronization reads and writes: a snapshot is one memcpy, an average one
+//! vectorized pass.
+//!
+//! ```no_run
+//! use shadowsync_actors::{FlatParams, Result};
+//! use tch::{nn, Device, Kind, Tensor};
+//!
+//! # fn main() -> Result<()> {
+//! let vs = nn::VarStore::new(Device::Cpu);
+//! let layer = nn::linear(vs.root() / "fc", 4, 2, Default::default());
+//! let params = FlatParams::adopt(&vs)?; // weights now live in one buffer
+//! let x = Tensor::ones([3, 4], (Kind::Float, Device::Cpu));
+//! let loss = x.apply(&layer).sum(Kind::Float);
+//! params.zero_grad()?;
+//! loss.backward();
+//! assert_eq!(params.grad().size(), vec![params.numel() as i64]);
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod learner;
+mod params;
+
+pub use error::{Error, Result};
+pub use learner::{Learner, StepOutcome};
+pub use params::FlatParams;

@@ -1,0 +1,181 @@
+//! One contiguous buffer for all of a model's dense parameters (and one for their
+//! gradients).
+//!
+//! [`FlatParams::adopt`] copies every variable of a `VarStore` into a slice of one
+//! flat `f32` tensor and re-points the variable at that slice with `set_data`, so
+//! the model keeps working unchanged while forward, backward and optimizer steps
+//! all land in the flat buffer. The gradients are re-pointed the same way: autograd
+//! accumulates in place into an existing gradient, so after [`FlatParams::zero_grad`]
+//! and `backward()` the whole gradient is [`FlatParams::grad`].
+
+use crate::{Error, Result};
+use tch::{nn::VarStore, Kind, Tensor};
+
+/// All trainable dense parameters of a model in one contiguous buffer.
+#[derive(Debug)]
+pub struct FlatParams {
+    values: Tensor,
+    grad: Tensor,
+    vars: Vec<(String, Tensor)>,
+}
+
+impl FlatParams {
+    /// Moves the trainable variables of `vs` into one flat buffer (in name order,
+    /// so two replicas built the same way share one layout).
+    pub fn adopt(vs: &VarStore) -> Result<Self> {
+        let mut vars: Vec<(String, Tensor)> = vs
+            .variables()
+            .into_iter()
+            .filter(|(_, t)| t.requires_grad())
+            .collect();
+        vars.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some((name, t)) = vars.iter().find(|(_, t)| t.kind() != Kind::Float) {
+            return Err(Error::Layout(format!(
+                "variable {name} is {:?}; dense parameters must be f32",
+                t.kind()
+            )));
+        }
+        let numel: i64 = vars.iter().map(|(_, t)| t.numel() as i64).sum();
+        let device = vs.device();
+        let values = Tensor::f_zeros([numel], (Kind::Float, device))?;
+        let mut grad = Tensor::f_zeros([numel], (Kind::Float, device))?;
+        let mut offset = 0;
+        for (_, var) in vars.iter_mut() {
+            let n = var.numel() as i64;
+            let shape = var.size();
+            let mut slot = values.f_narrow(0, offset, n)?.f_view(shape.as_slice())?;
+            tch::no_grad(|| slot.f_copy_(var)).map(drop)?;
+            var.f_set_data(&slot)?;
+            // Give the variable a gradient, then re-point it into the flat gradient.
+            (var.f_sum(Kind::Float)? * 0.0).f_backward()?;
+            let mut var_grad = var.grad();
+            var_grad.f_set_data(&grad.f_narrow(0, offset, n)?.f_view(shape.as_slice())?)?;
+            offset += n;
+        }
+        tch::no_grad(|| grad.f_zero_()).map(drop)?;
+        Ok(Self { values, grad, vars })
+    }
+
+    /// The flat parameter buffer (1-D, f32). Writes to it change the model.
+    pub fn values(&self) -> &Tensor {
+        &self.values
+    }
+
+    /// The flat gradient buffer (1-D, f32), filled by `backward()`.
+    pub fn grad(&self) -> &Tensor {
+        &self.grad
+    }
+
+    /// Number of scalar parameters.
+    pub fn numel(&self) -> usize {
+        self.values.numel()
+    }
+
+    /// Names and shapes of the variables, in buffer order.
+    pub fn layout(&self) -> Vec<(String, Vec<i64>)> {
+        self.vars
+            .iter()
+            .map(|(n, t)| (n.clone(), t.size()))
+            .collect()
+    }
+
+    /// Zeroes the gradient buffer (before a backward pass).
+    pub fn zero_grad(&self) -> Result<()> {
+        tch::no_grad(|| self.grad.shallow_clone().f_zero_()).map(drop)?;
+        Ok(())
+    }
+
+    /// Copies the parameters out into `out` (length [`FlatParams::numel`]).
+    pub fn copy_to(&self, out: &mut [f32]) -> Result<()> {
+        if out.len() != self.numel() {
+            return Err(Error::Layout(format!(
+                "snapshot has {} values, parameters have {}",
+                out.len(),
+                self.numel()
+            )));
+        }
+        self.values.f_copy_data(out, out.len())?;
+        Ok(())
+    }
+
+    /// Overwrites the parameters with `src` (length [`FlatParams::numel`]).
+    pub fn load_from(&self, src: &[f32]) -> Result<()> {
+        if src.len() != self.numel() {
+            return Err(Error::Layout(format!(
+                "source has {} values, parameters have {}",
+                src.len(),
+                self.numel()
+            )));
+        }
+        let src = Tensor::f_from_slice(src)?;
+        tch::no_grad(|| self.values.shallow_clone().f_copy_(&src)).map(drop)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::{nn, nn::Module, Device};
+
+    fn two_layer() -> (VarStore, nn::Sequential) {
+        tch::manual_seed(7);
+        let vs = VarStore::new(Device::Cpu);
+        let root = vs.root();
+        let net = nn::seq()
+            .add(nn::linear(&root / "a", 3, 5, Default::default()))
+            .add_fn(|x| x.relu())
+            .add(nn::linear(&root / "b", 5, 2, Default::default()));
+        (vs, net)
+    }
+
+    #[test]
+    fn adopted_model_computes_the_same_and_grads_land_in_the_flat_buffer() {
+        let (vs, net) = two_layer();
+        let x = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 1.0, 0.0, -0.5]).view([2, 3]);
+        let before = net.forward(&x);
+        let params = FlatParams::adopt(&vs).unwrap();
+        assert_eq!(params.numel(), 3 * 5 + 5 + 5 * 2 + 2);
+        let after = net.forward(&x);
+        assert!(before.allclose(&after, 0.0, 0.0, false));
+
+        for _ in 0..2 {
+            params.zero_grad().unwrap();
+            net.forward(&x).square().sum(Kind::Float).backward();
+        }
+        // Independent computation: the per-variable gradients, concatenated.
+        let mut named = vs.variables().into_iter().collect::<Vec<_>>();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        let expected = Tensor::cat(
+            &named
+                .iter()
+                .map(|(_, t)| t.grad().view(-1))
+                .collect::<Vec<_>>(),
+            0,
+        );
+        assert!(params.grad().abs().sum(Kind::Float).double_value(&[]) > 0.0);
+        assert!(params.grad().allclose(&expected, 0.0, 0.0, false));
+
+        // A write to the flat buffer changes the model.
+        let _ = tch::no_grad(|| params.values().shallow_clone().fill_(0.0));
+        assert_eq!(
+            net.forward(&x).abs().sum(Kind::Float).double_value(&[]),
+            0.0
+        );
+    }
+
+    #[test]
+    fn copy_and_load_round_trip_and_reject_wrong_lengths() {
+        let (vs, _) = two_layer();
+        let params = FlatParams::adopt(&vs).unwrap();
+        let mut snap = vec![0f32; params.numel()];
+        params.copy_to(&mut snap).unwrap();
+        let doubled: Vec<f32> = snap.iter().map(|v| v * 2.0).collect();
+        params.load_from(&doubled).unwrap();
+        let mut back = vec![0f32; params.numel()];
+        params.copy_to(&mut back).unwrap();
+        assert_eq!(back, doubled);
+        assert!(params.copy_to(&mut [0.0; 3]).is_err());
+        assert!(params.load_from(&[0.0; 3]).is_err());
+    }
+}

@@ -1,0 +1,366 @@
+//! Run configuration: a TOML file whose every key has a default, overridden by
+//! command-line flags.
+//!
+//! ```toml
+//! [data]
+//! train = "day_0.tsv.gz"     # Criteo TSV, plain or gzip; omit both files to use
+//! test = "day_1.tsv"         #   built-in synthetic data ([data.synthetic])
+//! bad_lines = "skip"         # fail (default) | skip
+//! table_size = 100000        # rows per field table, or per field:
+//! # table_sizes = [1460, 583, ...]   (26 values)
+//!
+//! [model]
+//! kind = "dlrm"              # lr | dlrm | deepfm
+//!
+//! [optim]
+//! dense = "sgd"              # sgd | adagrad | adam
+//! dense_lr = 0.1
+//! sparse = "sgd"             # sgd | adagrad
+//! sparse_lr = 0.1
+//!
+//! [train]
+//! batch_size = 128
+//! eval_every = 100000        # examples between evaluations; 0 = only at the end
+//! ```
+//!
+//! An unknown key or a value of the wrong type is rejected with the file, line
+//! and key; an out-of-range value with the key and the allowed range.
+
+use crate::data::{BadLinePolicy, SyntheticSpec, TableLayout, NUM_SPARSE};
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Everything a training run needs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Input data.
+    pub data: DataConfig,
+    /// Model architecture.
+    pub model: ModelConfig,
+    /// Optimizers.
+    pub optim: OptimConfig,
+    /// Training loop.
+    pub train: TrainConfig,
+}
+
+/// Where examples come from and how they are hashed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    /// Training file (Criteo TSV). With `test`, replaces the synthetic data.
+    pub train: Option<PathBuf>,
+    /// Held-out file for evaluation.
+    pub test: Option<PathBuf>,
+    /// What to do with malformed lines.
+    pub bad_lines: BadLinePolicy,
+    /// Rows of every field's hash table.
+    pub table_size: u32,
+    /// Rows of each field's hash table (26 values); overrides `table_size`.
+    pub table_sizes: Option<Vec<u32>>,
+    /// Built-in synthetic data, used when no files are given.
+    pub synthetic: SyntheticConfig,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            train: None,
+            test: None,
+            bad_lines: BadLinePolicy::Fail,
+            table_size: 100_000,
+            table_sizes: None,
+            synthetic: SyntheticConfig::default(),
+        }
+    }
+}
+
+/// The built-in data set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SyntheticConfig {
+    /// Training rows.
+    pub train_rows: u64,
+    /// Test rows.
+    pub test_rows: u64,
+    /// Seed of the planted model and rows.
+    pub seed: u64,
+    /// Where generated files are cached (default: `~/.cache/shadowsync/data`).
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for SyntheticConfig {
+    fn default() -> Self {
+        Self {
+            train_rows: 300_000,
+            test_rows: 50_000,
+            seed: 1,
+            dir: None,
+        }
+    }
+}
+
+impl SyntheticConfig {
+    /// The generator's spec.
+    pub fn spec(&self) -> SyntheticSpec {
+        SyntheticSpec {
+            train_rows: self.train_rows,
+            test_rows: self.test_rows,
+            seed: self.seed,
+        }
+    }
+
+    /// The directory of this data set (cache root + a name from the spec).
+    pub fn directory(&self) -> PathBuf {
+        let root = self.dir.clone().unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+            home.join(".cache/shadowsync/data")
+        });
+        root.join(format!(
+            "synthetic-seed{}-{}-{}",
+            self.seed, self.train_rows, self.test_rows
+        ))
+    }
+}
+
+/// Model architectures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// Logistic regression over hashed features.
+    Lr,
+    /// DLRM (dot interactions).
+    Dlrm,
+    /// DeepFM.
+    Deepfm,
+}
+
+/// Model architecture and sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// Architecture.
+    pub kind: ModelKind,
+    /// Embedding dimension (DLRM, DeepFM).
+    pub embedding_dim: i64,
+    /// DLRM bottom MLP hidden widths (its output width is `embedding_dim`).
+    pub bottom_mlp: Vec<i64>,
+    /// DLRM top MLP hidden widths (its output is the logit).
+    pub top_mlp: Vec<i64>,
+    /// DeepFM deep MLP hidden widths.
+    pub deep_mlp: Vec<i64>,
+}
+
+impl Default for ModelConfig {
+    /// DLRM's Criteo Kaggle shape.
+    fn default() -> Self {
+        Self {
+            kind: ModelKind::Dlrm,
+            embedding_dim: 16,
+            bottom_mlp: vec![512, 256, 64],
+            top_mlp: vec![512, 256],
+            deep_mlp: vec![400, 400, 400],
+        }
+    }
+}
+
+/// Optimizer algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    /// Plain SGD.
+    Sgd,
+    /// Adagrad.
+    Adagrad,
+    /// Adam (dense parameters only).
+    Adam,
+}
+
+/// Optimizers of the dense parameters and of the embeddings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimConfig {
+    /// Dense optimizer.
+    pub dense: OptimizerKind,
+    /// Dense learning rate.
+    pub dense_lr: f64,
+    /// Embedding optimizer (sgd or adagrad).
+    pub sparse: OptimizerKind,
+    /// Embedding learning rate.
+    pub sparse_lr: f64,
+}
+
+impl Default for OptimConfig {
+    /// DLRM's Kaggle recipe: plain SGD at 0.1.
+    fn default() -> Self {
+        Self {
+            dense: OptimizerKind::Sgd,
+            dense_lr: 0.1,
+            sparse: OptimizerKind::Sgd,
+            sparse_lr: 0.1,
+        }
+    }
+}
+
+/// The training loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Examples per step.
+    pub batch_size: usize,
+    /// Examples between evaluations on the test file (0 = only at the end).
+    pub eval_every: u64,
+    /// Intra-op threads of libtorch.
+    pub threads: usize,
+    /// Seed of parameter initialization.
+    pub seed: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 128,
+            eval_every: 100_000,
+            threads: 1,
+            seed: 0,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let config: Config = toml::from_str(&text)
+            .map_err(|e| Error::config(path.display().to_string(), e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every value against its allowed range.
+    pub fn validate(&self) -> Result<()> {
+        let positive_lr = |key: &str, lr: f64| {
+            if lr.is_finite() && lr > 0.0 {
+                Ok(())
+            } else {
+                Err(Error::config(
+                    key,
+                    format!("{lr} is not a learning rate; must be > 0"),
+                ))
+            }
+        };
+        positive_lr("optim.dense_lr", self.optim.dense_lr)?;
+        positive_lr("optim.sparse_lr", self.optim.sparse_lr)?;
+        if self.optim.sparse == OptimizerKind::Adam {
+            return Err(Error::config("optim.sparse", "must be sgd or adagrad"));
+        }
+        if self.train.batch_size == 0 {
+            return Err(Error::config("train.batch_size", "must be at least 1"));
+        }
+        if self.train.threads == 0 {
+            return Err(Error::config("train.threads", "must be at least 1"));
+        }
+        if self.model.embedding_dim < 1 {
+            return Err(Error::config("model.embedding_dim", "must be at least 1"));
+        }
+        for (key, widths) in [
+            ("model.bottom_mlp", &self.model.bottom_mlp),
+            ("model.top_mlp", &self.model.top_mlp),
+            ("model.deep_mlp", &self.model.deep_mlp),
+        ] {
+            if widths.iter().any(|&w| w < 1) {
+                return Err(Error::config(key, "every layer width must be at least 1"));
+            }
+        }
+        match (&self.data.train, &self.data.test) {
+            (Some(_), None) => {
+                return Err(Error::config(
+                    "data.test",
+                    "a test file is needed with data.train",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(Error::config(
+                    "data.train",
+                    "a training file is needed with data.test",
+                ))
+            }
+            _ => {}
+        }
+        if self.data.train.is_none()
+            && (self.data.synthetic.train_rows == 0 || self.data.synthetic.test_rows == 0)
+        {
+            return Err(Error::config(
+                "data.synthetic.train_rows",
+                "synthetic row counts must be at least 1",
+            ));
+        }
+        self.table_layout().map(|_| ())
+    }
+
+    /// The hashing layout of the embedding table.
+    pub fn table_layout(&self) -> Result<TableLayout> {
+        match &self.data.table_sizes {
+            Some(sizes) => TableLayout::new(sizes),
+            None if self.data.table_size == 0 => Err(Error::config(
+                "data.table_size",
+                format!("must be at least 1 (rows of each of the {NUM_SPARSE} field tables)"),
+            )),
+            None => TableLayout::uniform(self.data.table_size),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config> {
+        let config: Config =
+            toml::from_str(text).map_err(|e| Error::config("test.toml", e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    #[test]
+    fn defaults_are_dlrm_kaggle() {
+        let c = parse("").unwrap();
+        assert_eq!(c.model.kind, ModelKind::Dlrm);
+        assert_eq!(c.model.bottom_mlp, vec![512, 256, 64]);
+        assert_eq!(c.train.batch_size, 128);
+        assert_eq!(c.optim.dense_lr, 0.1);
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_types_are_named() {
+        let e = parse("[train]\nbatch_sise = 3\n").unwrap_err().to_string();
+        assert!(e.contains("batch_sise") && e.contains("line 2"), "{e}");
+        let e = parse("[train]\nbatch_size = \"big\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("batch_size") && e.contains("invalid type"),
+            "{e}"
+        );
+        let e = parse("[model]\nkind = \"gpt\"\n").unwrap_err().to_string();
+        assert!(e.contains("kind") && e.contains("dlrm"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_key() {
+        let cases = [
+            ("[optim]\ndense_lr = -0.1", "optim.dense_lr"),
+            ("[optim]\nsparse = \"adam\"", "optim.sparse"),
+            ("[train]\nbatch_size = 0", "train.batch_size"),
+            ("[data]\ntable_size = 0", "data.table_size"),
+            ("[data]\ntable_sizes = [1, 2]", "data.table_sizes"),
+            ("[data]\ntrain = \"a.tsv\"", "data.test"),
+            ("[model]\ntop_mlp = [0]", "model.top_mlp"),
+        ];
+        for (text, key) in cases {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+}

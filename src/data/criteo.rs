@@ -1,0 +1,345 @@
+//! The Criteo TSV format, read with the DLRM reference's conventions.
+//!
+//! A line is `label \t I1..I13 \t C1..C26`: label `0`/`1`, thirteen integer counts,
+//! twenty-six categorical values written as (up to) 8 hex digits. An empty field is
+//! a missing value, and a short line (trailing tabs trimmed) has its last fields
+//! missing. As in DLRM: missing → 0, negative counts → 0, a count `x` becomes
+//! `ln(x + 1)`, and a categorical value is its 32-bit integer, hashed into its
+//! field's table later by [`crate::data::TableLayout`]. `\r\n` line ends and a
+//! missing final newline are fine. Plain and gzip files are read alike (gzip is
+//! recognized by its magic bytes, not the file name).
+
+use crate::{Error, Result};
+use flate2::read::MultiGzDecoder;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// Number of integer (dense) features.
+pub const NUM_DENSE: usize = 13;
+/// Number of categorical (sparse) features.
+pub const NUM_SPARSE: usize = 26;
+/// Fields on a full line: label, dense, sparse.
+pub const NUM_FIELDS: usize = 1 + NUM_DENSE + NUM_SPARSE;
+
+/// One parsed example.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Example {
+    /// 0.0 or 1.0.
+    pub label: f32,
+    /// `ln(max(x, 0) + 1)` of each count; 0 when missing.
+    pub dense: [f32; NUM_DENSE],
+    /// The 32-bit value of each categorical field; 0 when missing.
+    pub sparse: [u32; NUM_SPARSE],
+}
+
+/// What to do with a malformed line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BadLinePolicy {
+    /// Stop with an error naming the file, line and field.
+    #[default]
+    Fail,
+    /// Skip the line, count it, and report the count at the end.
+    Skip,
+}
+
+/// Name of the 0-based field `i`: `label`, `I1`..`I13`, `C1`..`C26`.
+pub fn field_name(i: usize) -> String {
+    match i {
+        0 => "label".into(),
+        i if i <= NUM_DENSE => format!("I{i}"),
+        i if i < NUM_FIELDS => format!("C{}", i - NUM_DENSE),
+        _ => "extra".into(),
+    }
+}
+
+/// Why a line is malformed, before the file and line are known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineError {
+    /// 0-based field index.
+    pub field: usize,
+    /// What is wrong.
+    pub reason: &'static str,
+    /// The offending text, shortened for messages.
+    pub text: String,
+}
+
+impl LineError {
+    fn new(field: usize, reason: &'static str, raw: &[u8]) -> Self {
+        const MAX: usize = 40;
+        let mut text = String::from_utf8_lossy(&raw[..raw.len().min(MAX)]).into_owned();
+        if raw.len() > MAX {
+            text.push('…');
+        }
+        Self {
+            field,
+            reason,
+            text,
+        }
+    }
+
+    /// Attaches the file and line number.
+    pub fn at(self, path: &Path, line: u64) -> Error {
+        Error::Parse {
+            path: path.to_path_buf(),
+            line,
+            field: self.field + 1,
+            name: field_name(self.field),
+            reason: self.reason,
+            text: self.text,
+        }
+    }
+}
+
+/// Parses one line (without its `\n`; a trailing `\r` is ignored).
+pub fn parse_line(line: &[u8]) -> Result<Example, LineError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut example = Example {
+        label: 0.0,
+        dense: [0.0; NUM_DENSE],
+        sparse: [0; NUM_SPARSE],
+    };
+    let mut fields = line.split(|&b| b == b'\t');
+    let label = fields.next().unwrap_or_default();
+    example.label = match label {
+        b"0" => 0.0,
+        b"1" => 1.0,
+        _ => return Err(LineError::new(0, "label must be 0 or 1", label)),
+    };
+    for (i, raw) in fields.enumerate() {
+        let field = i + 1;
+        if field <= NUM_DENSE {
+            example.dense[i] = parse_count(raw).map_err(|r| LineError::new(field, r, raw))?;
+        } else if field < NUM_FIELDS {
+            example.sparse[field - 1 - NUM_DENSE] =
+                parse_hex(raw).map_err(|r| LineError::new(field, r, raw))?;
+        } else {
+            return Err(LineError::new(field, "more than 40 fields", raw));
+        }
+    }
+    Ok(example)
+}
+
+/// `ln(max(x,0)+1)` of a decimal integer; 0 when empty.
+fn parse_count(raw: &[u8]) -> Result<f32, &'static str> {
+    let (negative, digits) = match raw {
+        [] => return Ok(0.0),
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, raw),
+    };
+    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+        return Err("not an integer count");
+    }
+    if negative {
+        return Ok(0.0);
+    }
+    let value = digits
+        .iter()
+        .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+    Ok((value as f64).ln_1p() as f32)
+}
+
+/// The value of up to 8 hex digits; 0 when empty.
+fn parse_hex(raw: &[u8]) -> Result<u32, &'static str> {
+    if raw.len() > 8 {
+        return Err("categorical value longer than 8 hex digits");
+    }
+    raw.iter().try_fold(0u32, |acc, &c| {
+        let digit = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return Err("categorical value is not hex"),
+        };
+        Ok(acc << 4 | u32::from(digit))
+    })
+}
+
+/// Opens a data file, plain or gzip, for buffered reading.
+pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut magic = [0u8; 2];
+    let n = file.read(&mut magic).map_err(|e| Error::io(path, e))?;
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    const CAPACITY: usize = 1 << 20;
+    Ok(if n == 2 && magic == [0x1f, 0x8b] {
+        Box::new(BufReader::with_capacity(
+            CAPACITY,
+            MultiGzDecoder::new(file),
+        ))
+    } else {
+        Box::new(BufReader::with_capacity(CAPACITY, file))
+    })
+}
+
+/// Counts of a finished read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadStats {
+    /// Lines read (including skipped ones).
+    pub lines: u64,
+    /// Malformed lines skipped under [`BadLinePolicy::Skip`].
+    pub skipped: u64,
+    /// The first few skip reasons, for the report.
+    pub first_skipped: Vec<String>,
+}
+
+impl ReadStats {
+    const KEEP: usize = 5;
+
+    /// Records a skipped line.
+    pub fn skip(&mut self, error: &Error) {
+        self.skipped += 1;
+        if self.first_skipped.len() < Self::KEEP {
+            self.first_skipped.push(error.to_string());
+        }
+    }
+
+    /// Adds another reader's counts.
+    pub fn merge(&mut self, other: ReadStats) {
+        self.lines += other.lines;
+        self.skipped += other.skipped;
+        let room = Self::KEEP.saturating_sub(self.first_skipped.len());
+        self.first_skipped
+            .extend(other.first_skipped.into_iter().take(room));
+    }
+}
+
+/// A streaming reader of examples, one line at a time.
+pub struct CriteoReader {
+    path: PathBuf,
+    input: Box<dyn BufRead + Send>,
+    policy: BadLinePolicy,
+    buf: Vec<u8>,
+    stats: ReadStats,
+}
+
+impl CriteoReader {
+    /// Opens `path` (plain or gzip).
+    pub fn open(path: impl AsRef<Path>, policy: BadLinePolicy) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let input = open(&path)?;
+        Ok(Self {
+            path,
+            input,
+            policy,
+            buf: Vec::with_capacity(512),
+            stats: ReadStats::default(),
+        })
+    }
+
+    /// Counts so far.
+    pub fn stats(&self) -> &ReadStats {
+        &self.stats
+    }
+}
+
+impl Iterator for CriteoReader {
+    type Item = Result<Example>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            self.buf.clear();
+            match self.input.read_until(b'\n', &mut self.buf) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some(Err(Error::io(&self.path, e))),
+            }
+            self.stats.lines += 1;
+            let line = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
+            match parse_line(line) {
+                Ok(example) => return Some(Ok(example)),
+                Err(e) => {
+                    let error = e.at(&self.path, self.stats.lines);
+                    match self.policy {
+                        BadLinePolicy::Fail => return Some(Err(error)),
+                        BadLinePolicy::Skip => self.stats.skip(&error),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(fields: &[&str]) -> Vec<u8> {
+        fields.join("\t").into_bytes()
+    }
+
+    #[test]
+    fn parses_dlrm_conventions() {
+        let mut fields = vec!["1", "0", "-1", "", "4"];
+        fields.extend(["1"; 9]);
+        fields.extend(["05db9164", "", "FFFFFFFF"]);
+        fields.extend(["0a"; 23]);
+        let ex = parse_line(&line(&fields)).unwrap();
+        assert_eq!(ex.label, 1.0);
+        assert_eq!(ex.dense[0], 0.0); // ln(0+1)
+        assert_eq!(ex.dense[1], 0.0); // negative -> 0
+        assert_eq!(ex.dense[2], 0.0); // missing -> 0
+        assert!((ex.dense[3] - 5f32.ln()).abs() < 1e-6);
+        assert_eq!(ex.sparse[0], 0x05db9164);
+        assert_eq!(ex.sparse[1], 0); // missing
+        assert_eq!(ex.sparse[2], u32::MAX);
+        assert_eq!(ex.sparse[25], 10);
+    }
+
+    #[test]
+    fn short_lines_and_crlf_read_as_missing_values() {
+        let ex = parse_line(b"0\t3\t\t7\r").unwrap();
+        assert_eq!(ex.label, 0.0);
+        assert!((ex.dense[0] - 4f32.ln()).abs() < 1e-6);
+        assert!((ex.dense[2] - 8f32.ln()).abs() < 1e-6);
+        assert_eq!(ex.dense[3..], [0.0; 10]);
+        assert_eq!(ex.sparse, [0; NUM_SPARSE]);
+    }
+
+    #[test]
+    fn malformed_fields_are_named() {
+        let err = |l: &[u8]| parse_line(l).unwrap_err();
+        assert_eq!(err(b"2\t1").field, 0);
+        assert_eq!(err(b"").field, 0);
+        let e = err(b"1\t3\t4.5");
+        assert_eq!((e.field, e.text.as_str()), (2, "4.5"));
+        assert_eq!(err(b"1\t-").field, 1);
+        assert_eq!(err(b"1\t99999999999999999999").field, 1);
+        let mut fields = vec!["0"; 14];
+        fields.push("zz123456");
+        assert_eq!(err(&line(&fields)).field, 14);
+        fields[14] = "123456789";
+        assert_eq!(
+            err(&line(&fields)).reason,
+            "categorical value longer than 8 hex digits"
+        );
+        let too_many = line(&vec!["1"; 41]);
+        assert_eq!(err(&too_many).field, 40);
+        let garbage = err(b"\xff\xfe\x00binary");
+        assert_eq!(garbage.field, 0);
+        assert!(garbage.text.contains('\u{fffd}'));
+    }
+
+    #[test]
+    fn error_message_names_file_line_field_and_text() {
+        let e = parse_line(b"1\t3\tabc")
+            .unwrap_err()
+            .at(Path::new("day_0.tsv"), 17);
+        assert_eq!(
+            e.to_string(),
+            "day_0.tsv:17: field 3 (I2): not an integer count: \"abc\""
+        );
+    }
+
+    #[test]
+    fn field_names() {
+        assert_eq!(field_name(0), "label");
+        assert_eq!(field_name(1), "I1");
+        assert_eq!(field_name(13), "I13");
+        assert_eq!(field_name(14), "C1");
+        assert_eq!(field_name(39), "C26");
+        assert_eq!(field_name(40), "extra");
+    }
+}

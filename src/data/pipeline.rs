@@ -1,0 +1,238 @@
+//! Reading off the trainers' threads: reader → parsers → one bounded channel per
+//! consumer.
+//!
+//! One reader thread cuts the file into chunks of `batch_size` lines and deals
+//! them round-robin to `shards` parser threads (chunk `k` goes to shard
+//! `k % shards`). Each parser turns its chunks into [`Batch`]es and sends them
+//! down its shard's bounded channel, so every consumer sees its own 1/`shards` of
+//! one pass, in a deterministic order, and never waits on parsing while the
+//! parsers keep up. Bounded channels give backpressure: memory stays flat however
+//! large the file.
+//!
+//! A malformed line either arrives as an `Err` on its shard (policy `fail`) or is
+//! counted (policy `skip`); [`Pipeline::finish`] returns the counts.
+
+use crate::data::criteo::{self, parse_line, BadLinePolicy, ReadStats};
+use crate::data::{Batch, TableLayout};
+use crate::{Error, Result};
+use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How to cut and deal the data.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// Examples per batch.
+    pub batch_size: usize,
+    /// Number of consumers; each gets its own channel and 1/`shards` of the data.
+    pub shards: usize,
+    /// What to do with malformed lines.
+    pub policy: BadLinePolicy,
+    /// Batches buffered per consumer.
+    pub capacity: usize,
+}
+
+/// A chunk of consecutive raw lines.
+struct Chunk {
+    first_line: u64,
+    bytes: Vec<u8>,
+}
+
+/// The running pipeline: take the consumers' receivers, then `finish`.
+pub struct Pipeline {
+    shards: Vec<Receiver<Result<Batch>>>,
+    stop: Arc<AtomicBool>,
+    reader: Option<JoinHandle<u64>>,
+    parsers: Vec<JoinHandle<ReadStats>>,
+}
+
+impl Pipeline {
+    /// Opens `path` (an error here if it cannot be read) and starts the threads.
+    pub fn spawn(path: &Path, layout: TableLayout, config: &PipelineConfig) -> Result<Self> {
+        if config.batch_size == 0 || config.shards == 0 {
+            return Err(Error::config(
+                "train.batch_size",
+                "batch size and shard count must be at least 1",
+            ));
+        }
+        let input = criteo::open(path)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let layout = Arc::new(layout);
+        let mut chunk_senders = Vec::with_capacity(config.shards);
+        let mut shards = Vec::with_capacity(config.shards);
+        let mut parsers = Vec::with_capacity(config.shards);
+        for shard in 0..config.shards {
+            let (chunk_tx, chunk_rx) = bounded::<Result<Chunk>>(2);
+            let (batch_tx, batch_rx) = bounded(config.capacity.max(1));
+            chunk_senders.push(chunk_tx);
+            shards.push(batch_rx);
+            let worker = Parser {
+                path: path.to_path_buf(),
+                layout: Arc::clone(&layout),
+                policy: config.policy,
+                stop: Arc::clone(&stop),
+            };
+            parsers.push(
+                std::thread::Builder::new()
+                    .name(format!("parse-{shard}"))
+                    .spawn(move || worker.run(chunk_rx, batch_tx))
+                    .map_err(|e| Error::Pipeline(format!("cannot start a parser thread: {e}")))?,
+            );
+        }
+        let reader = {
+            let path = path.to_path_buf();
+            let stop = Arc::clone(&stop);
+            let lines_per_chunk = config.batch_size;
+            std::thread::Builder::new()
+                .name("read".into())
+                .spawn(move || read_chunks(&path, input, lines_per_chunk, chunk_senders, &stop))
+                .map_err(|e| Error::Pipeline(format!("cannot start the reader thread: {e}")))?
+        };
+        Ok(Self {
+            shards,
+            stop,
+            reader: Some(reader),
+            parsers,
+        })
+    }
+
+    /// The consumers' receivers, one per shard (taken once).
+    pub fn take_shards(&mut self) -> Vec<Receiver<Result<Batch>>> {
+        std::mem::take(&mut self.shards)
+    }
+
+    /// Stops the threads (if still running) and returns the read counts.
+    pub fn finish(mut self) -> Result<ReadStats> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<ReadStats> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.shards.clear();
+        let mut stats = ReadStats::default();
+        let mut died = None;
+        for parser in self.parsers.drain(..) {
+            match parser.join() {
+                Ok(s) => stats.merge(s),
+                Err(_) => died = Some("a parser thread panicked"),
+            }
+        }
+        if let Some(reader) = self.reader.take() {
+            match reader.join() {
+                Ok(lines) => stats.lines = lines,
+                Err(_) => died = Some("the reader thread panicked"),
+            }
+        }
+        match died {
+            Some(what) => Err(Error::Pipeline(what.into())),
+            None => Ok(stats),
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        if self.reader.is_some() {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// Sends `item`, giving up when the receiver is gone or `stop` is raised.
+fn send_until_stopped<T>(tx: &Sender<T>, mut item: T, stop: &AtomicBool) -> bool {
+    loop {
+        match tx.send_timeout(item, Duration::from_millis(50)) {
+            Ok(()) => return true,
+            Err(SendTimeoutError::Disconnected(_)) => return false,
+            Err(SendTimeoutError::Timeout(back)) if !stop.load(Ordering::Relaxed) => item = back,
+            Err(SendTimeoutError::Timeout(_)) => return false,
+        }
+    }
+}
+
+/// The reader thread: cuts the input into chunks and deals them; returns lines read.
+fn read_chunks(
+    path: &Path,
+    mut input: Box<dyn BufRead + Send>,
+    lines_per_chunk: usize,
+    senders: Vec<Sender<Result<Chunk>>>,
+    stop: &AtomicBool,
+) -> u64 {
+    let mut line = 0u64;
+    for k in 0.. {
+        let target = &senders[k % senders.len()];
+        let mut chunk = Chunk {
+            first_line: line + 1,
+            bytes: Vec::with_capacity(lines_per_chunk * 256),
+        };
+        let mut taken = 0;
+        while taken < lines_per_chunk {
+            match input.read_until(b'\n', &mut chunk.bytes) {
+                Ok(0) => break,
+                Ok(_) => taken += 1,
+                Err(e) => {
+                    send_until_stopped(target, Err(Error::io(path, e)), stop);
+                    return line;
+                }
+            }
+        }
+        line += taken as u64;
+        if taken == 0 || !send_until_stopped(target, Ok(chunk), stop) {
+            return line;
+        }
+    }
+    line
+}
+
+/// A parser thread's state.
+struct Parser {
+    path: PathBuf,
+    layout: Arc<TableLayout>,
+    policy: BadLinePolicy,
+    stop: Arc<AtomicBool>,
+}
+
+impl Parser {
+    fn run(self, chunks: Receiver<Result<Chunk>>, batches: Sender<Result<Batch>>) -> ReadStats {
+        let mut stats = ReadStats::default();
+        let mut examples = Vec::new();
+        for chunk in chunks {
+            let batch = chunk.and_then(|c| self.parse_chunk(&c, &mut examples, &mut stats));
+            if matches!(&batch, Ok(b) if b.is_empty()) {
+                continue; // every line of the chunk was skipped
+            }
+            let failed = batch.is_err();
+            if !send_until_stopped(&batches, batch, &self.stop) || failed {
+                break;
+            }
+        }
+        stats
+    }
+
+    fn parse_chunk(
+        &self,
+        chunk: &Chunk,
+        examples: &mut Vec<criteo::Example>,
+        stats: &mut ReadStats,
+    ) -> Result<Batch> {
+        examples.clear();
+        let body = chunk.bytes.strip_suffix(b"\n").unwrap_or(&chunk.bytes);
+        for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+            match parse_line(line) {
+                Ok(example) => examples.push(example),
+                Err(e) => {
+                    let error = e.at(&self.path, chunk.first_line + i as u64);
+                    match self.policy {
+                        BadLinePolicy::Fail => return Err(error),
+                        BadLinePolicy::Skip => stats.skip(&error),
+                    }
+                }
+            }
+        }
+        Batch::from_examples(examples, &self.layout)
+    }
+}

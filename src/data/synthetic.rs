@@ -1,0 +1,379 @@
+//! Synthetic Criteo-format data from a planted model whose click probabilities are
+//! known, so the best achievable logloss (the oracle's) is known too.
+//!
+//! The planted logit of a row is a sum of
+//! * dense effects: `w_j · (ln(1 + count_j) − μ_j)` for each present count
+//!   (log-normal counts, some missing), and a per-field effect when missing;
+//! * per-token categorical effects: each of the 26 fields draws tokens from a Zipf
+//!   distribution over its vocabulary, and each token has a fixed Gaussian effect;
+//! * a few pairwise field interactions: a fixed Gaussian effect per token pair;
+//! * a bias calibrated so that the base CTR is about 25%.
+//!
+//! Everything is a pure function of the seed: the same seed writes the same bytes.
+
+use crate::data::{NUM_DENSE, NUM_SPARSE};
+use crate::metrics::binary_entropy;
+use crate::{Error, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal, Zipf};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Vocabulary size of each categorical field (Criteo-like: a few huge, many small).
+const VOCAB: [u32; NUM_SPARSE] = [
+    1_000, 500, 200_000, 100_000, 300, 20, 10_000, 600, 3, 50_000, 5_000, 150_000, 3_000, 25,
+    10_000, 120_000, 10, 4_000, 2_000, 4, 150_000, 15, 15, 50_000, 80, 40_000,
+];
+/// Fields whose token pairs carry an extra effect.
+const INTERACTIONS: [(usize, usize); 4] = [(0, 4), (5, 8), (13, 16), (1, 21)];
+/// Zipf exponent of token popularity.
+const ZIPF_EXPONENT: f64 = 1.15;
+/// Target base click-through rate.
+const TARGET_CTR: f64 = 0.25;
+
+/// The hidden model that labels synthetic rows.
+#[derive(Debug, Clone)]
+pub struct PlantedModel {
+    seed: u64,
+    bias: f64,
+    dense_weight: [f64; NUM_DENSE],
+    dense_mu: [f64; NUM_DENSE],
+    dense_sigma: [f64; NUM_DENSE],
+    dense_missing: [f64; NUM_DENSE],
+    missing_effect: [f64; NUM_DENSE],
+    token_scale: [f64; NUM_SPARSE],
+    token_missing: [f64; NUM_SPARSE],
+    zipf: Vec<Zipf<f64>>,
+}
+
+/// One generated row: raw counts (None = missing), token ranks (0 = missing), and
+/// the true click probability.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Counts as written to the file.
+    pub counts: [Option<i64>; NUM_DENSE],
+    /// Token rank per field (1-based), 0 when missing.
+    pub tokens: [u64; NUM_SPARSE],
+    /// True click probability.
+    pub p: f64,
+}
+
+impl PlantedModel {
+    /// Draws a planted model from `seed` and calibrates its bias to a 25% CTR.
+    pub fn new(seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut model = Self {
+            seed,
+            bias: 0.0,
+            dense_weight: std::array::from_fn(|_| rng.random_range(-0.45..0.45)),
+            dense_mu: std::array::from_fn(|_| rng.random_range(0.0..3.0)),
+            dense_sigma: std::array::from_fn(|_| rng.random_range(0.5..1.5)),
+            dense_missing: std::array::from_fn(|_| rng.random_range(0.0..0.45)),
+            missing_effect: std::array::from_fn(|_| rng.random_range(-0.3..0.3)),
+            token_scale: std::array::from_fn(|_| rng.random_range(0.15..0.55)),
+            token_missing: std::array::from_fn(|_| {
+                if rng.random_bool(0.3) {
+                    rng.random_range(0.1..0.5)
+                } else {
+                    0.0
+                }
+            }),
+            zipf: VOCAB
+                .iter()
+                .map(|&n| Zipf::new(f64::from(n), ZIPF_EXPONENT).expect("valid Zipf constants"))
+                .collect(),
+        };
+        model.bias = model.calibrated_bias();
+        model
+    }
+
+    /// The bias that makes the mean click probability [`TARGET_CTR`].
+    fn calibrated_bias(&self) -> f64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0xb1a5);
+        let logits: Vec<f64> = (0..20_000).map(|_| self.sample(&mut rng).1).collect();
+        let mean_ctr = |b: f64| logits.iter().map(|z| sigmoid(b + z)).sum::<f64>() / 20_000.0;
+        let (mut lo, mut hi) = (-20.0, 20.0);
+        for _ in 0..60 {
+            let mid = 0.5 * (lo + hi);
+            if mean_ctr(mid) < TARGET_CTR {
+                lo = mid
+            } else {
+                hi = mid
+            }
+        }
+        0.5 * (lo + hi)
+    }
+
+    /// Draws a row's features and its logit without the bias.
+    fn sample(&self, rng: &mut ChaCha8Rng) -> (Row, f64) {
+        let mut z = 0.0;
+        let mut counts = [None; NUM_DENSE];
+        for j in 0..NUM_DENSE {
+            if rng.random_bool(self.dense_missing[j]) {
+                z += self.missing_effect[j];
+                continue;
+            }
+            let normal = Normal::new(self.dense_mu[j], self.dense_sigma[j]).expect("sigma > 0");
+            let log_count: f64 = normal.sample(rng).max(0.0);
+            let count = log_count.exp_m1().floor() as i64;
+            z += self.dense_weight[j] * ((count as f64).ln_1p() - self.dense_mu[j]);
+            // Like Criteo's I2, the second count is sometimes -1.
+            counts[j] = Some(if j == 1 && rng.random_bool(0.05) {
+                -1
+            } else {
+                count
+            });
+        }
+        let mut tokens = [0u64; NUM_SPARSE];
+        for f in 0..NUM_SPARSE {
+            if !rng.random_bool(self.token_missing[f]) {
+                tokens[f] = self.zipf[f].sample(rng) as u64;
+                z += self.token_scale[f] * gaussian(mix(&[self.seed, f as u64, tokens[f]]));
+            }
+        }
+        for (i, &(f, g)) in INTERACTIONS.iter().enumerate() {
+            if tokens[f] != 0 && tokens[g] != 0 {
+                let h = mix(&[self.seed, 1000 + i as u64, tokens[f], tokens[g]]);
+                z += 0.6 * gaussian(h);
+            }
+        }
+        (
+            Row {
+                counts,
+                tokens,
+                p: 0.0,
+            },
+            z,
+        )
+    }
+
+    /// Draws one row with its true click probability.
+    pub fn row(&self, rng: &mut ChaCha8Rng) -> Row {
+        let (mut row, z) = self.sample(rng);
+        row.p = sigmoid(self.bias + z);
+        row
+    }
+
+    /// The 8-hex-digit value written for token `rank` of field `field`.
+    pub fn token_value(&self, field: usize, rank: u64) -> u32 {
+        (mix(&[self.seed, 7_000 + field as u64, rank]) >> 32) as u32
+    }
+
+    /// Writes `rows` labelled rows as Criteo TSV; returns the oracle's figures.
+    pub fn write_tsv(
+        &self,
+        out: &mut impl Write,
+        rows: u64,
+        stream: u64,
+    ) -> std::io::Result<Oracle> {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        rng.set_stream(stream);
+        let mut oracle = OracleSum::default();
+        let mut line = String::with_capacity(512);
+        for _ in 0..rows {
+            let row = self.row(&mut rng);
+            let label = rng.random_bool(row.p);
+            oracle.add(row.p, label);
+            line.clear();
+            line.push(if label { '1' } else { '0' });
+            for count in row.counts {
+                line.push('\t');
+                if let Some(c) = count {
+                    line.push_str(&c.to_string());
+                }
+            }
+            for (f, &rank) in row.tokens.iter().enumerate() {
+                line.push('\t');
+                if rank != 0 {
+                    line.push_str(&format!("{:08x}", self.token_value(f, rank)));
+                }
+            }
+            line.push('\n');
+            out.write_all(line.as_bytes())?;
+        }
+        Ok(oracle.finish())
+    }
+}
+
+/// The figures of the true probabilities on a generated file.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Oracle {
+    /// Rows written.
+    pub rows: u64,
+    /// Fraction of clicks.
+    pub ctr: f64,
+    /// Logloss of the true probabilities on the drawn labels.
+    pub logloss: f64,
+    /// That logloss ÷ the entropy of the file's CTR.
+    pub ne: f64,
+}
+
+#[derive(Default)]
+struct OracleSum {
+    rows: u64,
+    clicks: u64,
+    loss: f64,
+}
+
+impl OracleSum {
+    fn add(&mut self, p: f64, label: bool) {
+        self.rows += 1;
+        self.clicks += u64::from(label);
+        self.loss -= if label { p.ln() } else { (1.0 - p).ln() };
+    }
+
+    fn finish(self) -> Oracle {
+        let rows = self.rows.max(1) as f64;
+        let ctr = self.clicks as f64 / rows;
+        let logloss = self.loss / rows;
+        Oracle {
+            rows: self.rows,
+            ctr,
+            logloss,
+            ne: logloss / binary_entropy(ctr),
+        }
+    }
+}
+
+/// What `gen-data` writes: a train and a test file from one planted model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyntheticSpec {
+    /// Training rows.
+    pub train_rows: u64,
+    /// Test rows.
+    pub test_rows: u64,
+    /// Seed of the planted model and of the rows.
+    pub seed: u64,
+}
+
+/// Files and oracle figures of a generated data set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyntheticData {
+    /// What was generated.
+    pub spec: SyntheticSpec,
+    /// The training file.
+    pub train: PathBuf,
+    /// The test file.
+    pub test: PathBuf,
+    /// Oracle figures on the training file.
+    pub train_oracle: Oracle,
+    /// Oracle figures on the test file.
+    pub test_oracle: Oracle,
+}
+
+impl SyntheticData {
+    const MANIFEST: &'static str = "oracle.json";
+
+    /// Writes `train.tsv`, `test.tsv` and `oracle.json` into `dir`.
+    pub fn generate(spec: SyntheticSpec, dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let model = PlantedModel::new(spec.seed);
+        let write = |name: &str, rows: u64, stream: u64| -> Result<(PathBuf, Oracle)> {
+            let path = dir.join(name);
+            let file = File::create(&path).map_err(|e| Error::io(&path, e))?;
+            let mut out = BufWriter::with_capacity(1 << 20, file);
+            let oracle = model
+                .write_tsv(&mut out, rows, stream)
+                .and_then(|o| out.flush().map(|()| o))
+                .map_err(|e| Error::io(&path, e))?;
+            Ok((path, oracle))
+        };
+        let (train, train_oracle) = write("train.tsv", spec.train_rows, 1)?;
+        let (test, test_oracle) = write("test.tsv", spec.test_rows, 2)?;
+        let data = Self {
+            spec,
+            train,
+            test,
+            train_oracle,
+            test_oracle,
+        };
+        let manifest = dir.join(Self::MANIFEST);
+        let json = serde_json::to_vec_pretty(&data).map_err(|e| Error::io(&manifest, e.into()))?;
+        std::fs::write(&manifest, json).map_err(|e| Error::io(&manifest, e))?;
+        Ok(data)
+    }
+
+    /// Reuses the data set in `dir` if it was generated from `spec`, else generates it.
+    pub fn ensure(spec: SyntheticSpec, dir: &Path) -> Result<Self> {
+        let manifest = dir.join(Self::MANIFEST);
+        if let Ok(bytes) = std::fs::read(&manifest) {
+            if let Ok(data) = serde_json::from_slice::<Self>(&bytes) {
+                if data.spec == spec && data.train.exists() && data.test.exists() {
+                    return Ok(data);
+                }
+            }
+        }
+        Self::generate(spec, dir)
+    }
+}
+
+fn sigmoid(z: f64) -> f64 {
+    1.0 / (1.0 + (-z).exp())
+}
+
+/// SplitMix64-style mixing of a few words into one well-spread hash.
+fn mix(words: &[u64]) -> u64 {
+    words.iter().fold(0x9e37_79b9_7f4a_7c15, |h, &w| {
+        let mut x = h ^ w.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    })
+}
+
+/// A standard normal value determined by a hash (Box–Muller on its two halves).
+fn gaussian(h: u64) -> f64 {
+    let u1 = ((h >> 32) as f64 + 1.0) / (u32::MAX as f64 + 2.0);
+    let u2 = (h & 0xffff_ffff) as f64 / (u32::MAX as f64 + 1.0);
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::parse_line;
+
+    #[test]
+    fn same_seed_same_bytes_and_rows_parse() {
+        let model = PlantedModel::new(3);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let oa = model.write_tsv(&mut a, 500, 1).unwrap();
+        let ob = PlantedModel::new(3).write_tsv(&mut b, 500, 1).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(oa, ob);
+        let mut c = Vec::new();
+        PlantedModel::new(4).write_tsv(&mut c, 500, 1).unwrap();
+        assert_ne!(a, c);
+        for line in a.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            parse_line(line).unwrap();
+        }
+    }
+
+    #[test]
+    fn base_ctr_is_near_a_quarter_and_the_oracle_beats_the_base_rate() {
+        let mut sink = std::io::sink();
+        let oracle = PlantedModel::new(11)
+            .write_tsv(&mut sink, 20_000, 1)
+            .unwrap();
+        assert!((oracle.ctr - 0.25).abs() < 0.02, "ctr {}", oracle.ctr);
+        assert!(
+            oracle.ne < 0.95 && oracle.ne > 0.3,
+            "oracle NE {}",
+            oracle.ne
+        );
+    }
+
+    #[test]
+    fn gaussian_hash_has_unit_moments() {
+        let xs: Vec<f64> = (0..100_000u64).map(|i| gaussian(mix(&[i]))).collect();
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        assert!(
+            mean.abs() < 0.02 && (var - 1.0).abs() < 0.03,
+            "{mean} {var}"
+        );
+    }
+}

@@ -1,0 +1,34 @@
+//! # shadowsync — train CTR models on many trainers, synchronizing in the background
+//!
+//! This crate is the CTR application on top of the generic runtime
+//! [`shadowsync_actors`] (re-exported as [`runtime`]):
+//!
+//! * [`data`] — the Criteo format (streaming, plain or gzip, errors naming file,
+//!   line and field), a synthetic generator with a known oracle, and the pipeline
+//!   that shards batches across trainers;
+//! * [`model`] — logistic regression, DLRM and DeepFM, with dense parameters in
+//!   one flat buffer and one fused, sparsely updated embedding table;
+//! * [`metrics`] — NE, exact AUC, logloss, calibration;
+//! * [`config`] — the TOML run configuration;
+//! * [`train`] — a training run from a configuration to a [`train::TrainReport`].
+//!
+//! ```no_run
+//! use shadowsync::{config::Config, train};
+//!
+//! # fn main() -> shadowsync::Result<()> {
+//! let mut config = Config::default();           // DLRM on built-in synthetic data
+//! config.data.synthetic.train_rows = 100_000;
+//! let report = train::train(&config, &mut ())?;
+//! println!("test NE {:.4}", report.final_metrics.ne);
+//! # Ok(()) }
+//! ```
+
+pub mod config;
+pub mod data;
+mod error;
+pub mod metrics;
+pub mod model;
+pub mod train;
+
+pub use error::{Error, Result};
+pub use shadowsync_actors as runtime;

@@ -1,0 +1,276 @@
+//! The `shadowsync` command line: `train` and `gen-data`.
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use shadowsync::config::{Config, ModelKind, OptimizerKind};
+use shadowsync::data::{BadLinePolicy, SyntheticData, SyntheticSpec};
+use shadowsync::train::{self, EvalPoint, Observer, TrainReport};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "shadowsync",
+    version,
+    about = "Train CTR models with background synchronization"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model for one pass and evaluate it (built-in synthetic data unless
+    /// --train/--test are given).
+    Train(TrainArgs),
+    /// Write synthetic Criteo-format data labelled by a planted model.
+    GenData(GenDataArgs),
+}
+
+/// Flags override the config file's values.
+#[derive(Args)]
+struct TrainArgs {
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Training file (Criteo TSV, plain or gzip).
+    #[arg(long, requires = "test")]
+    train: Option<PathBuf>,
+    /// Test file (Criteo TSV, plain or gzip).
+    #[arg(long, requires = "train")]
+    test: Option<PathBuf>,
+    /// Model architecture.
+    #[arg(long, value_enum)]
+    model: Option<ModelKind>,
+    /// Examples per step.
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Dense optimizer.
+    #[arg(long, value_enum)]
+    optimizer: Option<OptimizerKind>,
+    /// Dense learning rate.
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Embedding optimizer (sgd or adagrad).
+    #[arg(long, value_enum)]
+    sparse_optimizer: Option<OptimizerKind>,
+    /// Embedding learning rate.
+    #[arg(long)]
+    sparse_lr: Option<f64>,
+    /// Rows of every field's hash table.
+    #[arg(long)]
+    table_size: Option<u32>,
+    /// What to do with malformed lines.
+    #[arg(long, value_enum)]
+    bad_lines: Option<BadLinePolicy>,
+    /// Examples between evaluations (0 = only at the end).
+    #[arg(long)]
+    eval_every: Option<u64>,
+    /// libtorch intra-op threads.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Seed of parameter initialization.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Synthetic training rows (built-in data).
+    #[arg(long)]
+    rows: Option<u64>,
+    /// Synthetic test rows (built-in data).
+    #[arg(long)]
+    test_rows: Option<u64>,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    results: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct GenDataArgs {
+    /// Output directory (gets train.tsv, test.tsv, oracle.json).
+    #[arg(long)]
+    out: PathBuf,
+    /// Training rows.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: u64,
+    /// Test rows.
+    #[arg(long, default_value_t = 200_000)]
+    test_rows: u64,
+    /// Seed of the planted model and rows.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+impl TrainArgs {
+    fn config(&self) -> Result<Config> {
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if self.train.is_some() {
+            c.data.train.clone_from(&self.train);
+            c.data.test.clone_from(&self.test);
+        }
+        macro_rules! set {
+            ($($flag:ident => $($field:ident).+),* $(,)?) => {
+                $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
+            };
+        }
+        set!(
+            model => model.kind,
+            batch_size => train.batch_size,
+            optimizer => optim.dense,
+            lr => optim.dense_lr,
+            sparse_optimizer => optim.sparse,
+            sparse_lr => optim.sparse_lr,
+            table_size => data.table_size,
+            bad_lines => data.bad_lines,
+            eval_every => train.eval_every,
+            threads => train.threads,
+            seed => train.seed,
+            rows => data.synthetic.train_rows,
+            test_rows => data.synthetic.test_rows,
+        );
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// A progress bar on a terminal; a log line every few seconds otherwise.
+struct Progress {
+    bar: ProgressBar,
+    last_log: Instant,
+    started: Instant,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            bar: ProgressBar::hidden(),
+            last_log: Instant::now(),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn started(&mut self, total: Option<u64>) {
+        self.bar = match total {
+            Some(n) => ProgressBar::new(n).with_style(
+                ProgressStyle::with_template(
+                    "{bar:40} {human_pos}/{human_len} examples  {per_sec}  eta {eta}  {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ),
+            None => ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template("{spinner} {human_pos} examples  {per_sec}  {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ),
+        };
+        self.started = Instant::now();
+    }
+
+    fn progressed(&mut self, examples: u64) {
+        self.bar.set_position(examples);
+        if self.bar.is_hidden() && self.last_log.elapsed() >= Duration::from_secs(5) {
+            self.last_log = Instant::now();
+            let rate = examples as f64 / self.started.elapsed().as_secs_f64();
+            tracing::info!(examples, examples_per_sec = rate.round(), "training");
+        }
+    }
+
+    fn evaluated(&mut self, point: &EvalPoint) {
+        let m = &point.metrics;
+        self.bar
+            .set_message(format!("test NE {:.4} AUC {:.4}", m.ne, m.auc));
+        self.bar.suspend(|| {
+            tracing::info!(
+                examples = point.examples,
+                ne = format!("{:.4}", m.ne),
+                auc = format!("{:.4}", m.auc),
+                logloss = format!("{:.4}", m.logloss),
+                "evaluated"
+            )
+        });
+    }
+}
+
+fn print_summary(report: &TrainReport) {
+    let m = &report.final_metrics;
+    println!(
+        "trained {:?} on {} examples in {:.1} s: {:.0} examples/s (1 trainer)",
+        report.config.model.kind, report.examples, report.train_seconds, report.examples_per_sec
+    );
+    println!(
+        "test ({} examples): NE {:.4}  AUC {:.4}  logloss {:.4}  calibration {:.3}",
+        m.examples, m.ne, m.auc, m.logloss, m.calibration
+    );
+    if let Some(o) = &report.data.test_oracle {
+        println!(
+            "oracle (true probabilities) on test: NE {:.4}  logloss {:.4}",
+            o.ne, o.logloss
+        );
+    }
+    for (name, read) in [
+        ("train", &report.data.train_read),
+        ("test", &report.data.test_read),
+    ] {
+        if read.skipped > 0 {
+            println!(
+                "skipped {} malformed {name} lines of {}; first:",
+                read.skipped, read.lines
+            );
+            for reason in &read.first_skipped {
+                println!("  {reason}");
+            }
+        }
+    }
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Train(args) => {
+            let config = args.config()?;
+            let report = train::train(&config, &mut Progress::new())?;
+            if let Some(path) = &args.results {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                }
+                let json = serde_json::to_string_pretty(&report)?;
+                std::fs::write(path, json)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            print_summary(&report);
+            if let Some(path) = &args.results {
+                println!("results: {}", path.display());
+            }
+            if let Some(error) = report.error {
+                anyhow::bail!("training stopped early: {error}");
+            }
+        }
+        Command::GenData(args) => {
+            let spec = SyntheticSpec {
+                train_rows: args.rows,
+                test_rows: args.test_rows,
+                seed: args.seed,
+            };
+            let data = SyntheticData::generate(spec, &args.out)?;
+            println!("wrote {} and {}", data.train.display(), data.test.display());
+            for (name, o) in [("train", data.train_oracle), ("test", data.test_oracle)] {
+                println!(
+                    "{name}: {} rows, CTR {:.4}, oracle logloss {:.4}, oracle NE {:.4}",
+                    o.rows, o.ctr, o.logloss, o.ne
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! The fused embedding table and its sparse optimizers.
+//!
+//! All 26 per-field tables live in one `[rows, width]` tensor (see
+//! [`TableLayout`]), looked up once per batch. The table is not part of autograd:
+//! the looked-up rows are a fresh leaf tensor, and after `backward()` its gradient
+//! is the *row-sparse* gradient of the table (one row of values per looked-up
+//! index), which [`EmbeddingTable::apply`] scatters into the table with SGD or
+//! Adagrad. Rows no example touched are never read or written, which is what lets
+//! many trainers share one table Hogwild-style.
+
+use crate::config::OptimizerKind;
+use crate::data::TableLayout;
+use crate::{Error, Result};
+use tch::{Device, Kind, Tensor};
+
+/// How the table is updated from its row-sparse gradients.
+#[derive(Debug)]
+enum SparseOptimizer {
+    Sgd,
+    /// Element-wise Adagrad; `sum` accumulates squared gradients per entry.
+    Adagrad {
+        sum: Tensor,
+    },
+}
+
+/// One fused embedding table with its optimizer.
+#[derive(Debug)]
+pub struct EmbeddingTable {
+    weight: Tensor,
+    width: i64,
+    lr: f64,
+    optimizer: SparseOptimizer,
+}
+
+/// Adagrad's ε, as in PyTorch.
+const ADAGRAD_EPS: f64 = 1e-10;
+
+impl EmbeddingTable {
+    /// A table of `layout.total_rows()` rows of `width`, each field's rows drawn
+    /// from U(−√(1/n), √(1/n)) with `n` its table size (as DLRM does).
+    pub fn new(
+        layout: &TableLayout,
+        width: i64,
+        optimizer: OptimizerKind,
+        lr: f64,
+    ) -> Result<Self> {
+        let weight = Tensor::f_empty([layout.total_rows(), width], (Kind::Float, Device::Cpu))?;
+        let mut offset = 0;
+        for &size in layout.sizes() {
+            let bound = (1.0 / f64::from(size)).sqrt();
+            let _ = weight
+                .f_narrow(0, offset, i64::from(size))?
+                .f_uniform_(-bound, bound)?;
+            offset += i64::from(size);
+        }
+        let optimizer = match optimizer {
+            OptimizerKind::Sgd => SparseOptimizer::Sgd,
+            OptimizerKind::Adagrad => SparseOptimizer::Adagrad {
+                sum: weight.f_zeros_like()?,
+            },
+            OptimizerKind::Adam => {
+                return Err(Error::config(
+                    "optim.sparse",
+                    "adam is not available for embeddings; use sgd or adagrad",
+                ))
+            }
+        };
+        Ok(Self {
+            weight,
+            width,
+            lr,
+            optimizer,
+        })
+    }
+
+    /// Width of a row.
+    pub fn width(&self) -> i64 {
+        self.width
+    }
+
+    /// The table itself (`[rows, width]`).
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// Rows for `[B, F]` indices, as `[B, F, width]` (no gradient tracking).
+    pub fn lookup(&self, rows: &Tensor) -> Result<Tensor> {
+        let size = rows.size();
+        let flat = self.weight.f_index_select(0, &rows.f_view(-1)?)?;
+        Ok(flat.f_view([size[0], size[1], self.width])?)
+    }
+
+    /// Applies the gradient `grad` (`[B, F, width]`) of the rows `rows` (`[B, F]`).
+    pub fn apply(&mut self, rows: &Tensor, grad: &Tensor) -> Result<()> {
+        let index = rows.f_view(-1)?;
+        let grad = grad.f_view([-1, self.width])?;
+        match &mut self.optimizer {
+            SparseOptimizer::Sgd => {
+                let _ = self
+                    .weight
+                    .f_index_add_(0, &index, &grad.f_mul_scalar(-self.lr)?)?;
+            }
+            SparseOptimizer::Adagrad { sum } => {
+                // Coalesce repeated rows first: Adagrad is not linear in the gradient.
+                let (unique, inverse, _) = index.f_internal_unique2(false, true, false)?;
+                let mut coalesced =
+                    Tensor::f_zeros([unique.size()[0], self.width], (Kind::Float, Device::Cpu))?
+                        .f_index_add_(0, &inverse, &grad)?;
+                let new_sum = sum
+                    .f_index_select(0, &unique)?
+                    .f_add_(&coalesced.f_square()?)?;
+                let _ = sum.f_index_copy_(0, &unique, &new_sum)?;
+                let step = coalesced
+                    .f_div_(&new_sum.f_sqrt()?.f_add_scalar_(ADAGRAD_EPS)?)?
+                    .f_mul_scalar_(-self.lr)?;
+                let _ = self.weight.f_index_add_(0, &unique, &step)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(kind: OptimizerKind) -> EmbeddingTable {
+        let layout = TableLayout::uniform(4).unwrap();
+        let mut t = EmbeddingTable::new(&layout, 2, kind, 0.5).unwrap();
+        t.weight = Tensor::zeros([104, 2], (Kind::Float, Device::Cpu));
+        if let SparseOptimizer::Adagrad { sum } = &mut t.optimizer {
+            *sum = t.weight.zeros_like();
+        }
+        t
+    }
+
+    fn row(t: &EmbeddingTable, r: i64) -> Vec<f32> {
+        Vec::<f32>::try_from(t.weight.get(r)).unwrap()
+    }
+
+    #[test]
+    fn sgd_adds_every_occurrence() {
+        let mut t = table(OptimizerKind::Sgd);
+        let rows = Tensor::from_slice(&[3i64, 3, 7]).view([1, 3]);
+        let grad = Tensor::from_slice(&[1f32, 2., 3., 4., 5., 6.]).view([1, 3, 2]);
+        t.apply(&rows, &grad).unwrap();
+        assert_eq!(row(&t, 3), vec![-0.5 * 4.0, -0.5 * 6.0]);
+        assert_eq!(row(&t, 7), vec![-2.5, -3.0]);
+        assert_eq!(row(&t, 0), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn adagrad_coalesces_then_scales_by_accumulated_squares() {
+        let mut t = table(OptimizerKind::Adagrad);
+        let rows = Tensor::from_slice(&[3i64, 3]).view([1, 2]);
+        let grad = Tensor::from_slice(&[1f32, 2., 3., -4.]).view([1, 2, 2]);
+        t.apply(&rows, &grad).unwrap();
+        // Coalesced gradient (4, -2); sum = (16, 4); step = -lr * g / sqrt(sum).
+        let r = row(&t, 3);
+        assert!(
+            (r[0] + 0.5).abs() < 1e-6 && (r[1] - 0.5).abs() < 1e-6,
+            "{r:?}"
+        );
+        t.apply(&rows, &grad).unwrap();
+        // sum = (32, 8): second step -0.5 * 4/√32, +0.5 * 2/√8.
+        let r = row(&t, 3);
+        let expected = [
+            -0.5 - 0.5 * 4.0 / 32f32.sqrt(),
+            0.5 + 0.5 * 2.0 / 8f32.sqrt(),
+        ];
+        assert!((r[0] - expected[0]).abs() < 1e-6 && (r[1] - expected[1]).abs() < 1e-6);
+    }
+
+    #[test]
+    fn adam_is_refused_for_embeddings() {
+        let layout = TableLayout::uniform(4).unwrap();
+        let e = EmbeddingTable::new(&layout, 2, OptimizerKind::Adam, 0.1).unwrap_err();
+        assert!(e.to_string().contains("optim.sparse"));
+    }
+
+    #[test]
+    fn init_bound_follows_field_size() {
+        let layout = TableLayout::uniform(100).unwrap();
+        let t = EmbeddingTable::new(&layout, 3, OptimizerKind::Sgd, 0.1).unwrap();
+        let max = t.weight.abs().max().double_value(&[]);
+        assert!(max <= 0.1 && max > 0.05, "{max}");
+    }
+}

@@ -1,0 +1,115 @@
+//! A CTR model replica with its optimizers and its shard of the data.
+
+use crate::config::{ModelConfig, OptimConfig};
+use crate::data::{Batch, TableLayout};
+use crate::model::{build, CtrModel, DenseOptimizer, EmbeddingTable};
+use crate::{Error, Result};
+use crossbeam_channel::Receiver;
+use shadowsync_actors::{FlatParams, Learner, StepOutcome};
+use tch::{nn, Device, Kind, Reduction, Tensor};
+
+/// Model, dense optimizer, embedding table with its sparse optimizer, and data.
+#[derive(Debug)]
+pub struct CtrLearner {
+    model: Box<dyn CtrModel>,
+    // Owns the dense variables the model's modules refer to.
+    _vars: nn::VarStore,
+    dense: FlatParams,
+    dense_optimizer: DenseOptimizer,
+    table: EmbeddingTable,
+    data: Option<Receiver<Result<Batch>>>,
+}
+
+impl CtrLearner {
+    /// A fresh model; `data` is its shard (or `None` for evaluation only).
+    pub fn new(
+        model: &ModelConfig,
+        optim: &OptimConfig,
+        layout: &TableLayout,
+        data: Option<Receiver<Result<Batch>>>,
+    ) -> Result<Self> {
+        let vars = nn::VarStore::new(Device::Cpu);
+        let net = build(model, &vars.root())?;
+        let dense = FlatParams::adopt(&vars)?;
+        let dense_optimizer = DenseOptimizer::new(optim.dense, optim.dense_lr, &dense)?;
+        let table =
+            EmbeddingTable::new(layout, net.embedding_width(), optim.sparse, optim.sparse_lr)?;
+        Ok(Self {
+            model: net,
+            _vars: vars,
+            dense,
+            dense_optimizer,
+            table,
+            data,
+        })
+    }
+
+    /// One step on `batch`: forward, backward, dense and sparse updates. Returns
+    /// the batch's mean logloss.
+    pub fn train_on(&mut self, batch: &Batch) -> Result<f64> {
+        let embedded = self
+            .table
+            .lookup(&batch.sparse)?
+            .f_set_requires_grad(true)?;
+        let logits = self.model.forward(&batch.dense, &embedded)?;
+        let loss = logits.f_binary_cross_entropy_with_logits::<Tensor>(
+            &batch.labels,
+            None,
+            None,
+            Reduction::Mean,
+        )?;
+        self.dense.zero_grad()?;
+        loss.f_backward()?;
+        self.dense_optimizer.step(&self.dense)?;
+        tch::no_grad(|| self.table.apply(&batch.sparse, &embedded.grad()))?;
+        Ok(loss.f_double_value(&[])?)
+    }
+
+    /// Click probabilities `[B]` for `batch` (no gradients).
+    pub fn predict(&self, batch: &Batch) -> Result<Tensor> {
+        tch::no_grad(|| {
+            let embedded = self.table.lookup(&batch.sparse)?;
+            Ok(self.model.forward(&batch.dense, &embedded)?.f_sigmoid()?)
+        })
+    }
+
+    /// Predictions and labels over `batches`, as flat vectors.
+    pub fn predict_all(&self, batches: &[Batch]) -> Result<(Vec<f32>, Vec<f32>)> {
+        let mut predictions = Vec::new();
+        let mut labels = Vec::new();
+        for batch in batches {
+            let p = self.predict(batch)?.f_to_kind(Kind::Float)?;
+            predictions.extend(Vec::<f32>::try_from(&p)?);
+            labels.extend(Vec::<f32>::try_from(&batch.labels)?);
+        }
+        Ok((predictions, labels))
+    }
+
+    /// The embedding table.
+    pub fn table(&self) -> &EmbeddingTable {
+        &self.table
+    }
+}
+
+impl Learner for CtrLearner {
+    type Error = Error;
+
+    fn step(&mut self) -> Result<Option<StepOutcome>> {
+        let Some(data) = &self.data else {
+            return Ok(None);
+        };
+        let Ok(batch) = data.recv() else {
+            return Ok(None);
+        };
+        let batch = batch?;
+        let loss = self.train_on(&batch)?;
+        Ok(Some(StepOutcome {
+            examples: batch.len(),
+            loss,
+        }))
+    }
+
+    fn dense_params(&self) -> &FlatParams {
+        &self.dense
+    }
+}

@@ -1,0 +1,20 @@
+//! CTR models on tch: logistic regression, DLRM and DeepFM.
+//!
+//! A model is split the way the runtime needs it:
+//! * its **dense part** ([`CtrModel`]) is ordinary tch modules whose variables are
+//!   moved into one flat buffer ([`shadowsync_actors::FlatParams`]) for fast
+//!   optimizer steps and synchronization;
+//! * its **embeddings** are one fused table ([`EmbeddingTable`]) updated with
+//!   row-sparse gradients, outside autograd.
+//!
+//! [`CtrLearner`] puts both together with their optimizers and a data shard.
+
+mod ctr;
+mod embedding;
+mod learner;
+mod optim;
+
+pub use ctr::{build, CtrModel, DeepFm, Dlrm, LogisticRegression};
+pub use embedding::EmbeddingTable;
+pub use learner::CtrLearner;
+pub use optim::DenseOptimizer;
