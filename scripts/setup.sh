@@ -8,8 +8,19 @@
 #  * the link `.libtorch` in the clone, which `.cargo/config.toml` points LIBTORCH at,
 #    so plain `cargo build/test/run` find libtorch (build.rs adds an rpath).
 #
-# Idempotent: a second run checks a stamp file and returns in about a second.
+# With --with-torch it also makes a Python venv with PyTorch 2.13.0 (CUDA wheels
+# from PyPI, several GB, cached) for the reference benchmarks.
+#
+# Idempotent: a second run checks stamp files and returns in about a second.
 set -euo pipefail
+
+with_torch=false
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) with_torch=true ;;
+    *) echo "setup: unknown option $arg (known: --with-torch)" >&2; exit 2 ;;
+  esac
+done
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${SHADOWSYNC_CACHE:-$HOME/.cache/shadowsync}
@@ -29,7 +40,8 @@ install_system_packages() {
   local missing=()
   command -v g++ >/dev/null || missing+=(g++)
   command -v make >/dev/null || missing+=(make)
-  command -v python3 >/dev/null || missing+=(python3 python3-pip)
+  command -v python3 >/dev/null || missing+=(python3)
+  python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
   command -v cargo >/dev/null || { say "cargo not found: install Rust (rustup) first"; exit 1; }
   if ((${#missing[@]})); then
     say "installing ${missing[*]}"
@@ -96,6 +108,20 @@ PY
   touch "$libtorch/.complete"
 }
 
+install_torch_venv() {
+  local venv=$cache/torch-venv
+  [[ -f $venv/.complete ]] && return
+  say "installing PyTorch 2.13.0 into $venv (for reference benchmarks)"
+  command -v python3 >/dev/null && python3 -c "import venv, ensurepip" 2>/dev/null || {
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+  }
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q torch==2.13.0 numpy
+  touch "$venv/.complete"
+}
+
 install_system_packages
 [[ -f $libtorch/.complete ]] || assemble_libtorch
 ln -sfn "$libtorch" "$repo/.libtorch"
+if $with_torch; then install_torch_venv; fi

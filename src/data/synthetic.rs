@@ -111,7 +111,7 @@ impl PlantedModel {
     fn sample(&self, rng: &mut ChaCha8Rng) -> (Row, f64) {
         let mut z = 0.0;
         let mut counts = [None; NUM_DENSE];
-        for j in 0..NUM_DENSE {
+        for (j, slot) in counts.iter_mut().enumerate() {
             if rng.random_bool(self.dense_missing[j]) {
                 z += self.missing_effect[j];
                 continue;
@@ -121,17 +121,17 @@ impl PlantedModel {
             let count = log_count.exp_m1().floor() as i64;
             z += self.dense_weight[j] * ((count as f64).ln_1p() - self.dense_mu[j]);
             // Like Criteo's I2, the second count is sometimes -1.
-            counts[j] = Some(if j == 1 && rng.random_bool(0.05) {
+            *slot = Some(if j == 1 && rng.random_bool(0.05) {
                 -1
             } else {
                 count
             });
         }
         let mut tokens = [0u64; NUM_SPARSE];
-        for f in 0..NUM_SPARSE {
+        for (f, token) in tokens.iter_mut().enumerate() {
             if !rng.random_bool(self.token_missing[f]) {
-                tokens[f] = self.zipf[f].sample(rng) as u64;
-                z += self.token_scale[f] * gaussian(mix(&[self.seed, f as u64, tokens[f]]));
+                *token = self.zipf[f].sample(rng) as u64;
+                z += self.token_scale[f] * gaussian(mix(&[self.seed, f as u64, *token]));
             }
         }
         for (i, &(f, g)) in INTERACTIONS.iter().enumerate() {

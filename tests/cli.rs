@@ -1,0 +1,160 @@
+//! The `shadowsync` binary as a user runs it.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn shadowsync(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shadowsync"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn shared(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn train_from_a_config_file_writes_json_results_and_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("run.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[data]\ntable_size = 5000\n[data.synthetic]\ntrain_rows = 6000\ntest_rows = 2000\ndir = {:?}\n\
+             [model]\nkind = \"deepfm\"\n[train]\neval_every = 3000\n",
+            dir.path().join("data")
+        ),
+    )
+    .unwrap();
+    let results = dir.path().join("out/results.json");
+    let out = shadowsync(&[
+        "train",
+        "--config",
+        config.to_str().unwrap(),
+        "--batch-size",
+        "256",
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("test (2000 examples): NE") && stdout.contains("examples/s"),
+        "{stdout}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    assert_eq!(json["examples"], 6000);
+    assert_eq!(json["config"]["train"]["batch_size"], 256); // the flag overrode the file
+    assert_eq!(json["config"]["model"]["kind"], "deepfm");
+    assert_eq!(json["history"].as_array().unwrap().len(), 2);
+    assert!(json["final_metrics"]["ne"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_config_with_an_unknown_key_is_rejected_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "[train]\nbatch_size = 64\nlearning_rate = 0.1\n").unwrap();
+    let out = shadowsync(&["train", "--config", config.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("learning_rate") && stderr.contains("line 3"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_out_of_range_flag_is_rejected_naming_the_key() {
+    let out = shadowsync(&["train", "--lr=-1"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("optim.dense_lr"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn malformed_data_fails_naming_the_line_or_is_skipped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(shared("criteo_kaggle_paddlerec_train100.tsv")).unwrap();
+    let bad = good.replacen("\n", "\n0\t1\t2\tthree\n", 1);
+    let path = dir.path().join("train.tsv");
+    std::fs::write(&path, bad).unwrap();
+    let test = shared("criteo_kaggle_paddlerec_test100.tsv");
+    let args = [
+        "train",
+        "--train",
+        path.to_str().unwrap(),
+        "--test",
+        &test,
+        "--table-size",
+        "1000",
+    ];
+    let out = shadowsync(&args);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("train.tsv:2: field 4 (I3): not an integer count: \"three\""),
+        "{stderr}"
+    );
+
+    let out = shadowsync(&[&args[..], &["--bad-lines", "skip"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("skipped 1 malformed train lines of 101"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn a_missing_data_file_is_a_clear_error() {
+    let out = shadowsync(&[
+        "train",
+        "--train",
+        "/no/such/train.tsv",
+        "--test",
+        "/no/such/test.tsv",
+    ]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("/no/such/test.tsv") && stderr.contains("No such file"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn gen_data_writes_files_and_reports_the_oracle() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("syn");
+    let out = shadowsync(&[
+        "gen-data",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--rows",
+        "3000",
+        "--test-rows",
+        "500",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("oracle NE"));
+    let lines = std::fs::read_to_string(out_dir.join("train.tsv"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(lines, 3000);
+    assert!(out_dir.join("oracle.json").exists());
+}

@@ -1,0 +1,209 @@
+//! The data layer on real files: the shared Criteo samples, gzip, malformed
+//! files under both policies, and the sharding pipeline.
+
+use flate2::{write::GzEncoder, Compression};
+use shadowsync::data::{
+    BadLinePolicy, Batch, CriteoReader, Example, Pipeline, PipelineConfig, SyntheticData,
+    SyntheticSpec, TableLayout,
+};
+use shadowsync::Error;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+fn shared(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data")
+        .join(name)
+}
+
+fn read_all(path: &Path) -> Vec<Example> {
+    CriteoReader::open(path, BadLinePolicy::Fail)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn the_real_criteo_samples_parse_with_their_documented_label_counts() {
+    // Counts from shared/data/README.md (an independent tally of the files).
+    for (file, negatives, positives) in [
+        ("criteo_kaggle_paddlerec_train100.tsv", 71, 29),
+        ("criteo_kaggle_paddlerec_test100.tsv", 64, 36),
+        ("criteo_paddlerec_part0_100.tsv", 71, 29),
+    ] {
+        let examples = read_all(&shared(file));
+        let clicks = examples.iter().filter(|e| e.label == 1.0).count();
+        assert_eq!(
+            (examples.len() - clicks, clicks),
+            (negatives, positives),
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn trimmed_lines_and_no_final_newline_read_as_missing_values() {
+    let path = shared("criteo_kaggle_paddlerec_test100.tsv");
+    let text = std::fs::read(&path).unwrap();
+    assert_ne!(text.last(), Some(&b'\n'));
+    let examples = read_all(&path);
+    // The short lines (37 or 38 fields) end in missing categoricals: 0.
+    for (line, example) in text.split(|&b| b == b'\n').zip(&examples) {
+        let fields = line.split(|&b| b == b'\t').count();
+        for missing in fields.saturating_sub(14)..26 {
+            assert_eq!(example.sparse[missing], 0);
+        }
+    }
+}
+
+#[test]
+fn gzip_and_plain_files_read_the_same_and_crlf_is_tolerated() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = std::fs::read(shared("criteo_paddlerec_part0_100.tsv")).unwrap();
+    let gz_path = dir.path().join("part.tsv.anything");
+    let mut gz = GzEncoder::new(
+        std::fs::File::create(&gz_path).unwrap(),
+        Compression::fast(),
+    );
+    gz.write_all(&plain).unwrap();
+    gz.finish().unwrap();
+    let crlf_path = dir.path().join("crlf.tsv");
+    let crlf: Vec<u8> = String::from_utf8(plain)
+        .unwrap()
+        .replace('\n', "\r\n")
+        .into_bytes();
+    std::fs::write(&crlf_path, crlf).unwrap();
+    let expected = read_all(&shared("criteo_paddlerec_part0_100.tsv"));
+    assert_eq!(read_all(&gz_path), expected);
+    assert_eq!(read_all(&crlf_path), expected);
+}
+
+/// A copy of a real file with line 7 broken in field I3.
+fn malformed_file(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(shared("criteo_paddlerec_part0_100.tsv")).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut fields: Vec<&str> = lines[6].split('\t').collect();
+    fields[3] = "12x";
+    lines[6] = fields.join("\t");
+    let path = dir.join("bad.tsv");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+#[test]
+fn a_malformed_line_fails_naming_file_line_field_and_text_or_is_skipped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = malformed_file(dir.path());
+    let err = CriteoReader::open(&path, BadLinePolicy::Fail)
+        .unwrap()
+        .find_map(Result::err)
+        .unwrap();
+    let message = err.to_string();
+    assert!(
+        message.contains("bad.tsv:7:")
+            && message.contains("field 4 (I3)")
+            && message.contains("\"12x\""),
+        "{message}"
+    );
+    let mut reader = CriteoReader::open(&path, BadLinePolicy::Skip).unwrap();
+    assert_eq!(reader.by_ref().count(), 99);
+    assert_eq!(reader.stats().skipped, 1);
+    assert_eq!(reader.stats().lines, 100);
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let err = CriteoReader::open("/nonexistent/day_0.tsv", BadLinePolicy::Fail)
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::Io { .. }));
+    assert!(
+        err.to_string().starts_with("/nonexistent/day_0.tsv: "),
+        "{err}"
+    );
+}
+
+fn labels_of(batch: &Batch) -> Vec<f32> {
+    Vec::<f32>::try_from(&batch.labels).unwrap()
+}
+
+#[test]
+fn the_pipeline_deals_every_example_exactly_once_across_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = SyntheticSpec {
+        train_rows: 1000,
+        test_rows: 1,
+        seed: 5,
+    };
+    let data = SyntheticData::generate(spec, dir.path()).unwrap();
+    let layout = TableLayout::uniform(1000).unwrap();
+    let config = PipelineConfig {
+        batch_size: 64,
+        shards: 3,
+        policy: BadLinePolicy::Fail,
+        capacity: 2,
+    };
+    let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
+    let shards = pipeline.take_shards();
+    // Drain the shards concurrently, as trainers would.
+    let per_shard: Vec<Vec<Batch>> = std::thread::scope(|s| {
+        let handles: Vec<_> = shards
+            .into_iter()
+            .map(|rx| s.spawn(move || rx.into_iter().map(Result::unwrap).collect::<Vec<_>>()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let stats = pipeline.finish().unwrap();
+    assert_eq!((stats.lines, stats.skipped), (1000, 0));
+    let sizes: Vec<usize> = per_shard
+        .iter()
+        .map(|b| b.iter().map(Batch::len).sum())
+        .collect();
+    assert_eq!(sizes.iter().sum::<usize>(), 1000);
+    assert!(sizes.iter().all(|&n| (320..=360).contains(&n)), "{sizes:?}");
+    // Chunk k goes to shard k % 3: interleaving the shards' batches restores the file.
+    let all: Vec<Example> = CriteoReader::open(&data.train, BadLinePolicy::Fail)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let expected = Batch::from_examples(&all, &layout).unwrap();
+    let mut interleaved = Vec::new();
+    for k in 0..per_shard.iter().map(Vec::len).max().unwrap() {
+        for shard in &per_shard {
+            if let Some(batch) = shard.get(k) {
+                interleaved.extend(labels_of(batch));
+            }
+        }
+    }
+    assert_eq!(interleaved, labels_of(&expected));
+}
+
+#[test]
+fn the_pipeline_reports_bad_lines_by_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = malformed_file(dir.path());
+    let layout = TableLayout::uniform(100).unwrap();
+    let run = |policy| {
+        let config = PipelineConfig {
+            batch_size: 16,
+            shards: 1,
+            policy,
+            capacity: 4,
+        };
+        let mut pipeline = Pipeline::spawn(&path, layout.clone(), &config).unwrap();
+        let rx = pipeline.take_shards().pop().unwrap();
+        let results: Vec<_> = rx.into_iter().collect();
+        (results, pipeline.finish().unwrap())
+    };
+    let (results, _) = run(BadLinePolicy::Fail);
+    let err = results
+        .into_iter()
+        .find_map(Result::err)
+        .unwrap()
+        .to_string();
+    assert!(err.contains("bad.tsv:7: field 4 (I3)"), "{err}");
+    let (results, stats) = run(BadLinePolicy::Skip);
+    let examples: usize = results.into_iter().map(|b| b.unwrap().len()).sum();
+    assert_eq!((examples, stats.skipped, stats.lines), (99, 1, 100));
+    assert!(stats.first_skipped[0].contains("bad.tsv:7"));
+}

@@ -1,0 +1,113 @@
+//! Single-trainer training through the library.
+
+use shadowsync::config::{Config, ModelKind, OptimizerKind};
+use shadowsync::train::{train, TrainReport};
+use std::path::{Path, PathBuf};
+
+fn shared(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data")
+        .join(name)
+}
+
+fn synthetic_config(dir: &Path, rows: u64) -> Config {
+    let mut c = Config::default();
+    c.data.synthetic.train_rows = rows;
+    c.data.synthetic.test_rows = rows / 4;
+    c.data.synthetic.dir = Some(dir.to_path_buf());
+    c.data.table_size = 20_000;
+    c.train.eval_every = rows / 2;
+    c
+}
+
+fn lr_adagrad(c: &mut Config) {
+    c.model.kind = ModelKind::Lr;
+    c.optim.dense = OptimizerKind::Adagrad;
+    c.optim.sparse = OptimizerKind::Adagrad;
+    c.optim.dense_lr = 0.05;
+    c.optim.sparse_lr = 0.05;
+}
+
+#[test]
+fn logistic_regression_learns_the_planted_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = synthetic_config(dir.path(), 40_000);
+    lr_adagrad(&mut c);
+    let report = train(&c, &mut ()).unwrap();
+    assert_eq!(report.examples, 40_000);
+    assert_eq!(report.steps, 40_000_u64.div_ceil(128));
+    assert_eq!(report.history.len(), 2);
+    assert!(report.examples_per_sec > 0.0);
+    let m = report.final_metrics;
+    let oracle = report.data.test_oracle.unwrap();
+    assert_eq!(m.examples, 10_000);
+    assert!(m.ne < 0.92 && m.auc > 0.7, "NE {} AUC {}", m.ne, m.auc);
+    assert!(
+        m.ne > oracle.ne,
+        "cannot beat the oracle: {} vs {}",
+        m.ne,
+        oracle.ne
+    );
+    assert!(
+        (m.calibration - 1.0).abs() < 0.1,
+        "calibration {}",
+        m.calibration
+    );
+}
+
+#[test]
+fn training_is_deterministic_for_a_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = synthetic_config(dir.path(), 8_000);
+    lr_adagrad(&mut c);
+    let a = train(&c, &mut ()).unwrap().final_metrics;
+    let b = train(&c, &mut ()).unwrap().final_metrics;
+    assert_eq!(a, b);
+}
+
+#[test]
+fn every_model_trains_on_the_real_criteo_rows() {
+    for kind in [ModelKind::Lr, ModelKind::Dlrm, ModelKind::Deepfm] {
+        let mut c = Config::default();
+        c.model.kind = kind;
+        c.data.train = Some(shared("criteo_kaggle_paddlerec_train100.tsv"));
+        c.data.test = Some(shared("criteo_kaggle_paddlerec_test100.tsv"));
+        c.data.table_size = 1000;
+        c.train.batch_size = 16;
+        let report: TrainReport = train(&c, &mut ()).unwrap();
+        assert_eq!(
+            (report.examples, report.final_metrics.examples),
+            (100, 100),
+            "{kind:?}"
+        );
+        assert!(report.final_metrics.logloss.is_finite(), "{kind:?}");
+        assert!(report.error.is_none());
+    }
+}
+
+#[test]
+fn a_bad_line_mid_run_keeps_what_was_computed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = synthetic_config(dir.path(), 4_000);
+    c.model.kind = ModelKind::Lr;
+    let data = shadowsync::data::SyntheticData::ensure(
+        c.data.synthetic.spec(),
+        &c.data.synthetic.directory(),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&data.train).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[3000] = "1\tnot-a-number";
+    let broken = dir.path().join("broken.tsv");
+    std::fs::write(&broken, lines.join("\n")).unwrap();
+    c.data.train = Some(broken);
+    c.data.test = Some(data.test.clone());
+    c.train.eval_every = 1_000;
+    let report = train(&c, &mut ()).unwrap();
+    let error = report.error.unwrap();
+    assert!(error.contains("broken.tsv:3001: field 2 (I1)"), "{error}");
+    // Everything before the bad chunk was trained and evaluated.
+    assert_eq!(report.examples, 2944); // 23 full batches of 128 before the chunk holding line 3001
+    assert_eq!(report.history.last().unwrap().examples, 2944);
+    assert!(report.final_metrics.logloss.is_finite());
+}
