@@ -20,7 +20,7 @@
 //!
 //! [train]
 //! batch_size = 128
-//! eval_every = 100000        # examples between evaluations; 0 = only at the end
+//! eval_every = 250000        # examples between evaluations; 0 = only at the end
 //! ```
 //!
 //! An unknown key or a value of the wrong type is rejected with the file, line
@@ -93,8 +93,8 @@ pub struct SyntheticConfig {
 impl Default for SyntheticConfig {
     fn default() -> Self {
         Self {
-            train_rows: 300_000,
-            test_rows: 50_000,
+            train_rows: 1_000_000,
+            test_rows: 100_000,
             seed: 1,
             dir: None,
         }
@@ -221,7 +221,7 @@ impl Default for TrainConfig {
     fn default() -> Self {
         Self {
             batch_size: 128,
-            eval_every: 100_000,
+            eval_every: 250_000,
             threads: 1,
             seed: 0,
         }
