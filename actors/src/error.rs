@@ -6,6 +6,14 @@ pub enum Error {
     /// A libtorch operation failed.
     #[error("tensor operation failed: {0}")]
     Torch(#[from] tch::TchError),
+    /// A setting is out of its allowed range.
+    #[error("config: {key}: {reason}")]
+    Config {
+        /// The config key (`section.key`) or CLI flag.
+        key: String,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
     /// Parameters do not have the layout an operation needs.
     #[error("parameter layout: {0}")]
     Layout(String),

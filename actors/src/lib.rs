@@ -25,6 +25,7 @@
 mod error;
 mod learner;
 mod params;
+pub mod sync;
 
 pub use error::{Error, Result};
 pub use learner::{Learner, StepOutcome};

@@ -1,0 +1,12 @@
+//! Synchronization: the averaging rules, DS-Sync group schedules, the transport
+//! between trainers, and the EASGD parameter server.
+
+mod rules;
+mod schedule;
+mod server;
+mod transport;
+
+pub use rules::{elastic, mean_into, BmufParams, BmufState, WriteBack};
+pub use schedule::{GroupPlan, Schedule};
+pub use server::ParamServer;
+pub use transport::{mesh, Endpoint, LinkModel};

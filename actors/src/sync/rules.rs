@@ -1,0 +1,210 @@
+//! The averaging math of every synchronization algorithm, as pure functions of
+//! flat `f32` buffers (DESIGN.md §2).
+//!
+//! A sync round always has the same three steps:
+//! 1. take a **snapshot** of the replica's dense parameters;
+//! 2. combine it with the group (or the parameter server) into a **target**:
+//!    * MA: `target = mean(group snapshots)`;
+//!    * EASGD: `d = α (snapshot − c)`, `c += d` (on the server), `target = snapshot − d`;
+//!    * BMUF: `avg = mean(group snapshots)`, `G = avg − w_g`, `Δ = η Δ + ζ G`,
+//!      `w_g += Δ`, `target = w_g (+ η Δ with Nesterov)`;
+//! 3. **write back** the target into the replica, which may have kept training
+//!    since the snapshot: [`WriteBack::Overwrite`] (`w = target`, dropping the local
+//!    steps taken meanwhile) or [`WriteBack::Delta`] (`w += target − snapshot`,
+//!    keeping them).
+//!
+//! BMUF uses the plain form above (no extra `(1 − η)` gain as in fairseq's bmuf.py).
+
+use serde::{Deserialize, Serialize};
+
+/// How a target is written into a replica that kept training during the round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteBack {
+    /// `w = target`.
+    Overwrite,
+    /// `w += target − snapshot`.
+    #[default]
+    Delta,
+}
+
+impl WriteBack {
+    /// Applies `target` (computed from `snapshot`) to `replica`.
+    pub fn apply(self, replica: &mut [f32], target: &[f32], snapshot: &[f32]) {
+        match self {
+            WriteBack::Overwrite => replica.copy_from_slice(target),
+            WriteBack::Delta => {
+                for ((w, t), s) in replica.iter_mut().zip(target).zip(snapshot) {
+                    *w += t - s;
+                }
+            }
+        }
+    }
+}
+
+/// `out = mean(inputs)`, all of one length.
+pub fn mean_into(out: &mut [f32], inputs: &[&[f32]]) {
+    out.fill(0.0);
+    for input in inputs {
+        for (o, x) in out.iter_mut().zip(input.iter()) {
+            *o += x;
+        }
+    }
+    let scale = 1.0 / inputs.len().max(1) as f32;
+    out.iter_mut().for_each(|o| *o *= scale);
+}
+
+/// EASGD's elastic step against the centre `center`: moves the centre by
+/// `d = α (snapshot − c)` and returns the replica's target `snapshot − d`.
+pub fn elastic(snapshot: &[f32], center: &mut [f32], alpha: f32) -> Vec<f32> {
+    snapshot
+        .iter()
+        .zip(center.iter_mut())
+        .map(|(&w, c)| {
+            let d = alpha * (w - *c);
+            *c += d;
+            w - d
+        })
+        .collect()
+}
+
+/// BMUF's hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BmufParams {
+    /// Block momentum η (rule of thumb `1 − 1/n`).
+    pub eta: f32,
+    /// Block learning rate ζ (rule of thumb 1).
+    pub zeta: f32,
+    /// Nesterov-style look-ahead: the replica restarts from `w_g + η Δ`.
+    pub nesterov: bool,
+}
+
+impl BmufParams {
+    /// DESIGN.md §2's rule of thumb for a group of `n`: ζ = 1, η = 1 − 1/n.
+    pub fn for_group(n: usize) -> Self {
+        Self {
+            eta: 1.0 - 1.0 / n.max(1) as f32,
+            zeta: 1.0,
+            nesterov: false,
+        }
+    }
+}
+
+/// One replica's view of the BMUF state: the global model `w_g` and the block
+/// momentum `Δ`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BmufState {
+    params: BmufParams,
+    global: Vec<f32>,
+    momentum: Vec<f32>,
+}
+
+impl BmufState {
+    /// Starts from the initial parameters `initial`.
+    pub fn new(params: BmufParams, initial: &[f32]) -> Self {
+        Self {
+            params,
+            global: initial.to_vec(),
+            momentum: vec![0.0; initial.len()],
+        }
+    }
+
+    /// Folds a group `average` into the state; returns the replica's target.
+    pub fn round(&mut self, average: &[f32]) -> Vec<f32> {
+        let BmufParams {
+            eta,
+            zeta,
+            nesterov,
+        } = self.params;
+        self.global
+            .iter_mut()
+            .zip(self.momentum.iter_mut())
+            .zip(average)
+            .map(|((g, m), &avg)| {
+                *m = eta * *m + zeta * (avg - *g);
+                *g += *m;
+                if nesterov {
+                    *g + eta * *m
+                } else {
+                    *g
+                }
+            })
+            .collect()
+    }
+
+    /// The global model `w_g`.
+    pub fn global(&self) -> &[f32] {
+        &self.global
+    }
+
+    /// The block momentum `Δ`.
+    pub fn momentum(&self) -> &[f32] {
+        &self.momentum
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Golden numbers worked by hand for two replicas of two parameters:
+    // snapshots a = (1, 2), b = (3, -2); the replica a has since moved to (1.5, 2).
+
+    #[test]
+    fn model_averaging_overwrite_and_delta() {
+        let (a, b) = ([1.0f32, 2.0], [3.0f32, -2.0]);
+        let mut avg = [0.0; 2];
+        mean_into(&mut avg, &[&a, &b]);
+        assert_eq!(avg, [2.0, 0.0]);
+        let mut replica = [1.5f32, 2.0];
+        WriteBack::Overwrite.apply(&mut replica, &avg, &a);
+        assert_eq!(replica, [2.0, 0.0]);
+        let mut replica = [1.5f32, 2.0];
+        WriteBack::Delta.apply(&mut replica, &avg, &a);
+        assert_eq!(replica, [2.5, 0.0]); // keeps its +0.5 local step
+    }
+
+    #[test]
+    fn easgd_moves_replica_and_centre_towards_each_other() {
+        let mut center = [0.0f32, 4.0];
+        let target = elastic(&[1.0, 2.0], &mut center, 0.25);
+        // d = 0.25 * ((1,2) - (0,4)) = (0.25, -0.5)
+        assert_eq!(center, [0.25, 3.5]);
+        assert_eq!(target, [0.75, 2.5]);
+        let mut replica = [1.5f32, 2.0];
+        WriteBack::Delta.apply(&mut replica, &target, &[1.0, 2.0]);
+        assert_eq!(replica, [1.25, 2.5]);
+    }
+
+    #[test]
+    fn bmuf_block_momentum_over_two_rounds() {
+        let params = BmufParams {
+            eta: 0.5,
+            zeta: 1.0,
+            nesterov: false,
+        };
+        let mut state = BmufState::new(params, &[0.0, 1.0]);
+        // Round 1: G = (2,0)-(0,1) = (2,-1); Δ = (2,-1); w_g = (2,0).
+        assert_eq!(state.round(&[2.0, 0.0]), vec![2.0, 0.0]);
+        // Round 2: avg (3,0): G = (1,0); Δ = 0.5*(2,-1)+(1,0) = (2,-0.5); w_g = (4,-0.5).
+        assert_eq!(state.round(&[3.0, 0.0]), vec![4.0, -0.5]);
+        assert_eq!(state.momentum(), &[2.0, -0.5]);
+        let mut nesterov = BmufState::new(
+            BmufParams {
+                nesterov: true,
+                ..params
+            },
+            &[0.0, 1.0],
+        );
+        // w_g = (2,0) after round 1, plus η Δ = (1, -0.5).
+        assert_eq!(nesterov.round(&[2.0, 0.0]), vec![3.0, -0.5]);
+        assert_eq!(nesterov.global(), &[2.0, 0.0]);
+    }
+
+    #[test]
+    fn bmuf_rule_of_thumb() {
+        let p = BmufParams::for_group(4);
+        assert_eq!((p.eta, p.zeta, p.nesterov), (0.75, 1.0, false));
+    }
+}

@@ -1,0 +1,292 @@
+//! DS-Sync group schedules: which trainers average together in each round.
+//!
+//! Every round partitions the `n` trainers into groups of `m`; every trainer
+//! derives the same partition from `(schedule, n, m, round)` alone, so no
+//! coordination message is needed to agree on it.
+//!
+//! | schedule | groups in round `r` |
+//! |---|---|
+//! | `global` | one group of all `n` |
+//! | `fixed` | consecutive blocks `{0..m}`, `{m..2m}`, ... every round |
+//! | `alternating` | blocks of `0, 1, .., n−1` on even rounds, of `1, 2, .., n−1, 0` on odd rounds (the authors' `{0,1},{2,3}` / `{0,3},{1,2}` for n = 4, m = 2) |
+//! | `random` | blocks of a permutation drawn from `(seed, r)` |
+//! | `hypercube` | trainers whose base-`m` digits differ only in digit `r mod log_m n` (for m = 2: `j` and `j XOR 2^(r mod log2 n)`); exact global mean after `log_m n` rounds |
+
+use crate::{Error, Result};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// A group schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Schedule {
+    /// All trainers in one group.
+    Global,
+    /// The same blocks every round.
+    Fixed,
+    /// Two partitions, alternating.
+    Alternating,
+    /// A fresh seeded permutation every round.
+    Random {
+        /// Seed shared by all trainers.
+        seed: u64,
+    },
+    /// Butterfly over base-`m` digits.
+    Hypercube,
+}
+
+/// A validated schedule for `n` trainers in groups of `m`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupPlan {
+    schedule: Schedule,
+    trainers: usize,
+    group_size: usize,
+    /// `log_m n` for the hypercube.
+    digits: u32,
+}
+
+impl GroupPlan {
+    /// Checks that `schedule` can split `trainers` into groups of `group_size`.
+    pub fn new(schedule: Schedule, trainers: usize, group_size: usize) -> Result<Self> {
+        let bad = |reason: String| {
+            Err(Error::Config {
+                key: "sync.group_size".into(),
+                reason,
+            })
+        };
+        if trainers == 0 {
+            return Err(Error::Config {
+                key: "trainers".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        let group_size = if schedule == Schedule::Global {
+            trainers
+        } else {
+            group_size
+        };
+        if group_size == 0 || group_size > trainers {
+            return bad(format!(
+                "{group_size} must be between 1 and the number of trainers ({trainers})"
+            ));
+        }
+        if trainers % group_size != 0 {
+            return bad(format!(
+                "{group_size} must divide the number of trainers ({trainers})"
+            ));
+        }
+        let mut digits = 0;
+        if schedule == Schedule::Hypercube && group_size > 1 {
+            let mut rest = trainers;
+            while rest % group_size == 0 && rest > 1 {
+                rest /= group_size;
+                digits += 1;
+            }
+            if rest != 1 {
+                return bad(format!(
+                    "hypercube needs the number of trainers ({trainers}) to be a power of the group size ({group_size})"
+                ));
+            }
+        }
+        Ok(Self {
+            schedule,
+            trainers,
+            group_size,
+            digits,
+        })
+    }
+
+    /// Number of trainers.
+    pub fn trainers(&self) -> usize {
+        self.trainers
+    }
+
+    /// Group size.
+    pub fn group_size(&self) -> usize {
+        self.group_size
+    }
+
+    /// The partition of round `round`: groups, each sorted.
+    pub fn groups(&self, round: u64) -> Vec<Vec<usize>> {
+        let (n, m) = (self.trainers, self.group_size);
+        let order: Vec<usize> = match self.schedule {
+            Schedule::Global | Schedule::Fixed => (0..n).collect(),
+            Schedule::Alternating if round % 2 == 1 => (1..=n).map(|i| i % n).collect(),
+            Schedule::Alternating => (0..n).collect(),
+            Schedule::Random { seed } => {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                rng.set_stream(round);
+                let mut order: Vec<usize> = (0..n).collect();
+                order.shuffle(&mut rng);
+                order
+            }
+            Schedule::Hypercube => return self.hypercube(round),
+        };
+        order
+            .chunks(m)
+            .map(|chunk| {
+                let mut group = chunk.to_vec();
+                group.sort_unstable();
+                group
+            })
+            .collect()
+    }
+
+    /// The group of `trainer` in round `round`.
+    pub fn group_of(&self, trainer: usize, round: u64) -> Vec<usize> {
+        self.groups(round)
+            .into_iter()
+            .find(|g| g.contains(&trainer))
+            .unwrap_or_else(|| vec![trainer])
+    }
+
+    fn hypercube(&self, round: u64) -> Vec<Vec<usize>> {
+        let (n, m) = (self.trainers, self.group_size);
+        if self.digits == 0 {
+            return (0..n).map(|i| vec![i]).collect();
+        }
+        let stride = m.pow((round % u64::from(self.digits)) as u32);
+        // Trainers sharing every base-m digit but the current one form a group.
+        (0..n)
+            .filter(|i| (i / stride) % m == 0)
+            .map(|base| (0..m).map(|k| base + k * stride).collect())
+            .collect()
+    }
+
+    /// Rounds after which the hypercube has mixed everyone (`log_m n`).
+    pub fn mixing_rounds(&self) -> u32 {
+        self.digits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn alternating_reproduces_the_authors_four_rank_partitions() {
+        let plan = GroupPlan::new(Schedule::Alternating, 4, 2).unwrap();
+        assert_eq!(plan.groups(0), vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(plan.groups(1), vec![vec![1, 2], vec![0, 3]]);
+        assert_eq!(plan.groups(2), plan.groups(0));
+    }
+
+    #[test]
+    fn hypercube_pairs_by_xor() {
+        let plan = GroupPlan::new(Schedule::Hypercube, 8, 2).unwrap();
+        for round in 0..6u64 {
+            let bit = 1 << (round % 3);
+            for j in 0..8 {
+                assert_eq!(plan.group_of(j, round), {
+                    let mut g = vec![j, j ^ bit];
+                    g.sort();
+                    g
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_sizes_are_rejected_naming_the_key() {
+        for (schedule, n, m) in [
+            (Schedule::Fixed, 4, 3),
+            (Schedule::Fixed, 4, 5),
+            (Schedule::Random { seed: 1 }, 4, 0),
+            (Schedule::Hypercube, 6, 2),
+        ] {
+            let e = GroupPlan::new(schedule, n, m).unwrap_err().to_string();
+            assert!(e.contains("sync.group_size"), "{e}");
+        }
+        assert!(GroupPlan::new(Schedule::Global, 0, 1).is_err());
+        assert_eq!(
+            GroupPlan::new(Schedule::Global, 6, 2).unwrap().group_size(),
+            6
+        );
+    }
+
+    fn schedules() -> impl Strategy<Value = Schedule> {
+        prop_oneof![
+            Just(Schedule::Global),
+            Just(Schedule::Fixed),
+            Just(Schedule::Alternating),
+            any::<u64>().prop_map(|seed| Schedule::Random { seed }),
+            Just(Schedule::Hypercube),
+        ]
+    }
+
+    /// `(n, m)` with m dividing n; powers for the hypercube.
+    fn sizes(schedule: Schedule) -> BoxedStrategy<(usize, usize)> {
+        match schedule {
+            Schedule::Hypercube => (1usize..=4, 1u32..=4)
+                .prop_map(|(m, k)| (m.max(2).pow(k), m.max(2)))
+                .boxed(),
+            _ => (1usize..=8, 1usize..=8)
+                .prop_map(|(m, q)| (m * q, m))
+                .boxed(),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_round_partitions_the_trainers_into_groups_of_m(
+            (schedule, (n, m)) in schedules().prop_flat_map(|s| (Just(s), sizes(s))),
+            round in 0u64..1000,
+        ) {
+            let plan = GroupPlan::new(schedule, n, m).unwrap();
+            let groups = plan.groups(round);
+            let mut seen = vec![false; n];
+            for group in &groups {
+                prop_assert_eq!(group.len(), plan.group_size());
+                for &t in group {
+                    prop_assert!(!seen[t], "trainer {} twice", t);
+                    seen[t] = true;
+                }
+            }
+            prop_assert!(seen.iter().all(|&s| s));
+        }
+
+        #[test]
+        fn random_is_reproducible_and_every_trainer_agrees(
+            seed in any::<u64>(), round in 0u64..10_000, m in 1usize..5, q in 1usize..5,
+        ) {
+            let n = m * q;
+            let plan = GroupPlan::new(Schedule::Random { seed }, n, m).unwrap();
+            let again = GroupPlan::new(Schedule::Random { seed }, n, m).unwrap();
+            prop_assert_eq!(plan.groups(round), again.groups(round));
+            // Each trainer, deriving its own group, agrees with every member of it.
+            for t in 0..n {
+                let mine = plan.group_of(t, round);
+                for &peer in &mine {
+                    prop_assert_eq!(&again.group_of(peer, round), &mine);
+                }
+            }
+        }
+
+        #[test]
+        fn hypercube_reaches_the_exact_global_mean_in_log_m_n_rounds(
+            (n, m) in sizes(Schedule::Hypercube),
+            values in prop::collection::vec(-1000i32..1000, 256),
+        ) {
+            // Integers scaled so every partial mean is exact in f64.
+            let plan = GroupPlan::new(Schedule::Hypercube, n, m).unwrap();
+            let mut x: Vec<f64> = values[..n].iter().map(|&v| f64::from(v)).collect();
+            let mean = x.iter().sum::<f64>() / n as f64;
+            for round in 0..u64::from(plan.mixing_rounds()) {
+                let mut next = x.clone();
+                for group in plan.groups(round) {
+                    let avg = group.iter().map(|&t| x[t]).sum::<f64>() / group.len() as f64;
+                    for &t in &group {
+                        next[t] = avg;
+                    }
+                }
+                x = next;
+            }
+            for v in x {
+                prop_assert!((v - mean).abs() < 1e-9 * mean.abs().max(1.0), "{} vs {}", v, mean);
+            }
+        }
+    }
+}
