@@ -14,9 +14,22 @@ pub enum Error {
         /// What is wrong and what is allowed.
         reason: String,
     },
+    /// A learner's step failed.
+    #[error("{0}")]
+    Learner(Box<dyn std::error::Error + Send + Sync>),
+    /// The actor system could not be started or answered no more.
+    #[error("actor system: {0}")]
+    System(String),
     /// Parameters do not have the layout an operation needs.
     #[error("parameter layout: {0}")]
     Layout(String),
+}
+
+impl Error {
+    /// Wraps a learner's error.
+    pub fn learner(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::Learner(Box::new(e))
+    }
 }
 
 /// Result alias of the runtime.

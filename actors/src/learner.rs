@@ -13,16 +13,34 @@ pub struct StepOutcome {
 
 /// A model replica with its optimizer and its shard of the data.
 ///
-/// The runtime calls [`Learner::step`] in a loop and reads or writes the dense
-/// parameters through [`Learner::dense_params`]; everything else (sparse
-/// embeddings, data reading) stays inside the learner.
-pub trait Learner: Send {
+/// A step is split in two so that synchronous SGD can all-reduce the gradients in
+/// between: [`Learner::compute_gradients`] fills [`FlatParams::grad`] from the
+/// next batch, [`Learner::apply_gradients`] updates the parameters from it. The
+/// runtime reads and writes the dense parameters through
+/// [`Learner::dense_params`]; everything else (sparse embeddings, data reading)
+/// stays inside the learner.
+pub trait Learner: Send + Unpin + 'static {
     /// Error of a step (bad data, failed tensor operation, ...).
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// Takes one step on the next batch; `Ok(None)` once the data is exhausted.
-    fn step(&mut self) -> Result<Option<StepOutcome>, Self::Error>;
+    /// Forward and backward on the next batch; `Ok(None)` once the data is exhausted.
+    fn compute_gradients(&mut self) -> Result<Option<StepOutcome>, Self::Error>;
+
+    /// Applies the gradients of the last [`Learner::compute_gradients`].
+    fn apply_gradients(&mut self) -> Result<(), Self::Error>;
 
     /// The dense parameters, in one contiguous buffer.
     fn dense_params(&self) -> &FlatParams;
+
+    /// Changes the learning rate from the next step on.
+    fn set_learning_rate(&mut self, lr: f64);
+
+    /// One whole step; `Ok(None)` once the data is exhausted.
+    fn step(&mut self) -> Result<Option<StepOutcome>, Self::Error> {
+        let outcome = self.compute_gradients()?;
+        if outcome.is_some() {
+            self.apply_gradients()?;
+        }
+        Ok(outcome)
+    }
 }

@@ -22,11 +22,19 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cluster;
 mod error;
+pub mod events;
+mod hogwild;
 mod learner;
 mod params;
+pub mod shadow;
+pub mod stats;
 pub mod sync;
+pub mod trainer;
 
+pub use cluster::{Cluster, ClusterConfig, ClusterOutcome, ClusterReport};
 pub use error::{Error, Result};
+pub use hogwild::ParamAlias;
 pub use learner::{Learner, StepOutcome};
 pub use params::FlatParams;

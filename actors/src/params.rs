@@ -79,6 +79,32 @@ impl FlatParams {
             .collect()
     }
 
+    /// Copies the gradient out into `out` (length [`FlatParams::numel`]).
+    pub fn copy_grad_to(&self, out: &mut [f32]) -> Result<()> {
+        self.check_len(out.len())?;
+        self.grad.f_copy_data(out, out.len())?;
+        Ok(())
+    }
+
+    /// Overwrites the gradient with `src` (length [`FlatParams::numel`]).
+    pub fn load_grad_from(&self, src: &[f32]) -> Result<()> {
+        self.check_len(src.len())?;
+        let src = Tensor::f_from_slice(src)?;
+        tch::no_grad(|| self.grad.shallow_clone().f_copy_(&src))?;
+        Ok(())
+    }
+
+    fn check_len(&self, len: usize) -> Result<()> {
+        if len == self.numel() {
+            Ok(())
+        } else {
+            Err(Error::Layout(format!(
+                "buffer has {len} values, parameters have {}",
+                self.numel()
+            )))
+        }
+    }
+
     /// Zeroes the gradient buffer (before a backward pass).
     pub fn zero_grad(&self) -> Result<()> {
         tch::no_grad(|| self.grad.shallow_clone().f_zero_()).map(drop)?;

@@ -73,6 +73,33 @@ impl EmbeddingTable {
         })
     }
 
+    /// Another handle on the same table and optimizer state, for another
+    /// trainer: updates through either land in the one table (Hogwild: lock-free,
+    /// concurrent sparse updates). Nothing is copied.
+    pub fn share(&self) -> Self {
+        Self {
+            weight: self.weight.shallow_clone(),
+            width: self.width,
+            lr: self.lr,
+            optimizer: match &self.optimizer {
+                SparseOptimizer::Sgd => SparseOptimizer::Sgd,
+                SparseOptimizer::Adagrad { sum } => SparseOptimizer::Adagrad {
+                    sum: sum.shallow_clone(),
+                },
+            },
+        }
+    }
+
+    /// Sets the learning rate.
+    pub fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
+    /// The learning rate.
+    pub fn lr(&self) -> f64 {
+        self.lr
+    }
+
     /// Width of a row.
     pub fn width(&self) -> i64 {
         self.width
@@ -169,6 +196,18 @@ mod tests {
             0.5 + 0.5 * 2.0 / 8f32.sqrt(),
         ];
         assert!((r[0] - expected[0]).abs() < 1e-6 && (r[1] - expected[1]).abs() < 1e-6);
+    }
+
+    #[test]
+    fn shared_handles_update_one_table() {
+        let mut a = table(OptimizerKind::Sgd);
+        let mut b = a.share();
+        let rows = Tensor::from_slice(&[5i64]).view([1, 1]);
+        let grad = Tensor::from_slice(&[1f32, -1.]).view([1, 1, 2]);
+        a.apply(&rows, &grad).unwrap();
+        b.apply(&rows, &grad).unwrap();
+        assert_eq!(row(&a, 5), vec![-1.0, 1.0]);
+        assert_eq!(row(&b, 5), vec![-1.0, 1.0]);
     }
 
     #[test]

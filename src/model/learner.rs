@@ -18,22 +18,46 @@ pub struct CtrLearner {
     dense_optimizer: DenseOptimizer,
     table: EmbeddingTable,
     data: Option<Receiver<Result<Batch>>>,
+    /// Rows looked up by the last forward pass and their leaf (holding the
+    /// gradient), until [`CtrLearner::apply`].
+    pending: Option<(Tensor, Tensor)>,
 }
 
 impl CtrLearner {
-    /// A fresh model; `data` is its shard (or `None` for evaluation only).
+    /// A fresh model with its own embedding table; `data` is its shard (or `None`
+    /// for evaluation only).
     pub fn new(
         model: &ModelConfig,
         optim: &OptimConfig,
         layout: &TableLayout,
         data: Option<Receiver<Result<Batch>>>,
     ) -> Result<Self> {
+        let table = Self::new_table(model, optim, layout)?;
+        Self::with_table(model, optim, table, data)
+    }
+
+    /// A fresh embedding table of the width `model` needs, for trainers to share.
+    pub fn new_table(
+        model: &ModelConfig,
+        optim: &OptimConfig,
+        layout: &TableLayout,
+    ) -> Result<EmbeddingTable> {
+        let vars = nn::VarStore::new(Device::Cpu);
+        let width = build(model, &vars.root())?.embedding_width();
+        EmbeddingTable::new(layout, width, optim.sparse, optim.sparse_lr)
+    }
+
+    /// A fresh model using `table` (for example one shared with other trainers).
+    pub fn with_table(
+        model: &ModelConfig,
+        optim: &OptimConfig,
+        table: EmbeddingTable,
+        data: Option<Receiver<Result<Batch>>>,
+    ) -> Result<Self> {
         let vars = nn::VarStore::new(Device::Cpu);
         let net = build(model, &vars.root())?;
         let dense = FlatParams::adopt(&vars)?;
         let dense_optimizer = DenseOptimizer::new(optim.dense, optim.dense_lr, &dense)?;
-        let table =
-            EmbeddingTable::new(layout, net.embedding_width(), optim.sparse, optim.sparse_lr)?;
         Ok(Self {
             model: net,
             _vars: vars,
@@ -41,12 +65,13 @@ impl CtrLearner {
             dense_optimizer,
             table,
             data,
+            pending: None,
         })
     }
 
-    /// One step on `batch`: forward, backward, dense and sparse updates. Returns
-    /// the batch's mean logloss.
-    pub fn train_on(&mut self, batch: &Batch) -> Result<f64> {
+    /// Forward and backward on `batch`; the gradients wait for
+    /// [`CtrLearner::apply`]. Returns the batch's mean logloss.
+    pub fn backward_on(&mut self, batch: &Batch) -> Result<f64> {
         let embedded = self
             .table
             .lookup(&batch.sparse)?
@@ -60,9 +85,25 @@ impl CtrLearner {
         )?;
         self.dense.zero_grad()?;
         loss.f_backward()?;
-        self.dense_optimizer.step(&self.dense)?;
-        tch::no_grad(|| self.table.apply(&batch.sparse, &embedded.grad()))?;
+        self.pending = Some((batch.sparse.shallow_clone(), embedded));
         Ok(loss.f_double_value(&[])?)
+    }
+
+    /// Applies the gradients of the last [`CtrLearner::backward_on`]: a dense
+    /// optimizer step and the sparse embedding update.
+    pub fn apply(&mut self) -> Result<()> {
+        self.dense_optimizer.step(&self.dense)?;
+        if let Some((rows, embedded)) = self.pending.take() {
+            tch::no_grad(|| self.table.apply(&rows, &embedded.grad()))?;
+        }
+        Ok(())
+    }
+
+    /// One whole step on `batch`. Returns the batch's mean logloss.
+    pub fn train_on(&mut self, batch: &Batch) -> Result<f64> {
+        let loss = self.backward_on(batch)?;
+        self.apply()?;
+        Ok(loss)
     }
 
     /// Click probabilities `[B]` for `batch` (no gradients).
@@ -94,7 +135,7 @@ impl CtrLearner {
 impl Learner for CtrLearner {
     type Error = Error;
 
-    fn step(&mut self) -> Result<Option<StepOutcome>> {
+    fn compute_gradients(&mut self) -> Result<Option<StepOutcome>> {
         let Some(data) = &self.data else {
             return Ok(None);
         };
@@ -102,14 +143,26 @@ impl Learner for CtrLearner {
             return Ok(None);
         };
         let batch = batch?;
-        let loss = self.train_on(&batch)?;
+        let loss = self.backward_on(&batch)?;
         Ok(Some(StepOutcome {
             examples: batch.len(),
             loss,
         }))
     }
 
+    fn apply_gradients(&mut self) -> Result<()> {
+        self.apply()
+    }
+
     fn dense_params(&self) -> &FlatParams {
         &self.dense
+    }
+
+    /// Sets the dense learning rate to `lr`, scaling the embeddings' by the same
+    /// factor.
+    fn set_learning_rate(&mut self, lr: f64) {
+        let factor = lr / self.dense_optimizer.lr();
+        self.dense_optimizer.set_lr(lr);
+        self.table.set_lr(self.table.lr() * factor);
     }
 }

@@ -55,6 +55,20 @@ impl DenseOptimizer {
         })
     }
 
+    /// Sets the learning rate.
+    pub fn set_lr(&mut self, new_lr: f64) {
+        match self {
+            Self::Sgd { lr } | Self::Adagrad { lr, .. } | Self::Adam { lr, .. } => *lr = new_lr,
+        }
+    }
+
+    /// The learning rate.
+    pub fn lr(&self) -> f64 {
+        match self {
+            Self::Sgd { lr } | Self::Adagrad { lr, .. } | Self::Adam { lr, .. } => *lr,
+        }
+    }
+
     /// Applies the gradient in `params.grad()` to `params.values()`.
     pub fn step(&mut self, params: &FlatParams) -> Result<()> {
         let g = params.grad();

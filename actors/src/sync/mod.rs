@@ -1,11 +1,15 @@
 //! Synchronization: the averaging rules, DS-Sync group schedules, the transport
 //! between trainers, and the EASGD parameter server.
 
+mod algorithm;
+mod peer;
 mod rules;
 mod schedule;
 mod server;
 mod transport;
 
+pub use algorithm::{Algorithm, Rule, SyncConfig};
+pub use peer::SyncPeer;
 pub use rules::{elastic, mean_into, BmufParams, BmufState, WriteBack};
 pub use schedule::{GroupPlan, Schedule};
 pub use server::ParamServer;

@@ -16,7 +16,7 @@
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,13 +28,17 @@ pub struct LinkModel {
     pub latency_us: f64,
     /// Bandwidth in Gbit/s (0 = unlimited).
     pub bandwidth_gbps: f64,
-    /// One trainer whose link is `slow_factor` times slower (both directions).
+    /// One trainer whose link is `slow_factor` times slower (both directions);
+    /// the EASGD parameter server is trainer [`LinkModel::SERVER`].
     pub slow_trainer: Option<usize>,
     /// How much slower that link is (≥ 1).
     pub slow_factor: f64,
 }
 
 impl LinkModel {
+    /// The endpoint index of the parameter server in [`LinkModel::wire_time`].
+    pub const SERVER: usize = usize::MAX;
+
     /// Whether the link adds any delay at all.
     pub fn is_ideal(&self) -> bool {
         self.latency_us <= 0.0 && self.bandwidth_gbps <= 0.0
@@ -73,7 +77,7 @@ pub struct Endpoint {
     early: Vec<Message>,
     link: LinkModel,
     stop: Arc<AtomicBool>,
-    bytes_sent: u64,
+    bytes_sent: Arc<AtomicU64>,
 }
 
 /// Connects `n` endpoints all-to-all; raising `stop` makes every pending
@@ -92,7 +96,7 @@ pub fn mesh(n: usize, link: LinkModel, stop: Arc<AtomicBool>) -> Vec<Endpoint> {
             early: Vec::new(),
             link,
             stop: Arc::clone(&stop),
-            bytes_sent: 0,
+            bytes_sent: Arc::new(AtomicU64::new(0)),
         })
         .collect()
 }
@@ -107,10 +111,16 @@ impl Endpoint {
 
     /// Payload bytes this endpoint has sent.
     pub fn bytes_sent(&self) -> u64 {
-        self.bytes_sent
+        self.bytes_sent.load(Ordering::Relaxed)
     }
 
-    fn stopped(&self) -> bool {
+    /// A shared counter of the payload bytes this endpoint sends.
+    pub fn bytes_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.bytes_sent)
+    }
+
+    /// True once the mesh was stopped: no more rounds will complete.
+    pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
 
@@ -128,8 +138,11 @@ impl Endpoint {
                 self.id
             )));
         }
+        if self.stopped() {
+            return Ok(None);
+        }
         let payload: Arc<[f32]> = Arc::from(data);
-        let bytes = data.len() * std::mem::size_of::<f32>();
+        let bytes = std::mem::size_of_val(data);
         let mut clock = Instant::now();
         for &peer in group.iter().filter(|&&p| p != self.id) {
             // Messages leaving one endpoint go out one after another.
@@ -143,7 +156,7 @@ impl Endpoint {
             if !self.send(peer, message)? {
                 return Ok(None);
             }
-            self.bytes_sent += bytes as u64;
+            self.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
         }
         let Some(received) = self.collect(round, group)? else {
             return Ok(None);
@@ -229,7 +242,7 @@ mod tests {
     #[test]
     fn group_means_over_several_rounds_with_peers_running_ahead() {
         let n = 4;
-        let plan = GroupPlan::new(Schedule::Random { seed: 3 }, n, 2).unwrap();
+        let plan = GroupPlan::new(Schedule::Random, n, 2).unwrap().with_seed(3);
         let endpoints = mesh(n, LinkModel::default(), Arc::new(AtomicBool::new(false)));
         let results: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
             let handles: Vec<_> = endpoints

@@ -1,0 +1,436 @@
+//! The whole system, started from a config; a cloneable [`Cluster`] handle is
+//! the public API.
+//!
+//! [`Cluster::start`] takes one learner per trainer and builds:
+//! * a [`TrainerActor`] per trainer, each on its own arbiter thread;
+//! * for `shadow-*`, a [`ShadowActor`] beside each trainer, on its own thread;
+//! * for `*-easgd`, the sharded [`ParamServer`];
+//! * the transport [`mesh`] between trainers, with the simulated link;
+//! * a monitor thread sampling the consensus distance of the replicas.
+//!
+//! Groups are derived by every trainer from the shared [`GroupPlan`] (the
+//! DS-Sync coordinator's schedule), so no round needs a coordination message.
+//!
+//! Shutdown: when the first trainer runs out of data (shards differ by at most
+//! one batch) or [`Cluster::stop`] is called, syncing ends — pending collectives
+//! return at once, so nothing can hang — the trainers finish their last steps, and
+//! [`Cluster::wait`] hands back the learners with a [`ClusterReport`].
+
+use crate::events::{Event, EventBus};
+use crate::hogwild::ParamAlias;
+use crate::shadow::{ShadowActor, ShadowLoop};
+use crate::stats::{TrainerCounters, TrainerStats};
+use crate::sync::{mesh, Algorithm, GroupPlan, ParamServer, SyncConfig, SyncPeer};
+use crate::trainer::{Control, Foreground, TrainerActor, TrainerCore, TrainerExit};
+use crate::{Error, Learner, Result};
+use actix::prelude::*;
+use crossbeam_channel::{bounded, Receiver};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Runtime settings besides the sync algorithm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Synchronization.
+    pub sync: SyncConfig,
+    /// Training time between two looks at a trainer's mailbox, in milliseconds.
+    pub chunk_ms: u64,
+    /// Milliseconds between two consensus-distance samples (0 = none).
+    pub consensus_every_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            sync: SyncConfig::default(),
+            chunk_ms: 20,
+            consensus_every_ms: 500,
+        }
+    }
+}
+
+/// The spread of the replicas at one moment: mean over trainers of ‖wᵢ − w̄‖².
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ConsensusPoint {
+    /// Seconds since the start.
+    pub seconds: f64,
+    /// Consensus distance.
+    pub distance: f64,
+}
+
+/// What a cluster run measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterReport {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Number of trainers.
+    pub trainers: usize,
+    /// Group size.
+    pub group_size: usize,
+    /// Wall-clock seconds from start to the last trainer's end.
+    pub seconds: f64,
+    /// Examples trained, all trainers.
+    pub examples: u64,
+    /// `examples / seconds`.
+    pub examples_per_sec: f64,
+    /// Per trainer.
+    pub trainer_stats: Vec<TrainerStats>,
+    /// Consensus distance over time.
+    pub consensus: Vec<ConsensusPoint>,
+    /// Parameter bytes sent between trainers.
+    pub bytes_sent: u64,
+    /// Errors of trainers or sync loops, if any.
+    pub errors: Vec<String>,
+    /// Events that slow subscribers missed.
+    pub events_dropped: u64,
+}
+
+/// The learners as trained, and the report.
+#[derive(Debug)]
+pub struct ClusterOutcome<L> {
+    /// One learner per trainer, in trainer order.
+    pub learners: Vec<L>,
+    /// EASGD's centre copy, for `*-easgd`.
+    pub center: Option<Vec<f32>>,
+    /// The figures.
+    pub report: ClusterReport,
+}
+
+struct Running<L: Learner> {
+    trainers: Vec<Addr<TrainerActor<L>>>,
+    trainer_exits: Receiver<TrainerExit<L>>,
+    shadow_exits: Receiver<(usize, Option<String>)>,
+    system: System,
+    system_thread: JoinHandle<()>,
+    monitor: Option<JoinHandle<Vec<ConsensusPoint>>>,
+}
+
+struct Inner<L: Learner> {
+    config: ClusterConfig,
+    group_size: usize,
+    counters: Vec<Arc<TrainerCounters>>,
+    stop: Arc<AtomicBool>,
+    events: EventBus,
+    server: Option<Arc<ParamServer>>,
+    bytes_sent: Vec<Arc<AtomicU64>>,
+    started: Instant,
+    running: Mutex<Option<Running<L>>>,
+}
+
+/// A cloneable handle on a running cluster.
+pub struct Cluster<L: Learner> {
+    inner: Arc<Inner<L>>,
+}
+
+impl<L: Learner> Clone for Cluster<L> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<L: Learner> Cluster<L> {
+    /// Starts training `learners` (one per trainer) under `config`.
+    pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
+        let n = learners.len();
+        let sync = &config.sync;
+        sync.validate()?;
+        let group_size = sync.group_size_for(n);
+        let plan = GroupPlan::new(sync.schedule, n, group_size)?.with_seed(sync.seed);
+        let initial = {
+            let first = learners.first().ok_or_else(|| Error::Config {
+                key: "trainers".into(),
+                reason: "must be at least 1".into(),
+            })?;
+            let mut values = vec![0.0; first.dense_params().numel()];
+            first.dense_params().copy_to(&mut values)?;
+            values
+        };
+        // Every replica starts from the same point.
+        for learner in &learners[1..] {
+            learner.dense_params().load_from(&initial)?;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = match sync.algorithm.rule() {
+            Some(crate::sync::Rule::Easgd) => {
+                Some(Arc::new(ParamServer::new(&initial, sync.server_shards)?))
+            }
+            _ => None,
+        };
+        let endpoints = mesh(n, sync.link, Arc::clone(&stop));
+        let counters: Vec<_> = (0..n).map(|i| Arc::new(TrainerCounters::new(i))).collect();
+        let events = EventBus::default();
+        let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
+
+        let mut trainers = Vec::with_capacity(n);
+        let mut shadows = Vec::new();
+        let mut monitor_replicas = Vec::with_capacity(n);
+        for ((learner, endpoint), counters) in learners.into_iter().zip(endpoints).zip(&counters) {
+            monitor_replicas.push(ParamAlias::new(learner.dense_params())?);
+            let peer = SyncPeer::new(endpoint, plan, sync, &initial, server.clone())?;
+            let foreground = match sync.algorithm {
+                Algorithm::None => Foreground::Nothing,
+                Algorithm::SyncSgd => Foreground::SyncSgd(peer),
+                Algorithm::Foreground { every, .. } => Foreground::Every { every, peer },
+                Algorithm::Shadow { .. } => {
+                    let replica = ParamAlias::new(learner.dense_params())?;
+                    shadows.push(ShadowLoop::new(
+                        replica,
+                        peer,
+                        sync.write_back,
+                        Arc::clone(counters),
+                    ));
+                    Foreground::Nothing
+                }
+            };
+            trainers.push(TrainerCore::new(learner, foreground, Arc::clone(counters)));
+        }
+
+        let (trainer_exit_tx, trainer_exits) = bounded(n);
+        let (shadow_exit_tx, shadow_exits) = bounded(n);
+        let (ready_tx, ready_rx) = bounded(1);
+        let chunk = Duration::from_millis(config.chunk_ms.max(1));
+        let min_interval = Duration::from_secs_f64(sync.min_interval_ms / 1000.0);
+        let system_thread = {
+            let events = events.clone();
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("shadowsync-system".into())
+                .spawn(move || {
+                    let runner = System::new();
+                    runner.block_on(async move {
+                        let addrs: Vec<_> = trainers
+                            .into_iter()
+                            .map(|core| {
+                                let (exits, events, stop) =
+                                    (trainer_exit_tx.clone(), events.clone(), Arc::clone(&stop));
+                                let on_finish =
+                                    Box::new(move || stop.store(true, Ordering::Relaxed));
+                                TrainerActor::start_in_arbiter(
+                                    &Arbiter::new().handle(),
+                                    move |_| {
+                                        TrainerActor::new(core, chunk, exits, events, on_finish)
+                                    },
+                                )
+                            })
+                            .collect();
+                        for (trainer, shadow) in shadows.into_iter().enumerate() {
+                            let (events, exits, stop) =
+                                (events.clone(), shadow_exit_tx.clone(), Arc::clone(&stop));
+                            ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                                ShadowActor::new(trainer, shadow, min_interval, events, exits, stop)
+                            });
+                        }
+                        let _ = ready_tx.send((System::current(), addrs));
+                    });
+                    let _ = runner.run();
+                })
+                .map_err(|e| Error::System(format!("cannot start the actor system thread: {e}")))?
+        };
+        let (system, addrs) = ready_rx
+            .recv()
+            .map_err(|_| Error::System("the actor system did not start".into()))?;
+        let started = Instant::now();
+        let monitor = (config.consensus_every_ms > 0).then(|| {
+            let every = Duration::from_millis(config.consensus_every_ms);
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || sample_consensus(&monitor_replicas, every, &stop, started))
+        });
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                group_size,
+                counters,
+                stop,
+                events,
+                server,
+                bytes_sent,
+                started,
+                running: Mutex::new(Some(Running {
+                    trainers: addrs,
+                    trainer_exits,
+                    shadow_exits,
+                    system,
+                    system_thread,
+                    monitor,
+                })),
+            }),
+        })
+    }
+
+    /// Number of trainers.
+    pub fn trainers(&self) -> usize {
+        self.inner.counters.len()
+    }
+
+    /// Every trainer's figures so far.
+    pub fn stats(&self) -> Vec<TrainerStats> {
+        self.inner.counters.iter().map(|c| c.stats()).collect()
+    }
+
+    /// A receiver of every event from now on.
+    pub fn subscribe(&self) -> Receiver<Event> {
+        self.inner.events.subscribe()
+    }
+
+    fn control(&self, message: Control) {
+        if let Ok(running) = self.inner.running.lock() {
+            for trainer in running.iter().flat_map(|r| &r.trainers) {
+                trainer.do_send(message);
+            }
+        }
+    }
+
+    /// Pauses every trainer (within one chunk of steps).
+    pub fn pause(&self) {
+        self.control(Control::Pause);
+    }
+
+    /// Resumes every trainer.
+    pub fn resume(&self) {
+        self.control(Control::Resume);
+    }
+
+    /// Sets every trainer's learning rate.
+    pub fn set_learning_rate(&self, lr: f64) {
+        self.control(Control::SetLearningRate(lr));
+    }
+
+    /// Ends syncing and asks every trainer to stop; [`Cluster::wait`] then
+    /// returns promptly.
+    pub fn stop(&self) {
+        self.inner.stop.store(true, Ordering::Relaxed);
+        self.control(Control::Stop);
+    }
+
+    /// Waits for every trainer (and sync loop) to end; returns the learners and
+    /// the report. A second call (from another handle) gets an error.
+    pub fn wait(&self) -> Result<ClusterOutcome<L>> {
+        let running = self
+            .inner
+            .running
+            .lock()
+            .map_err(|_| Error::System("cluster state poisoned".into()))?
+            .take()
+            .ok_or_else(|| Error::System("the cluster was already waited for".into()))?;
+        let n = self.trainers();
+        let mut learners: Vec<Option<L>> = (0..n).map(|_| None).collect();
+        let mut errors = Vec::new();
+        for _ in 0..n {
+            let exit = running.trainer_exits.recv().map_err(|_| {
+                Error::System("a trainer vanished without handing back its learner".into())
+            })?;
+            if let Some(e) = exit.error {
+                errors.push(format!("trainer {}: {e}", exit.trainer));
+            }
+            learners[exit.trainer] = Some(exit.learner);
+        }
+        let seconds = self.inner.started.elapsed().as_secs_f64();
+        self.inner.stop.store(true, Ordering::Relaxed);
+        if matches!(self.inner.config.sync.algorithm, Algorithm::Shadow { .. }) {
+            for _ in 0..n {
+                match running.shadow_exits.recv() {
+                    Ok((trainer, Some(e))) => {
+                        errors.push(format!("shadow sync of trainer {trainer}: {e}"))
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        let consensus = running
+            .monitor
+            .and_then(|m| m.join().ok())
+            .unwrap_or_default();
+        running.system.stop();
+        let _ = running.system_thread.join();
+        let trainer_stats = self.stats();
+        let examples = trainer_stats.iter().map(|s| s.examples).sum();
+        let center = self.inner.server.as_ref().map(|s| s.center()).transpose()?;
+        let learners = learners
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::System("a learner was not handed back".into()))?;
+        Ok(ClusterOutcome {
+            learners,
+            center,
+            report: ClusterReport {
+                algorithm: self.inner.config.sync.algorithm,
+                trainers: n,
+                group_size: self.inner.group_size,
+                seconds,
+                examples,
+                examples_per_sec: examples as f64 / seconds.max(1e-9),
+                trainer_stats,
+                consensus,
+                bytes_sent: self
+                    .inner
+                    .bytes_sent
+                    .iter()
+                    .map(|b| b.load(Ordering::Relaxed))
+                    .sum(),
+                errors,
+                events_dropped: self.inner.events.dropped(),
+            },
+        })
+    }
+}
+
+/// Samples the consensus distance of `replicas` every `every` until `stop`.
+fn sample_consensus(
+    replicas: &[ParamAlias],
+    every: Duration,
+    stop: &AtomicBool,
+    started: Instant,
+) -> Vec<ConsensusPoint> {
+    let mut points = Vec::new();
+    let len = replicas.first().map_or(0, ParamAlias::len);
+    let mut snapshots = vec![vec![0f32; len]; replicas.len()];
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(every);
+        if replicas
+            .iter()
+            .zip(&mut snapshots)
+            .any(|(r, s)| r.snapshot_into(s).is_err())
+        {
+            break;
+        }
+        points.push(ConsensusPoint {
+            seconds: started.elapsed().as_secs_f64(),
+            distance: consensus_distance(&snapshots),
+        });
+    }
+    points
+}
+
+/// Mean over replicas of ‖wᵢ − w̄‖².
+pub fn consensus_distance(replicas: &[Vec<f32>]) -> f64 {
+    let n = replicas.len().max(1) as f64;
+    let len = replicas.first().map_or(0, Vec::len);
+    let mut total = 0.0;
+    for j in 0..len {
+        let mean = replicas.iter().map(|r| f64::from(r[j])).sum::<f64>() / n;
+        total += replicas
+            .iter()
+            .map(|r| (f64::from(r[j]) - mean).powi(2))
+            .sum::<f64>();
+    }
+    total / n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consensus_distance_golden() {
+        // Mean (2, 0); squared distances 1+4=5 and 1+4=5; mean 5.
+        assert_eq!(consensus_distance(&[vec![1.0, 2.0], vec![3.0, -2.0]]), 5.0);
+        assert_eq!(consensus_distance(&[vec![1.0, 2.0], vec![1.0, 2.0]]), 0.0);
+    }
+}

@@ -1,0 +1,78 @@
+//! Events of a running cluster, broadcast to whoever subscribed.
+//!
+//! Every subscriber gets its own bounded channel; a subscriber that does not keep
+//! up misses events (counted) rather than slowing a trainer down.
+
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Something that happened in the cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// A sync round's average was written back into `trainer`'s replica.
+    Synced {
+        /// The trainer.
+        trainer: usize,
+        /// Its sync round.
+        round: u64,
+        /// Trainer steps between the round's snapshot and the write-back.
+        staleness: u64,
+    },
+    /// `trainer` has consumed its data (or was stopped).
+    TrainerFinished {
+        /// The trainer.
+        trainer: usize,
+        /// Steps it took.
+        steps: u64,
+    },
+    /// `trainer` failed; the message says why.
+    TrainerFailed {
+        /// The trainer.
+        trainer: usize,
+        /// What went wrong.
+        error: String,
+    },
+}
+
+/// Capacity of each subscriber's channel.
+const CAPACITY: usize = 4096;
+
+/// A cloneable broadcaster of [`Event`]s.
+#[derive(Debug, Clone, Default)]
+pub struct EventBus {
+    subscribers: Arc<Mutex<Vec<Sender<Event>>>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl EventBus {
+    /// A new receiver of every event from now on.
+    pub fn subscribe(&self) -> Receiver<Event> {
+        let (tx, rx) = bounded(CAPACITY);
+        if let Ok(mut subscribers) = self.subscribers.lock() {
+            subscribers.push(tx);
+        }
+        rx
+    }
+
+    /// Sends `event` to every subscriber that has room; forgets closed ones.
+    pub fn publish(&self, event: Event) {
+        let Ok(mut subscribers) = self.subscribers.lock() else {
+            return;
+        };
+        subscribers.retain(|tx| match tx.try_send(event.clone()) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        });
+    }
+
+    /// Events that subscribers missed because they were full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}

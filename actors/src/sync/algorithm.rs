@@ -1,0 +1,307 @@
+//! Which synchronization algorithm runs, and its settings.
+//!
+//! | name | who syncs | what |
+//! |---|---|---|
+//! | `none` | nobody | independent local SGD |
+//! | `sync-sgd` | the trainer, every step, waiting | gradient all-reduce within the group (as PyTorch DDP) |
+//! | `fr-ma:k`, `fr-easgd:k`, `fr-bmuf:k` | the trainer, every `k` steps, waiting | MA / EASGD / BMUF round |
+//! | `shadow-ma`, `shadow-easgd`, `shadow-bmuf` | a background loop beside each trainer | MA / EASGD / BMUF rounds, back to back |
+
+use crate::sync::{BmufParams, LinkModel, Schedule, WriteBack};
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The combining rule of a sync round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Model averaging within the group.
+    Ma,
+    /// Elastic averaging against a central copy on the parameter server.
+    Easgd,
+    /// Blockwise model-update filtering over the group average.
+    Bmuf,
+}
+
+/// A synchronization algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// No synchronization.
+    None,
+    /// Gradient all-reduce every step.
+    SyncSgd,
+    /// The trainer runs `rule` every `every` steps and waits for it.
+    Foreground {
+        /// Combining rule.
+        rule: Rule,
+        /// Steps between syncs.
+        every: u64,
+    },
+    /// A background loop runs `rule` continuously.
+    Shadow {
+        /// Combining rule.
+        rule: Rule,
+    },
+}
+
+impl Algorithm {
+    /// The combining rule, if the algorithm averages parameters.
+    pub fn rule(&self) -> Option<Rule> {
+        match self {
+            Algorithm::Foreground { rule, .. } | Algorithm::Shadow { rule } => Some(*rule),
+            Algorithm::None | Algorithm::SyncSgd => None,
+        }
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            Error::Config {
+            key: "sync.algorithm".into(),
+            reason: format!(
+                "unknown algorithm {s:?}; expected none, sync-sgd, fr-ma:K, fr-easgd:K, fr-bmuf:K, shadow-ma, shadow-easgd or shadow-bmuf"
+            ),
+        }
+        };
+        let rule = |name: &str| match name {
+            "ma" => Ok(Rule::Ma),
+            "easgd" => Ok(Rule::Easgd),
+            "bmuf" => Ok(Rule::Bmuf),
+            _ => Err(bad()),
+        };
+        match s {
+            "none" => Ok(Algorithm::None),
+            "sync-sgd" => Ok(Algorithm::SyncSgd),
+            _ => {
+                if let Some(name) = s.strip_prefix("shadow-") {
+                    return Ok(Algorithm::Shadow { rule: rule(name)? });
+                }
+                let rest = s.strip_prefix("fr-").ok_or_else(bad)?;
+                let (name, every) = rest.split_once(':').ok_or_else(bad)?;
+                let every: u64 = every.parse().map_err(|_| bad())?;
+                if every == 0 {
+                    return Err(Error::Config {
+                        key: "sync.algorithm".into(),
+                        reason: format!("{s}: the sync period k must be at least 1"),
+                    });
+                }
+                Ok(Algorithm::Foreground {
+                    rule: rule(name)?,
+                    every,
+                })
+            }
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = |r: &Rule| match r {
+            Rule::Ma => "ma",
+            Rule::Easgd => "easgd",
+            Rule::Bmuf => "bmuf",
+        };
+        match self {
+            Algorithm::None => write!(f, "none"),
+            Algorithm::SyncSgd => write!(f, "sync-sgd"),
+            Algorithm::Foreground { rule: r, every } => write!(f, "fr-{}:{every}", rule(r)),
+            Algorithm::Shadow { rule: r } => write!(f, "shadow-{}", rule(r)),
+        }
+    }
+}
+
+impl Serialize for Algorithm {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Algorithm {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Settings of the synchronization of a cluster (config section `[sync]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SyncConfig {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Trainers per group (DS-Sync); 0 = all trainers.
+    pub group_size: usize,
+    /// How groups are formed each round.
+    pub schedule: Schedule,
+    /// Seed of the `random` schedule.
+    pub seed: u64,
+    /// How an average is written into a replica that kept training.
+    pub write_back: WriteBack,
+    /// EASGD's elasticity α (default 0.9 / trainers, as EASGD's β = 0.9).
+    pub alpha: Option<f32>,
+    /// BMUF's block momentum η (default 1 − 1/group size).
+    pub eta: Option<f32>,
+    /// BMUF's block learning rate ζ.
+    pub zeta: f32,
+    /// BMUF's Nesterov look-ahead.
+    pub nesterov: bool,
+    /// Shards of the EASGD parameter server.
+    pub server_shards: usize,
+    /// Minimum time between two rounds of a shadow loop, in milliseconds.
+    pub min_interval_ms: f64,
+    /// The simulated network.
+    pub link: LinkModel,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::None,
+            group_size: 0,
+            schedule: Schedule::Global,
+            seed: 0,
+            write_back: WriteBack::Delta,
+            alpha: None,
+            eta: None,
+            zeta: 1.0,
+            nesterov: false,
+            server_shards: 1,
+            min_interval_ms: 0.0,
+            link: LinkModel::default(),
+        }
+    }
+}
+
+impl SyncConfig {
+    /// Group size for `trainers` (0 means all).
+    pub fn group_size_for(&self, trainers: usize) -> usize {
+        if self.group_size == 0 {
+            trainers
+        } else {
+            self.group_size
+        }
+    }
+
+    /// EASGD's α for `trainers`.
+    pub fn alpha_for(&self, trainers: usize) -> f32 {
+        self.alpha.unwrap_or(0.9 / trainers.max(1) as f32)
+    }
+
+    /// BMUF's parameters for groups of `group_size`.
+    pub fn bmuf_for(&self, group_size: usize) -> BmufParams {
+        BmufParams {
+            eta: self.eta.unwrap_or(BmufParams::for_group(group_size).eta),
+            zeta: self.zeta,
+            nesterov: self.nesterov,
+        }
+    }
+
+    /// Checks the ranges that do not depend on the number of trainers.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |key: &str, reason: &str| {
+            Err(Error::Config {
+                key: key.into(),
+                reason: reason.into(),
+            })
+        };
+        if let Some(alpha) = self.alpha {
+            if !(alpha > 0.0 && alpha <= 1.0) {
+                return bad("sync.alpha", "must be in (0, 1]");
+            }
+        }
+        if let Some(eta) = self.eta {
+            if !(0.0..1.0).contains(&eta) {
+                return bad("sync.eta", "must be in [0, 1)");
+            }
+        }
+        if !(self.zeta > 0.0 && self.zeta.is_finite()) {
+            return bad("sync.zeta", "must be > 0");
+        }
+        if self.server_shards == 0 {
+            return bad("sync.server_shards", "must be at least 1");
+        }
+        if !(self.min_interval_ms >= 0.0 && self.min_interval_ms.is_finite()) {
+            return bad("sync.min_interval_ms", "must be ≥ 0");
+        }
+        let link = &self.link;
+        if !(link.latency_us >= 0.0 && link.bandwidth_gbps >= 0.0)
+            || (link.slow_trainer.is_some() && link.slow_factor < 1.0)
+        {
+            return bad(
+                "sync.link",
+                "latency and bandwidth must be ≥ 0 and slow_factor ≥ 1",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for name in [
+            "none",
+            "sync-sgd",
+            "fr-ma:1",
+            "fr-easgd:50",
+            "fr-bmuf:5",
+            "shadow-ma",
+            "shadow-easgd",
+            "shadow-bmuf",
+        ] {
+            let algorithm: Algorithm = name.parse().unwrap();
+            assert_eq!(algorithm.to_string(), name);
+        }
+        for bad in ["shadow", "fr-ma", "fr-ma:0", "fr-sgd:3", "async"] {
+            let e = bad.parse::<Algorithm>().unwrap_err().to_string();
+            assert!(e.contains("sync.algorithm"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn defaults_and_ranges() {
+        let c = SyncConfig::default();
+        assert_eq!(c.group_size_for(8), 8);
+        assert!((c.alpha_for(4) - 0.225).abs() < 1e-7);
+        assert_eq!(c.bmuf_for(4).eta, 0.75);
+        for (c, key) in [
+            (
+                SyncConfig {
+                    alpha: Some(1.5),
+                    ..SyncConfig::default()
+                },
+                "sync.alpha",
+            ),
+            (
+                SyncConfig {
+                    alpha: Some(0.0),
+                    ..SyncConfig::default()
+                },
+                "sync.alpha",
+            ),
+            (
+                SyncConfig {
+                    eta: Some(1.0),
+                    ..SyncConfig::default()
+                },
+                "sync.eta",
+            ),
+            (
+                SyncConfig {
+                    server_shards: 0,
+                    ..SyncConfig::default()
+                },
+                "sync.server_shards",
+            ),
+        ] {
+            assert!(c.validate().unwrap_err().to_string().contains(key));
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! One trainer's side of synchronization: which group it is in this round, and
+//! how a snapshot becomes a target.
+
+use crate::sync::{BmufState, Endpoint, GroupPlan, LinkModel, ParamServer, Rule, SyncConfig};
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// A trainer's synchronization state: its endpoint, its round counter, and the
+/// state its rule keeps (BMUF's block momentum, EASGD's server).
+#[derive(Debug)]
+pub struct SyncPeer {
+    endpoint: Endpoint,
+    plan: GroupPlan,
+    round: u64,
+    rule: Option<Rule>,
+    bmuf: Option<BmufState>,
+    server: Option<Arc<ParamServer>>,
+    alpha: f32,
+    link: LinkModel,
+}
+
+impl SyncPeer {
+    /// The peer of `endpoint`'s trainer, starting from parameters `initial`.
+    pub fn new(
+        endpoint: Endpoint,
+        plan: GroupPlan,
+        config: &SyncConfig,
+        initial: &[f32],
+        server: Option<Arc<ParamServer>>,
+    ) -> Result<Self> {
+        let rule = config.algorithm.rule();
+        if rule == Some(Rule::Easgd) && server.is_none() {
+            return Err(Error::Config {
+                key: "sync.algorithm".into(),
+                reason: "EASGD needs a parameter server".into(),
+            });
+        }
+        let bmuf = (rule == Some(Rule::Bmuf))
+            .then(|| BmufState::new(config.bmuf_for(plan.group_size()), initial));
+        Ok(Self {
+            endpoint,
+            plan,
+            round: 0,
+            rule,
+            bmuf,
+            server,
+            alpha: config.alpha_for(plan.trainers()),
+            link: config.link,
+        })
+    }
+
+    /// The trainer's index.
+    pub fn id(&self) -> usize {
+        self.endpoint.id()
+    }
+
+    /// Rounds completed or attempted.
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+
+    /// Mean of `data` over this round's group; `None` once syncing has stopped.
+    pub fn group_mean(&mut self, data: &[f32]) -> Result<Option<Vec<f32>>> {
+        let group = self.plan.group_of(self.id(), self.round);
+        self.round += 1;
+        self.endpoint.group_mean(self.round - 1, &group, data)
+    }
+
+    /// One round of the rule: the target for `snapshot`; `None` once syncing has
+    /// stopped.
+    pub fn target(&mut self, snapshot: &[f32]) -> Result<Option<Vec<f32>>> {
+        match self.rule {
+            Some(Rule::Ma) => self.group_mean(snapshot),
+            Some(Rule::Bmuf) => {
+                let average = self.group_mean(snapshot)?;
+                Ok(average.and_then(|avg| self.bmuf.as_mut().map(|b| b.round(&avg))))
+            }
+            Some(Rule::Easgd) => {
+                if self.endpoint.stopped() {
+                    return Ok(None);
+                }
+                let Some(server) = &self.server else {
+                    return Ok(None);
+                };
+                // To the server and back, over the simulated link.
+                let bytes = std::mem::size_of_val(snapshot);
+                std::thread::sleep(self.link.wire_time(self.id(), LinkModel::SERVER, bytes) * 2);
+                self.round += 1;
+                server.elastic(snapshot, self.alpha).map(Some)
+            }
+            None => Ok(Some(snapshot.to_vec())),
+        }
+    }
+}

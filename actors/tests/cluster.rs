@@ -1,0 +1,240 @@
+//! The runtime end to end with a learner that is not a CTR model: least squares
+//! `y = w·x` on an endless (or bounded) stream of seeded random data.
+
+use shadowsync_actors::events::Event;
+use shadowsync_actors::sync::{LinkModel, Schedule, SyncConfig};
+use shadowsync_actors::{Cluster, ClusterConfig, FlatParams, Learner, StepOutcome};
+use std::time::{Duration, Instant};
+use tch::{nn, nn::Module, Device, Kind, Tensor};
+
+const DIM: i64 = 32;
+
+#[derive(Debug)]
+struct LeastSquares {
+    _vars: nn::VarStore,
+    layer: nn::Linear,
+    params: FlatParams,
+    truth: Tensor,
+    lr: f64,
+    steps_left: Option<u64>,
+    step_delay: Duration,
+}
+
+impl LeastSquares {
+    fn new(seed: i64, steps: Option<u64>) -> Self {
+        tch::manual_seed(seed);
+        let vars = nn::VarStore::new(Device::Cpu);
+        let layer = nn::linear(vars.root() / "w", DIM, 1, Default::default());
+        let params = FlatParams::adopt(&vars).unwrap();
+        let truth = Tensor::arange(DIM, (Kind::Float, Device::Cpu)) / DIM as f64;
+        Self {
+            _vars: vars,
+            layer,
+            params,
+            truth,
+            lr: 0.05,
+            steps_left: steps,
+            step_delay: Duration::ZERO,
+        }
+    }
+
+    fn loss_of(&self, values: &[f32]) -> f64 {
+        // Distance of the weights (bias excluded) to the truth.
+        let w = Tensor::from_slice(&values[1..]);
+        (w - &self.truth)
+            .square()
+            .sum(Kind::Float)
+            .double_value(&[])
+    }
+}
+
+impl Learner for LeastSquares {
+    type Error = tch::TchError;
+
+    fn compute_gradients(&mut self) -> Result<Option<StepOutcome>, tch::TchError> {
+        if let Some(left) = &mut self.steps_left {
+            if *left == 0 {
+                return Ok(None);
+            }
+            *left -= 1;
+        }
+        if !self.step_delay.is_zero() {
+            std::thread::sleep(self.step_delay);
+        }
+        let x = Tensor::f_randn([64, DIM], (Kind::Float, Device::Cpu))?;
+        let y = x.matmul(&self.truth.view([DIM, 1]));
+        let loss = (self.layer.forward(&x) - y).square().mean(Kind::Float);
+        self.params
+            .zero_grad()
+            .map_err(|e| tch::TchError::Kind(e.to_string()))?;
+        loss.f_backward()?;
+        Ok(Some(StepOutcome {
+            examples: 64,
+            loss: loss.double_value(&[]),
+        }))
+    }
+
+    fn apply_gradients(&mut self) -> Result<(), tch::TchError> {
+        let step = self.params.grad() * self.lr;
+        let _ = tch::no_grad(|| self.params.values().shallow_clone().f_sub_(&step))?;
+        Ok(())
+    }
+
+    fn dense_params(&self) -> &FlatParams {
+        &self.params
+    }
+
+    fn set_learning_rate(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+}
+
+fn config(algorithm: &str) -> ClusterConfig {
+    ClusterConfig {
+        sync: SyncConfig {
+            algorithm: algorithm.parse().unwrap(),
+            ..SyncConfig::default()
+        },
+        chunk_ms: 5,
+        consensus_every_ms: 50,
+    }
+}
+
+fn learners(n: usize, steps: Option<u64>) -> Vec<LeastSquares> {
+    (0..n).map(|i| LeastSquares::new(i as i64, steps)).collect()
+}
+
+#[test]
+fn shadow_syncs_complete_while_steps_keep_increasing_and_stop_is_prompt() {
+    let cluster = Cluster::start(config("shadow-ma"), learners(4, None)).unwrap();
+    let events = cluster.subscribe();
+    std::thread::sleep(Duration::from_millis(300));
+    let early = cluster.stats();
+    std::thread::sleep(Duration::from_millis(300));
+    let late = cluster.stats();
+    for (a, b) in early.iter().zip(&late) {
+        assert!(b.steps > a.steps, "trainer {} stopped stepping", a.trainer);
+        assert!(b.syncs > a.syncs, "trainer {} stopped syncing", a.trainer);
+    }
+    let start = Instant::now();
+    cluster.stop();
+    let outcome = cluster.wait().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "stop took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        outcome.report.errors.is_empty(),
+        "{:?}",
+        outcome.report.errors
+    );
+    assert_eq!(outcome.learners.len(), 4);
+    assert!(outcome.report.bytes_sent > 0);
+    assert!(events.try_iter().any(|e| matches!(e, Event::Synced { .. })));
+}
+
+#[test]
+fn control_messages_pause_resume_and_set_the_learning_rate() {
+    let cluster = Cluster::start(config("none"), learners(2, None)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    cluster.pause();
+    std::thread::sleep(Duration::from_millis(100)); // at most one chunk after the pause
+    let paused = cluster.stats();
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(
+        cluster.stats().iter().map(|s| s.steps).collect::<Vec<_>>(),
+        paused.iter().map(|s| s.steps).collect::<Vec<_>>()
+    );
+    cluster.set_learning_rate(0.0);
+    cluster.resume();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(cluster.stats()[0].steps > paused[0].steps);
+    cluster.stop();
+    let outcome = cluster.wait().unwrap();
+    assert!(outcome.learners.iter().all(|l| l.lr == 0.0));
+}
+
+#[test]
+fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
+    for name in [
+        "none",
+        "sync-sgd",
+        "fr-ma:4",
+        "fr-easgd:4",
+        "fr-bmuf:4",
+        "shadow-ma",
+        "shadow-easgd",
+        "shadow-bmuf",
+    ] {
+        let mut c = config(name);
+        c.sync.group_size = 2;
+        c.sync.schedule = Schedule::Random;
+        let cluster = Cluster::start(c, learners(4, Some(400))).unwrap();
+        let outcome = cluster.wait().unwrap();
+        assert!(
+            outcome.report.errors.is_empty(),
+            "{name}: {:?}",
+            outcome.report.errors
+        );
+        assert_eq!(outcome.report.examples, 4 * 400 * 64, "{name}");
+        let replicas: Vec<Vec<f32>> = outcome
+            .learners
+            .iter()
+            .map(|l| {
+                let mut v = vec![0.0; l.params.numel()];
+                l.params.copy_to(&mut v).unwrap();
+                v
+            })
+            .collect();
+        for (i, r) in replicas.iter().enumerate() {
+            let loss = outcome.learners[i].loss_of(r);
+            assert!(loss < 1e-2, "{name}: trainer {i} is {loss} from the truth");
+        }
+        let stats = &outcome.report.trainer_stats;
+        if name != "none" {
+            assert!(stats.iter().all(|s| s.syncs > 0), "{name}: {stats:?}");
+        }
+        if name.starts_with("fr-") {
+            assert!(
+                stats
+                    .iter()
+                    .all(|s| s.mean_sync_gap == 4.0 && s.max_staleness == 0),
+                "{name}: {stats:?}"
+            );
+        }
+        if name.ends_with("easgd") {
+            assert!(outcome.center.is_some(), "{name}");
+        }
+    }
+}
+
+#[test]
+fn with_a_slow_link_shadow_sync_keeps_the_trainers_throughput() {
+    let link = LinkModel {
+        latency_us: 20_000.0,
+        bandwidth_gbps: 1.0,
+        ..LinkModel::default()
+    };
+    let run = |name: &str| {
+        let mut c = config(name);
+        c.sync.link = link;
+        // Trainers paced at ~1 ms a step, so the figure is stable on a busy machine.
+        let mut ls = learners(2, Some(300));
+        ls.iter_mut()
+            .for_each(|l| l.step_delay = Duration::from_millis(1));
+        let cluster = Cluster::start(c, ls).unwrap();
+        cluster.wait().unwrap().report
+    };
+    let none = run("none");
+    let shadow = run("shadow-ma");
+    let foreground = run("fr-ma:1");
+    let ratio = shadow.examples_per_sec / none.examples_per_sec;
+    assert!(
+        ratio > 0.9,
+        "shadow-ma keeps only {ratio:.2} of none's examples/s"
+    );
+    assert!(shadow.trainer_stats.iter().all(|s| s.syncs > 0));
+    // The foreground algorithm waits 20 ms per step on the link.
+    assert!(foreground.examples_per_sec < 0.5 * none.examples_per_sec);
+}
