@@ -21,6 +21,13 @@
 //! [train]
 //! batch_size = 128
 //! eval_every = 250000        # examples between evaluations; 0 = only at the end
+//! trainers = 4
+//!
+//! [sync]
+//! algorithm = "shadow-ma"    # none | sync-sgd | fr-ma:K | fr-easgd:K | fr-bmuf:K | shadow-ma | shadow-easgd | shadow-bmuf
+//! group_size = 2             # DS-Sync groups (0 = all trainers)
+//! schedule = "random"        # global | fixed | alternating | random | hypercube
+//! link = { latency_us = 200, bandwidth_gbps = 1 }   # simulated network
 //! ```
 //!
 //! An unknown key or a value of the wrong type is rejected with the file, line
@@ -29,6 +36,7 @@
 use crate::data::{BadLinePolicy, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
+use shadowsync_actors::sync::{GroupPlan, SyncConfig};
 use std::path::{Path, PathBuf};
 
 /// Everything a training run needs.
@@ -43,6 +51,8 @@ pub struct Config {
     pub optim: OptimConfig,
     /// Training loop.
     pub train: TrainConfig,
+    /// Synchronization between trainers (see `shadowsync_actors::sync`).
+    pub sync: SyncConfig,
 }
 
 /// Where examples come from and how they are hashed.
@@ -215,6 +225,8 @@ pub struct TrainConfig {
     pub threads: usize,
     /// Seed of parameter initialization.
     pub seed: u64,
+    /// Trainers, each on its own 1/`trainers` of the data.
+    pub trainers: usize,
 }
 
 impl Default for TrainConfig {
@@ -224,6 +236,7 @@ impl Default for TrainConfig {
             eval_every: 250_000,
             threads: 1,
             seed: 0,
+            trainers: 1,
         }
     }
 }
@@ -258,6 +271,12 @@ impl Config {
         if self.train.batch_size == 0 {
             return Err(Error::config("train.batch_size", "must be at least 1"));
         }
+        if self.train.trainers == 0 {
+            return Err(Error::config("train.trainers", "must be at least 1"));
+        }
+        self.sync.validate()?;
+        let n = self.train.trainers;
+        GroupPlan::new(self.sync.schedule, n, self.sync.group_size_for(n))?;
         if self.train.threads == 0 {
             return Err(Error::config("train.threads", "must be at least 1"));
         }
@@ -357,6 +376,13 @@ mod tests {
             ("[data]\ntable_sizes = [1, 2]", "data.table_sizes"),
             ("[data]\ntrain = \"a.tsv\"", "data.test"),
             ("[model]\ntop_mlp = [0]", "model.top_mlp"),
+            ("[train]\ntrainers = 0", "train.trainers"),
+            (
+                "[train]\ntrainers = 4\n[sync]\ngroup_size = 3\nschedule = \"fixed\"",
+                "sync.group_size",
+            ),
+            ("[sync]\nalpha = 2.0", "sync.alpha"),
+            ("[sync]\nalgorithm = \"fr-ma:0\"", "sync.algorithm"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err().to_string();

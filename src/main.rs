@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use shadowsync::config::{Config, ModelKind, OptimizerKind};
 use shadowsync::data::{BadLinePolicy, SyntheticData, SyntheticSpec};
+use shadowsync::runtime::sync::{Algorithm, Schedule, WriteBack};
 use shadowsync::train::{self, EvalPoint, Observer, TrainReport};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -74,6 +75,37 @@ struct TrainArgs {
     /// Seed of parameter initialization.
     #[arg(long)]
     seed: Option<u64>,
+    /// Trainers, each on 1/N of the data.
+    #[arg(long)]
+    trainers: Option<usize>,
+    /// Synchronization: none, sync-sgd, fr-ma:K, fr-easgd:K, fr-bmuf:K, shadow-ma,
+    /// shadow-easgd, shadow-bmuf.
+    #[arg(long, value_parser = parse::<Algorithm>)]
+    sync: Option<Algorithm>,
+    /// Trainers per DS-Sync group (0 = all).
+    #[arg(long)]
+    group_size: Option<usize>,
+    /// Group schedule: global, fixed, alternating, random, hypercube.
+    #[arg(long, value_parser = parse::<Schedule>)]
+    schedule: Option<Schedule>,
+    /// Write-back of an average: overwrite or delta.
+    #[arg(long, value_parser = parse_write_back)]
+    write_back: Option<WriteBack>,
+    /// EASGD's elasticity α in (0, 1].
+    #[arg(long)]
+    alpha: Option<f32>,
+    /// Minimum milliseconds between two rounds of a shadow loop.
+    #[arg(long)]
+    min_interval_ms: Option<f64>,
+    /// Shards of the EASGD parameter server.
+    #[arg(long)]
+    server_shards: Option<usize>,
+    /// Simulated link latency in microseconds.
+    #[arg(long)]
+    link_latency_us: Option<f64>,
+    /// Simulated link bandwidth in Gbit/s (0 = unlimited).
+    #[arg(long)]
+    link_gbps: Option<f64>,
     /// Synthetic training rows (built-in data).
     #[arg(long)]
     rows: Option<u64>,
@@ -99,6 +131,21 @@ struct GenDataArgs {
     /// Seed of the planted model and rows.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+}
+
+fn parse<T: std::str::FromStr<Err = shadowsync::runtime::Error>>(text: &str) -> Result<T, String> {
+    text.parse()
+        .map_err(|e: shadowsync::runtime::Error| e.to_string())
+}
+
+fn parse_write_back(text: &str) -> Result<WriteBack, String> {
+    match text {
+        "overwrite" => Ok(WriteBack::Overwrite),
+        "delta" => Ok(WriteBack::Delta),
+        _ => Err(format!(
+            "{text:?} is not a write-back mode; expected overwrite or delta"
+        )),
+    }
 }
 
 impl TrainArgs {
@@ -130,7 +177,21 @@ impl TrainArgs {
             seed => train.seed,
             rows => data.synthetic.train_rows,
             test_rows => data.synthetic.test_rows,
+            trainers => train.trainers,
+            group_size => sync.group_size,
+            schedule => sync.schedule,
+            write_back => sync.write_back,
+            min_interval_ms => sync.min_interval_ms,
+            server_shards => sync.server_shards,
+            link_latency_us => sync.link.latency_us,
+            link_gbps => sync.link.bandwidth_gbps,
         );
+        if let Some(algorithm) = self.sync {
+            c.sync.algorithm = algorithm;
+        }
+        if self.alpha.is_some() {
+            c.sync.alpha = self.alpha;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -197,10 +258,31 @@ impl Observer for Progress {
 
 fn print_summary(report: &TrainReport) {
     let m = &report.final_metrics;
+    let cluster = &report.cluster;
     println!(
-        "trained {:?} on {} examples in {:.1} s: {:.0} examples/s (1 trainer)",
-        report.config.model.kind, report.examples, report.train_seconds, report.examples_per_sec
+        "trained {:?} on {} examples in {:.1} s: {:.0} examples/s ({} trainer{}, {})",
+        report.config.model.kind,
+        report.examples,
+        report.train_seconds,
+        report.examples_per_sec,
+        cluster.trainers,
+        if cluster.trainers == 1 { "" } else { "s" },
+        cluster.algorithm,
     );
+    if cluster.trainers > 1 && cluster.algorithm != Algorithm::None {
+        let n = cluster.trainer_stats.len() as f64;
+        let mean = |f: fn(&shadowsync::runtime::stats::TrainerStats) -> f64| {
+            cluster.trainer_stats.iter().map(f).sum::<f64>() / n
+        };
+        println!(
+            "sync: groups of {} ({:?}), {:.0} syncs per trainer, sync gap {:.1} steps, staleness {:.1} steps",
+            cluster.group_size,
+            report.config.sync.schedule,
+            mean(|s| s.syncs as f64),
+            mean(|s| s.mean_sync_gap),
+            mean(|s| s.mean_staleness),
+        );
+    }
     println!(
         "test ({} examples): NE {:.4}  AUC {:.4}  logloss {:.4}  calibration {:.3}",
         m.examples, m.ne, m.auc, m.logloss, m.calibration

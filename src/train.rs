@@ -1,11 +1,17 @@
-//! One trainer, one pass over the training data, evaluated on held-out data.
+//! A training run: N trainers, one pass over the training data, evaluated on
+//! held-out data.
 //!
 //! [`train`] resolves the data (files, or the built-in synthetic set), starts the
-//! [`Pipeline`], steps a [`CtrLearner`] through its shard, evaluates every
-//! `train.eval_every` examples and at the end, and returns a [`TrainReport`].
-//! A failure mid-run (a malformed line under `fail`, a read error) does not lose
-//! what was computed: the report keeps the history, the final evaluation of the
-//! model trained so far, and the error.
+//! [`Pipeline`] with one shard per trainer, builds one [`CtrLearner`] per trainer
+//! (all sharing one embedding table), runs them on the runtime's [`Cluster`] with
+//! the configured synchronization, evaluates the live model every
+//! `train.eval_every` examples (without stopping training) and at the end, and
+//! returns a [`TrainReport`]. The model evaluated is trainer 0's replica for
+//! `none`, EASGD's centre for `*-easgd`, and the mean of the replicas otherwise.
+//!
+//! A failure mid-run (a malformed line under `fail`, a read error) stops every
+//! trainer but loses nothing already computed: the report keeps the history, the
+//! final evaluation of the model trained so far, and the error.
 
 use crate::config::Config;
 use crate::data::{
@@ -16,12 +22,16 @@ use crate::metrics::{evaluate, Metrics};
 use crate::model::CtrLearner;
 use crate::Result;
 use serde::{Deserialize, Serialize};
-use shadowsync_actors::Learner;
+use shadowsync_actors::events::Event;
+use shadowsync_actors::sync::Algorithm;
+use shadowsync_actors::{Cluster, ClusterConfig, ClusterReport, Learner, ParamAlias};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Examples per evaluation batch.
 const EVAL_BATCH: usize = 8192;
+/// How often the progress (and the need for an evaluation) is checked.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
 /// One evaluation during training.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -70,6 +80,9 @@ pub struct TrainReport {
     pub final_metrics: Metrics,
     /// Why the run stopped early, if it did.
     pub error: Option<String>,
+    /// The runtime's figures: per-trainer examples/s, syncs, sync gap,
+    /// staleness, consensus distance over time.
+    pub cluster: ClusterReport,
 }
 
 /// Receives progress from a running training loop.
@@ -108,12 +121,58 @@ pub fn load_batches(
     Ok((batches, reader.stats().clone()))
 }
 
-/// Trains one model for one pass and evaluates it.
+/// Which model the evaluations score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FinalModel {
+    /// Trainer 0's replica (independent trainers: an average would mix unrelated models).
+    FirstReplica,
+    /// The mean of all replicas (what a last global sync gives).
+    Mean,
+}
+
+/// Scores dense parameters on the test set with the shared embedding table.
+struct Evaluator {
+    model: CtrLearner,
+    test: Vec<Batch>,
+    replicas: Vec<ParamAlias>,
+    which: FinalModel,
+}
+
+impl Evaluator {
+    /// Evaluates `dense` (flat parameters) on the test set.
+    fn evaluate(&self, dense: &[f32]) -> Result<Metrics> {
+        self.model.dense_params().load_from(dense)?;
+        let (predictions, labels) = self.model.predict_all(&self.test)?;
+        Ok(evaluate(&predictions, &labels))
+    }
+
+    /// The model the replicas make right now (read while they train).
+    fn live_model(&self) -> Result<Vec<f32>> {
+        let len = self.model.dense_params().numel();
+        let mut snapshot = vec![0f32; len];
+        let mut mean = vec![0f32; len];
+        let replicas = match self.which {
+            FinalModel::FirstReplica => &self.replicas[..1],
+            FinalModel::Mean => &self.replicas[..],
+        };
+        for replica in replicas {
+            replica.snapshot_into(&mut snapshot)?;
+            mean.iter_mut()
+                .zip(&snapshot)
+                .for_each(|(m, v)| *m += v / replicas.len() as f32);
+        }
+        Ok(mean)
+    }
+}
+
+/// Trains `config.train.trainers` replicas for one pass over the data (each on
+/// its shard, synchronized by `config.sync`) and evaluates the result.
 pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport> {
     config.validate()?;
     tch::set_num_threads(config.train.threads as i32);
     tch::manual_seed(config.train.seed as i64);
     let layout = config.table_layout()?;
+    let trainers = config.train.trainers;
 
     let (train_path, test_path, test_oracle, total) = match (&config.data.train, &config.data.test)
     {
@@ -139,59 +198,85 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         layout.clone(),
         &PipelineConfig {
             batch_size: config.train.batch_size,
-            shards: 1,
+            shards: trainers,
             policy: config.data.bad_lines,
             capacity: 64,
         },
     )?;
-    let shard = pipeline.take_shards().pop();
-    let mut learner = CtrLearner::new(&config.model, &config.optim, &layout, shard)?;
-
+    // One embedding table for all trainers, updated Hogwild-style.
+    let table = CtrLearner::new_table(&config.model, &config.optim, &layout)?;
+    let learners = pipeline
+        .take_shards()
+        .into_iter()
+        .map(|shard| {
+            CtrLearner::with_table(&config.model, &config.optim, table.share(), Some(shard))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let evaluator = Evaluator {
+        model: CtrLearner::with_table(&config.model, &config.optim, table.share(), None)?,
+        test: test_batches,
+        replicas: learners
+            .iter()
+            .map(|l| ParamAlias::new(l.dense_params()))
+            .collect::<shadowsync_actors::Result<_>>()?,
+        which: match config.sync.algorithm {
+            Algorithm::None => FinalModel::FirstReplica,
+            _ => FinalModel::Mean,
+        },
+    };
+    let cluster_config = ClusterConfig {
+        sync: config.sync.clone(),
+        intra_op_threads: config.train.threads,
+        ..ClusterConfig::default()
+    };
+    let cluster = Cluster::start(cluster_config, learners)?;
+    let events = cluster.subscribe();
+    let started = Instant::now();
     observer.started(total);
-    let mut examples = 0u64;
-    let mut steps = 0u64;
-    let mut train_seconds = 0.0;
+
     let mut history = Vec::new();
     let mut next_eval = config.train.eval_every;
-    let mut error = None;
-    let evaluate_now =
-        |learner: &CtrLearner, examples: u64, train_seconds: f64| -> Result<EvalPoint> {
-            let (predictions, labels) = learner.predict_all(&test_batches)?;
-            Ok(EvalPoint {
-                examples,
-                train_seconds,
-                metrics: evaluate(&predictions, &labels),
-            })
-        };
     loop {
-        let started = Instant::now();
-        let outcome = learner.step();
-        train_seconds += started.elapsed().as_secs_f64();
-        match outcome {
-            Ok(Some(step)) => {
-                examples += step.examples as u64;
-                steps += 1;
-                observer.progressed(examples);
-            }
-            Ok(None) => break,
-            Err(e) => {
-                error = Some(e.to_string());
-                break;
-            }
+        std::thread::sleep(PROGRESS_EVERY);
+        if events
+            .try_iter()
+            .any(|e| matches!(e, Event::TrainerFailed { .. }))
+        {
+            cluster.stop(); // a failed shard ends the run, as one trainer would
         }
-        if config.train.eval_every > 0 && examples >= next_eval {
+        let stats = cluster.stats();
+        let examples: u64 = stats.iter().map(|s| s.examples).sum();
+        observer.progressed(examples);
+        if config.train.eval_every > 0 && examples >= next_eval && !stats.iter().all(|s| s.finished)
+        {
             next_eval += config.train.eval_every;
-            let point = evaluate_now(&learner, examples, train_seconds)?;
+            let metrics = evaluator.evaluate(&evaluator.live_model()?)?;
+            let point = EvalPoint {
+                examples,
+                train_seconds: started.elapsed().as_secs_f64(),
+                metrics,
+            };
             observer.evaluated(&point);
             history.push(point);
         }
+        if stats.iter().all(|s| s.finished) {
+            break;
+        }
     }
+    let outcome = cluster.wait()?;
     let train_read = pipeline.finish()?;
-    let last = evaluate_now(&learner, examples, train_seconds)?;
-    if history.last().map(|p| p.examples) != Some(examples) {
-        observer.evaluated(&last);
-        history.push(last);
-    }
+    let cluster_report = outcome.report;
+    let final_dense = match (&outcome.center, evaluator.which) {
+        (Some(center), _) => center.clone(),
+        _ => evaluator.live_model()?,
+    };
+    let last = EvalPoint {
+        examples: cluster_report.examples,
+        train_seconds: cluster_report.seconds,
+        metrics: evaluator.evaluate(&final_dense)?,
+    };
+    observer.evaluated(&last);
+    history.push(last);
     Ok(TrainReport {
         config: config.clone(),
         data: DataSummary {
@@ -201,12 +286,13 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
             test_read,
             test_oracle,
         },
-        examples,
-        steps,
-        train_seconds,
-        examples_per_sec: examples as f64 / train_seconds.max(1e-9),
+        examples: cluster_report.examples,
+        steps: cluster_report.trainer_stats.iter().map(|s| s.steps).sum(),
+        train_seconds: cluster_report.seconds,
+        examples_per_sec: cluster_report.examples_per_sec,
         history,
         final_metrics: last.metrics,
-        error,
+        error: cluster_report.errors.first().cloned(),
+        cluster: cluster_report,
     })
 }

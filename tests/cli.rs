@@ -56,7 +56,8 @@ fn train_from_a_config_file_writes_json_results_and_a_summary() {
     assert_eq!(json["examples"], 6000);
     assert_eq!(json["config"]["train"]["batch_size"], 256); // the flag overrode the file
     assert_eq!(json["config"]["model"]["kind"], "deepfm");
-    assert_eq!(json["history"].as_array().unwrap().len(), 2);
+    assert!(!json["history"].as_array().unwrap().is_empty());
+    assert_eq!(json["cluster"]["trainers"], 1);
     assert!(json["final_metrics"]["ne"].as_f64().unwrap() > 0.0);
 }
 

@@ -36,7 +36,8 @@ fn logistic_regression_learns_the_planted_model() {
     let report = train(&c, &mut ()).unwrap();
     assert_eq!(report.examples, 40_000);
     assert_eq!(report.steps, 40_000_u64.div_ceil(128));
-    assert_eq!(report.history.len(), 2);
+    // Live evaluations depend on timing; the final one is always there.
+    assert_eq!(report.history.last().unwrap().examples, 40_000);
     assert!(report.examples_per_sec > 0.0);
     let m = report.final_metrics;
     let oracle = report.data.test_oracle.unwrap();

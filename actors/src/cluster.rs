@@ -41,6 +41,8 @@ pub struct ClusterConfig {
     pub chunk_ms: u64,
     /// Milliseconds between two consensus-distance samples (0 = none).
     pub consensus_every_ms: u64,
+    /// libtorch intra-op threads of each trainer.
+    pub intra_op_threads: usize,
 }
 
 impl Default for ClusterConfig {
@@ -49,6 +51,7 @@ impl Default for ClusterConfig {
             sync: SyncConfig::default(),
             chunk_ms: 20,
             consensus_every_ms: 500,
+            intra_op_threads: 1,
         }
     }
 }
@@ -195,6 +198,7 @@ impl<L: Learner> Cluster<L> {
         let (shadow_exit_tx, shadow_exits) = bounded(n);
         let (ready_tx, ready_rx) = bounded(1);
         let chunk = Duration::from_millis(config.chunk_ms.max(1));
+        let threads = config.intra_op_threads.max(1);
         let min_interval = Duration::from_secs_f64(sync.min_interval_ms / 1000.0);
         let system_thread = {
             let events = events.clone();
@@ -214,6 +218,8 @@ impl<L: Learner> Cluster<L> {
                                 TrainerActor::start_in_arbiter(
                                     &Arbiter::new().handle(),
                                     move |_| {
+                                        // OpenMP teams are per thread: size this one.
+                                        tch::set_num_threads(threads as i32);
                                         TrainerActor::new(core, chunk, exits, events, on_finish)
                                     },
                                 )
@@ -223,6 +229,7 @@ impl<L: Learner> Cluster<L> {
                             let (events, exits, stop) =
                                 (events.clone(), shadow_exit_tx.clone(), Arc::clone(&stop));
                             ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                                tch::set_num_threads(1);
                                 ShadowActor::new(trainer, shadow, min_interval, events, exits, stop)
                             });
                         }
@@ -239,7 +246,10 @@ impl<L: Learner> Cluster<L> {
         let monitor = (config.consensus_every_ms > 0).then(|| {
             let every = Duration::from_millis(config.consensus_every_ms);
             let stop = Arc::clone(&stop);
-            std::thread::spawn(move || sample_consensus(&monitor_replicas, every, &stop, started))
+            std::thread::spawn(move || {
+                tch::set_num_threads(1);
+                sample_consensus(&monitor_replicas, every, &stop, started)
+            })
         });
         Ok(Self {
             inner: Arc::new(Inner {

@@ -97,6 +97,7 @@ fn config(algorithm: &str) -> ClusterConfig {
         },
         chunk_ms: 5,
         consensus_every_ms: 50,
+        intra_op_threads: 1,
     }
 }
 

@@ -151,7 +151,9 @@ pub struct SyncConfig {
     pub nesterov: bool,
     /// Shards of the EASGD parameter server.
     pub server_shards: usize,
-    /// Minimum time between two rounds of a shadow loop, in milliseconds.
+    /// Minimum time between two rounds of a shadow loop, in milliseconds. A
+    /// shadow loop must never spin: on one machine without a (simulated) network
+    /// to pace it, back-to-back rounds would take the trainers' CPU.
     pub min_interval_ms: f64,
     /// The simulated network.
     pub link: LinkModel,
@@ -170,7 +172,7 @@ impl Default for SyncConfig {
             zeta: 1.0,
             nesterov: false,
             server_shards: 1,
-            min_interval_ms: 0.0,
+            min_interval_ms: 20.0,
             link: LinkModel::default(),
         }
     }

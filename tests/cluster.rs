@@ -1,0 +1,61 @@
+//! Several trainers on CTR data through the runtime: quality against one trainer
+//! and against no synchronization.
+
+use shadowsync::config::{Config, ModelKind, OptimizerKind};
+use shadowsync::train::{train, TrainReport};
+use std::path::Path;
+
+fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
+    let mut c = Config::default();
+    c.data.synthetic.train_rows = 160_000;
+    c.data.synthetic.test_rows = 20_000;
+    c.data.synthetic.seed = 3;
+    c.data.synthetic.dir = Some(dir.to_path_buf());
+    c.data.table_size = 20_000;
+    c.model.kind = ModelKind::Deepfm;
+    c.model.embedding_dim = 8;
+    c.model.deep_mlp = vec![64, 64];
+    c.optim.dense = OptimizerKind::Adagrad;
+    c.optim.dense_lr = 0.02;
+    c.optim.sparse = OptimizerKind::Adagrad;
+    c.optim.sparse_lr = 0.05;
+    c.train.eval_every = 0;
+    c.train.trainers = trainers;
+    c.sync.algorithm = algorithm.parse().unwrap();
+    c.sync.min_interval_ms = 5.0;
+    c
+}
+
+fn run(dir: &Path, trainers: usize, algorithm: &str) -> TrainReport {
+    let report = train(&config(dir, trainers, algorithm), &mut ()).unwrap();
+    assert!(report.error.is_none(), "{algorithm}: {:?}", report.error);
+    assert_eq!(
+        report.examples, 160_000,
+        "{algorithm}: one pass, every example once"
+    );
+    report
+}
+
+#[test]
+fn four_shadow_ma_trainers_match_one_trainer_and_beat_no_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = run(dir.path(), 1, "none").final_metrics.ne;
+    let none = run(dir.path(), 4, "none").final_metrics.ne;
+    let shadow = run(dir.path(), 4, "shadow-ma");
+    let shadow_ne = shadow.final_metrics.ne;
+    eprintln!("test NE: one trainer {single:.4}, 4 × none {none:.4}, 4 × shadow-ma {shadow_ne:.4}");
+    assert!(
+        (shadow_ne - single).abs() <= 0.005,
+        "shadow-ma NE {shadow_ne:.4} vs one trainer {single:.4}"
+    );
+    assert!(
+        shadow_ne < none,
+        "shadow-ma NE {shadow_ne:.4} vs none {none:.4}"
+    );
+    let stats = &shadow.cluster.trainer_stats;
+    assert_eq!(stats.len(), 4);
+    assert!(
+        stats.iter().all(|s| s.syncs > 0 && s.examples >= 39_000),
+        "{stats:?}"
+    );
+}
