@@ -25,7 +25,7 @@ struct Cli {
 enum Command {
     /// Train a model for one pass and evaluate it (built-in synthetic data unless
     /// --train/--test are given).
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Write synthetic Criteo-format data labelled by a planted model.
     GenData(GenDataArgs),
 }
