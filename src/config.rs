@@ -367,6 +367,26 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_sync_section_parses() {
+        let c = parse(
+            "[train]\ntrainers = 4\n[sync]\nalgorithm = \"shadow-ma\"\ngroup_size = 2\n\
+             schedule = \"random\"\nseed = 0\nwrite_back = \"delta\"\nmin_interval_ms = 20.0\n\
+             server_shards = 1\nlink = { latency_us = 200.0, bandwidth_gbps = 1.0 }\n",
+        )
+        .unwrap();
+        assert_eq!(c.sync.algorithm.to_string(), "shadow-ma");
+        assert_eq!((c.sync.group_size, c.train.trainers), (2, 4));
+        assert_eq!(
+            (c.sync.link.latency_us, c.sync.link.bandwidth_gbps),
+            (200.0, 1.0)
+        );
+        let e = parse("[sync]\nschedule = \"ring\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schedule"), "{e}");
+    }
+
+    #[test]
     fn out_of_range_values_name_the_key() {
         let cases = [
             ("[optim]\ndense_lr = -0.1", "optim.dense_lr"),

@@ -93,6 +93,9 @@ pub trait Observer {
     fn progressed(&mut self, _examples: u64) {}
     /// An evaluation finished.
     fn evaluated(&mut self, _point: &EvalPoint) {}
+    /// The trainers' cluster started; `events` receives what happens in it
+    /// (every sync written back, every trainer finishing).
+    fn cluster_started(&mut self, _events: crossbeam_channel::Receiver<Event>) {}
 }
 
 /// An observer that ignores everything.
@@ -232,6 +235,7 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
     let cluster = Cluster::start(cluster_config, learners)?;
     let events = cluster.subscribe();
     let started = Instant::now();
+    observer.cluster_started(cluster.subscribe());
     observer.started(total);
 
     let mut history = Vec::new();

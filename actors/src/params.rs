@@ -113,26 +113,14 @@ impl FlatParams {
 
     /// Copies the parameters out into `out` (length [`FlatParams::numel`]).
     pub fn copy_to(&self, out: &mut [f32]) -> Result<()> {
-        if out.len() != self.numel() {
-            return Err(Error::Layout(format!(
-                "snapshot has {} values, parameters have {}",
-                out.len(),
-                self.numel()
-            )));
-        }
+        self.check_len(out.len())?;
         self.values.f_copy_data(out, out.len())?;
         Ok(())
     }
 
     /// Overwrites the parameters with `src` (length [`FlatParams::numel`]).
     pub fn load_from(&self, src: &[f32]) -> Result<()> {
-        if src.len() != self.numel() {
-            return Err(Error::Layout(format!(
-                "source has {} values, parameters have {}",
-                src.len(),
-                self.numel()
-            )));
-        }
+        self.check_len(src.len())?;
         let src = Tensor::f_from_slice(src)?;
         tch::no_grad(|| self.values.shallow_clone().f_copy_(&src)).map(drop)?;
         Ok(())

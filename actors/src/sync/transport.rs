@@ -2,15 +2,18 @@
 //!
 //! [`mesh`] makes one [`Endpoint`] per trainer, connected all-to-all by bounded
 //! crossbeam channels. A payload is an `Arc<[f32]>`: sending it to the `m − 1`
-//! other members of a group copies nothing. [`Endpoint::group_mean`] sends this
-//! trainer's payload to its group, waits for the others' payloads of the same
-//! round, and returns the mean. Payloads of later rounds that arrive early are
-//! kept for later; no lock is shared between trainers.
+//! other members of a group copies nothing. [`Endpoint::group_mean`] is a
+//! reduce-scatter then all-gather, as a ring all-reduce does: each member averages
+//! only its 1/m slice of the vector over the group's payloads and sends the result
+//! to the others, so the work per member stays one pass over the vector whatever
+//! the group size. Messages of later rounds or phases that arrive early are kept
+//! for later; no lock is shared between trainers.
 //!
 //! A [`LinkModel`] simulates the network a real cluster has: each message is
 //! delivered `latency + bytes / bandwidth` after it is sent (messages leaving one
-//! endpoint in one round are serialized, as on one NIC), optionally slower on one
-//! trainer's link. The receiver really waits until delivery time, so the cost
+//! endpoint in one phase are serialized, as on one NIC), optionally slower on one
+//! trainer's link. The bytes counted are those a real reduce-scatter/all-gather
+//! moves: `2 (m − 1) / m` of the vector per member and round. The receiver really waits until delivery time, so the cost
 //! lands where a real network would put it.
 
 use crate::{Error, Result};
@@ -59,10 +62,20 @@ impl LinkModel {
     }
 }
 
+/// The two phases of a group mean (reduce-scatter, then all-gather).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// A member's whole payload; each receiver reads only its own slice of it.
+    Scatter,
+    /// A member's reduced slice: the group mean over its part of the vector.
+    Gather,
+}
+
 /// A payload in flight.
 #[derive(Debug, Clone)]
 struct Message {
     round: u64,
+    phase: Phase,
     from: usize,
     data: Arc<[f32]>,
     deliver_at: Instant,
@@ -83,9 +96,10 @@ pub struct Endpoint {
 /// Connects `n` endpoints all-to-all; raising `stop` makes every pending
 /// collective return `Ok(None)` promptly.
 pub fn mesh(n: usize, link: LinkModel, stop: Arc<AtomicBool>) -> Vec<Endpoint> {
-    // A trainer is never more than a few rounds ahead of a peer; n·4 slots are
-    // room for that while still bounding memory.
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| bounded(4 * n.max(1))).unzip();
+    // A round puts at most 2(n − 1) messages in an inbox and a trainer is never
+    // more than a round or two ahead of a peer: 8n slots are room for that while
+    // still bounding memory.
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| bounded(8 * n.max(1))).unzip();
     receivers
         .into_iter()
         .enumerate()
@@ -132,59 +146,101 @@ impl Endpoint {
         group: &[usize],
         data: &[f32],
     ) -> Result<Option<Vec<f32>>> {
-        if !group.contains(&self.id) {
+        let Some(me) = group.iter().position(|&t| t == self.id) else {
             return Err(Error::Layout(format!(
                 "trainer {} is not in its group {group:?}",
                 self.id
             )));
-        }
+        };
         if self.stopped() {
             return Ok(None);
         }
+        let m = group.len();
+        let len = data.len();
+        // Reduce-scatter: every member gets every payload (shared, not copied)
+        // and averages only its own slice of the vector ...
         let payload: Arc<[f32]> = Arc::from(data);
-        let bytes = std::mem::size_of_val(data);
+        if !self.broadcast(round, Phase::Scatter, group, &payload, |k| {
+            slice(len, m, k).len()
+        })? {
+            return Ok(None);
+        }
+        let Some(payloads) = self.collect(round, Phase::Scatter, group)? else {
+            return Ok(None);
+        };
+        let mine = slice(len, m, me);
+        let mut reduced: Vec<f32> = data[mine.clone()].to_vec();
+        for message in &payloads {
+            let theirs = message
+                .data
+                .get(mine.clone())
+                .filter(|_| message.data.len() == len);
+            let Some(theirs) = theirs else {
+                return Err(Error::Layout(format!(
+                    "trainer {} sent {} values, trainer {} has {len}",
+                    message.from,
+                    message.data.len(),
+                    self.id
+                )));
+            };
+            reduced.iter_mut().zip(theirs).for_each(|(r, x)| *r += x);
+        }
+        let scale = 1.0 / m as f32;
+        reduced.iter_mut().for_each(|r| *r *= scale);
+        // ... then all-gather: every member sends its reduced slice to the others.
+        let reduced: Arc<[f32]> = Arc::from(reduced);
+        let reduced_len = reduced.len();
+        if !self.broadcast(round, Phase::Gather, group, &reduced, |_| reduced_len)? {
+            return Ok(None);
+        }
+        let Some(slices) = self.collect(round, Phase::Gather, group)? else {
+            return Ok(None);
+        };
+        let mut mean = vec![0f32; len];
+        mean[mine].copy_from_slice(&reduced);
+        for message in &slices {
+            let k = group.iter().position(|&t| t == message.from).unwrap_or(me);
+            let range = slice(len, m, k);
+            if message.data.len() != range.len() {
+                return Err(Error::Layout(format!(
+                    "trainer {} sent a slice of the wrong length",
+                    message.from
+                )));
+            }
+            mean[range].copy_from_slice(&message.data);
+        }
+        Ok(Some(mean))
+    }
+
+    /// Sends `payload` to every other member of `group`; the simulated link
+    /// carries `wire_values(k)` values to the `k`-th member (what a real
+    /// reduce-scatter / all-gather would send). `Ok(false)` once stopped.
+    fn broadcast(
+        &self,
+        round: u64,
+        phase: Phase,
+        group: &[usize],
+        payload: &Arc<[f32]>,
+        wire_values: impl Fn(usize) -> usize,
+    ) -> Result<bool> {
         let mut clock = Instant::now();
-        for &peer in group.iter().filter(|&&p| p != self.id) {
+        for (k, &peer) in group.iter().enumerate().filter(|&(_, &p)| p != self.id) {
+            let bytes = wire_values(k) * std::mem::size_of::<f32>();
             // Messages leaving one endpoint go out one after another.
             clock += self.link.wire_time(self.id, peer, bytes);
             let message = Message {
                 round,
+                phase,
                 from: self.id,
-                data: Arc::clone(&payload),
+                data: Arc::clone(payload),
                 deliver_at: clock,
             };
             if !self.send(peer, message)? {
-                return Ok(None);
+                return Ok(false);
             }
             self.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
         }
-        let Some(received) = self.collect(round, group)? else {
-            return Ok(None);
-        };
-        if let Some(latest) = received.iter().map(|m| m.deliver_at).max() {
-            let now = Instant::now();
-            if latest > now {
-                std::thread::sleep(latest - now);
-            }
-        }
-        let mut mean: Vec<f32> = data.to_vec();
-        for message in &received {
-            if message.data.len() != mean.len() {
-                return Err(Error::Layout(format!(
-                    "trainer {} sent {} values, trainer {} has {}",
-                    message.from,
-                    message.data.len(),
-                    self.id,
-                    mean.len()
-                )));
-            }
-            mean.iter_mut()
-                .zip(message.data.iter())
-                .for_each(|(m, x)| *m += x);
-        }
-        let scale = 1.0 / group.len() as f32;
-        mean.iter_mut().for_each(|m| *m *= scale);
-        Ok(Some(mean))
+        Ok(true)
     }
 
     fn send(&self, peer: usize, mut message: Message) -> Result<bool> {
@@ -203,13 +259,20 @@ impl Endpoint {
         }
     }
 
-    /// Waits for the payloads of `round` from every other member of `group`.
-    fn collect(&mut self, round: u64, group: &[usize]) -> Result<Option<Vec<Message>>> {
+    /// Waits for the `phase` messages of `round` from every other member of
+    /// `group`, until their simulated delivery time.
+    fn collect(
+        &mut self,
+        round: u64,
+        phase: Phase,
+        group: &[usize],
+    ) -> Result<Option<Vec<Message>>> {
         let wanted = group.len() - 1;
+        let fits = |m: &Message| m.round == round && m.phase == phase && group.contains(&m.from);
         let mut received = Vec::with_capacity(wanted);
         let mut i = 0;
         while i < self.early.len() {
-            if self.early[i].round == round && group.contains(&self.early[i].from) {
+            if fits(&self.early[i]) {
                 received.push(self.early.swap_remove(i));
             } else {
                 i += 1;
@@ -217,8 +280,8 @@ impl Endpoint {
         }
         while received.len() < wanted {
             match self.inbox.recv_timeout(POLL) {
-                Ok(m) if m.round == round && group.contains(&m.from) => received.push(m),
-                Ok(m) if m.round > round => self.early.push(m),
+                Ok(m) if fits(&m) => received.push(m),
+                Ok(m) if m.round >= round => self.early.push(m),
                 Ok(m) => {
                     return Err(Error::Layout(format!(
                         "trainer {} got a round-{} payload from trainer {} while in round {round}",
@@ -229,8 +292,20 @@ impl Endpoint {
                 Err(_) => return Ok(None),
             }
         }
+        if let Some(latest) = received.iter().map(|m| m.deliver_at).max() {
+            let now = Instant::now();
+            if latest > now {
+                std::thread::sleep(latest - now);
+            }
+        }
         Ok(Some(received))
     }
+}
+
+/// The `k`-th of `m` near-equal contiguous slices of `0..len`.
+fn slice(len: usize, m: usize, k: usize) -> std::ops::Range<usize> {
+    let per = len.div_ceil(m.max(1));
+    (k * per).min(len)..((k + 1) * per).min(len)
 }
 
 #[cfg(test)]
@@ -278,6 +353,35 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn uneven_and_empty_slices_assemble_the_exact_mean() {
+        for (n, len) in [(3usize, 7usize), (4, 2), (5, 13)] {
+            let endpoints = mesh(n, LinkModel::default(), Arc::new(AtomicBool::new(false)));
+            let group: Vec<usize> = (0..n).collect();
+            let means: Vec<Vec<f32>> = std::thread::scope(|s| {
+                let handles: Vec<_> = endpoints
+                    .into_iter()
+                    .map(|mut ep| {
+                        let group = group.clone();
+                        s.spawn(move || {
+                            let data: Vec<f32> = (0..len).map(|j| (ep.id() * 100 + j) as f32).collect();
+                            ep.group_mean(0, &group, &data).unwrap().unwrap()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let expected: Vec<f32> = (0..len)
+                .map(|j| (0..n).map(|i| (i * 100 + j) as f32).sum::<f32>() / n as f32)
+                .collect();
+            for mean in means {
+                assert_eq!(mean, expected, "n={n} len={len}");
+            }
+        }
+        assert_eq!(slice(7, 3, 2), 6..7);
+        assert_eq!(slice(2, 4, 3), 2..2);
     }
 
     #[test]

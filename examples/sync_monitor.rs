@@ -1,0 +1,97 @@
+//! A custom component plugged into a running cluster: a monitor that consumes the
+//! cluster's event stream (every sync written back, every trainer finishing) on
+//! its own thread and reports, once a second, each trainer's sync rate and the
+//! worst staleness seen — the kind of watchdog a user writes for their own setup.
+//!
+//! ```sh
+//! cargo run --release --example sync_monitor
+//! ```
+
+use shadowsync::config::Config;
+use shadowsync::runtime::events::Event;
+use shadowsync::runtime::sync::LinkModel;
+use shadowsync::train::{train, Observer};
+use std::time::{Duration, Instant};
+
+/// Passes the cluster's event stream to the monitor when training starts.
+struct HandOver(crossbeam_channel::Sender<crossbeam_channel::Receiver<Event>>);
+
+impl Observer for HandOver {
+    fn cluster_started(&mut self, events: crossbeam_channel::Receiver<Event>) {
+        let _ = self.0.send(events);
+    }
+}
+
+/// Per-trainer tallies of the event stream.
+#[derive(Default)]
+struct Monitor {
+    syncs: Vec<u64>,
+    worst_staleness: Vec<u64>,
+    finished: usize,
+}
+
+impl Monitor {
+    fn observe(&mut self, event: &Event) {
+        match *event {
+            Event::Synced {
+                trainer, staleness, ..
+            } => {
+                if self.syncs.len() <= trainer {
+                    self.syncs.resize(trainer + 1, 0);
+                    self.worst_staleness.resize(trainer + 1, 0);
+                }
+                self.syncs[trainer] += 1;
+                self.worst_staleness[trainer] = self.worst_staleness[trainer].max(staleness);
+            }
+            Event::TrainerFinished { .. } | Event::TrainerFailed { .. } => self.finished += 1,
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut config = Config::default();
+    config.data.synthetic.train_rows = 200_000;
+    config.data.synthetic.test_rows = 20_000;
+    config.train.trainers = 4;
+    config.train.eval_every = 0;
+    config.sync.algorithm = "shadow-ma".parse()?;
+    // A slow simulated network: 1 Gbit/s, 200 µs, and trainer 3 on a 4× slower link.
+    config.sync.link = LinkModel {
+        latency_us: 200.0,
+        bandwidth_gbps: 1.0,
+        slow_trainer: Some(3),
+        slow_factor: 4.0,
+    };
+
+    // The training run on its own thread; its observer hands the cluster's event
+    // stream over to the monitor.
+    let (events_tx, events_rx) = crossbeam_channel::bounded(1);
+    let run = std::thread::spawn(move || train(&config, &mut HandOver(events_tx)));
+    let events = events_rx.recv()?;
+    let mut monitor = Monitor::default();
+    let mut last_report = Instant::now();
+    while monitor.finished < 4 {
+        if let Ok(event) = events.recv_timeout(Duration::from_millis(100)) {
+            monitor.observe(&event);
+        }
+        if last_report.elapsed() >= Duration::from_secs(1) {
+            last_report = Instant::now();
+            println!(
+                "syncs per trainer {:?}, worst staleness {:?}",
+                monitor.syncs, monitor.worst_staleness
+            );
+        }
+    }
+    let report = run
+        .join()
+        .map_err(|_| anyhow::anyhow!("the training thread panicked"))??;
+    println!(
+        "done: {} examples, test NE {:.4}",
+        report.examples, report.final_metrics.ne
+    );
+    println!(
+        "final syncs per trainer {:?}, worst staleness {:?}",
+        monitor.syncs, monitor.worst_staleness
+    );
+    Ok(())
+}
