@@ -3,6 +3,14 @@
 use shadowsync::config::{Config, ModelKind, OptimizerKind};
 use shadowsync::train::{train, TrainReport};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// libtorch's random generator is process-wide: tests that seed it and then
+/// initialize models must not interleave, or determinism cannot be checked.
+fn exclusive() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn shared(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -30,6 +38,7 @@ fn lr_adagrad(c: &mut Config) {
 
 #[test]
 fn logistic_regression_learns_the_planted_model() {
+    let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let mut c = synthetic_config(dir.path(), 40_000);
     lr_adagrad(&mut c);
@@ -58,6 +67,7 @@ fn logistic_regression_learns_the_planted_model() {
 
 #[test]
 fn training_is_deterministic_for_a_seed() {
+    let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let mut c = synthetic_config(dir.path(), 8_000);
     lr_adagrad(&mut c);
@@ -68,6 +78,7 @@ fn training_is_deterministic_for_a_seed() {
 
 #[test]
 fn every_model_trains_on_the_real_criteo_rows() {
+    let _serial = exclusive();
     for kind in [ModelKind::Lr, ModelKind::Dlrm, ModelKind::Deepfm] {
         let mut c = Config::default();
         c.model.kind = kind;
@@ -88,6 +99,7 @@ fn every_model_trains_on_the_real_criteo_rows() {
 
 #[test]
 fn a_bad_line_mid_run_keeps_what_was_computed() {
+    let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let mut c = synthetic_config(dir.path(), 4_000);
     c.model.kind = ModelKind::Lr;

@@ -366,7 +366,8 @@ mod tests {
                     .map(|mut ep| {
                         let group = group.clone();
                         s.spawn(move || {
-                            let data: Vec<f32> = (0..len).map(|j| (ep.id() * 100 + j) as f32).collect();
+                            let data: Vec<f32> =
+                                (0..len).map(|j| (ep.id() * 100 + j) as f32).collect();
                             ep.group_mean(0, &group, &data).unwrap().unwrap()
                         })
                     })
