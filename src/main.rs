@@ -219,12 +219,12 @@ impl Observer for Progress {
         self.bar = match total {
             Some(n) => ProgressBar::new(n).with_style(
                 ProgressStyle::with_template(
-                    "{bar:40} {human_pos}/{human_len} examples  {per_sec}  eta {eta}  {msg}",
+                    "{bar:40} {human_pos}/{human_len} examples  {prefix}  eta {eta}  {msg}",
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             ),
             None => ProgressBar::new_spinner().with_style(
-                ProgressStyle::with_template("{spinner} {human_pos} examples  {per_sec}  {msg}")
+                ProgressStyle::with_template("{spinner} {human_pos} examples  {prefix}  {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             ),
         };
@@ -232,10 +232,11 @@ impl Observer for Progress {
     }
 
     fn progressed(&mut self, examples: u64) {
+        let rate = examples as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
         self.bar.set_position(examples);
+        self.bar.set_prefix(format!("{rate:.0} examples/s"));
         if self.bar.is_hidden() && self.last_log.elapsed() >= Duration::from_secs(5) {
             self.last_log = Instant::now();
-            let rate = examples as f64 / self.started.elapsed().as_secs_f64();
             tracing::info!(examples, examples_per_sec = rate.round(), "training");
         }
     }

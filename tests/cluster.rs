@@ -22,7 +22,7 @@ fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     c.train.eval_every = 0;
     c.train.trainers = trainers;
     c.sync.algorithm = algorithm.parse().unwrap();
-    c.sync.min_interval_ms = 5.0;
+    c.sync.min_interval_ms = 0.0;
     c
 }
 

