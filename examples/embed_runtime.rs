@@ -32,14 +32,12 @@ fn main() -> anyhow::Result<()> {
         capacity: 64,
     };
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &pipeline_config)?;
-    let table = CtrLearner::new_table(&config.model, &config.optim, &layout)?;
-    let learners = pipeline
-        .take_shards()
-        .into_iter()
-        .map(|shard| {
-            CtrLearner::with_table(&config.model, &config.optim, table.share(), Some(shard))
-        })
-        .collect::<shadowsync::Result<Vec<_>>>()?;
+    let learners = CtrLearner::replicas(
+        &config.model,
+        &config.optim,
+        &layout,
+        pipeline.take_shards(),
+    )?;
 
     let mut cluster_config = ClusterConfig::default();
     cluster_config.sync.algorithm = "shadow-bmuf".parse()?;

@@ -20,7 +20,7 @@ use crate::data::{
 };
 use crate::metrics::{evaluate, Metrics};
 use crate::model::CtrLearner;
-use crate::Result;
+use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::events::Event;
 use shadowsync_actors::sync::Algorithm;
@@ -206,17 +206,18 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
             capacity: 64,
         },
     )?;
-    // One embedding table for all trainers, updated Hogwild-style.
-    let table = CtrLearner::new_table(&config.model, &config.optim, &layout)?;
-    let learners = pipeline
-        .take_shards()
-        .into_iter()
-        .map(|shard| {
-            CtrLearner::with_table(&config.model, &config.optim, table.share(), Some(shard))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let learners = CtrLearner::replicas(
+        &config.model,
+        &config.optim,
+        &layout,
+        pipeline.take_shards(),
+    )?;
+    let shared_table = learners
+        .first()
+        .map(|l| l.table().share())
+        .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
     let evaluator = Evaluator {
-        model: CtrLearner::with_table(&config.model, &config.optim, table.share(), None)?,
+        model: CtrLearner::with_table(&config.model, &config.optim, shared_table, None)?,
         test: test_batches,
         replicas: learners
             .iter()

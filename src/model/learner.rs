@@ -47,6 +47,21 @@ impl CtrLearner {
         EmbeddingTable::new(layout, width, optim.sparse, optim.sparse_lr)
     }
 
+    /// One learner per data shard, all sharing one fresh embedding table
+    /// (updated Hogwild-style): the replicas of a multi-trainer run.
+    pub fn replicas(
+        model: &ModelConfig,
+        optim: &OptimConfig,
+        layout: &TableLayout,
+        shards: Vec<Receiver<Result<Batch>>>,
+    ) -> Result<Vec<Self>> {
+        let table = Self::new_table(model, optim, layout)?;
+        shards
+            .into_iter()
+            .map(|shard| Self::with_table(model, optim, table.share(), Some(shard)))
+            .collect()
+    }
+
     /// A fresh model using `table` (for example one shared with other trainers).
     pub fn with_table(
         model: &ModelConfig,
