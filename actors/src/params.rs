@@ -81,16 +81,26 @@ impl FlatParams {
 
     /// Copies the gradient out into `out` (length [`FlatParams::numel`]).
     pub fn copy_grad_to(&self, out: &mut [f32]) -> Result<()> {
-        self.check_len(out.len())?;
-        self.grad.f_copy_data(out, out.len())?;
-        Ok(())
+        self.read(&self.grad, out)
     }
 
     /// Overwrites the gradient with `src` (length [`FlatParams::numel`]).
     pub fn load_grad_from(&self, src: &[f32]) -> Result<()> {
+        self.write(&self.grad, src)
+    }
+
+    /// Copies `buffer` (the values or the gradient) out into `out`.
+    fn read(&self, buffer: &Tensor, out: &mut [f32]) -> Result<()> {
+        self.check_len(out.len())?;
+        buffer.f_copy_data(out, out.len())?;
+        Ok(())
+    }
+
+    /// Overwrites `buffer` (the values or the gradient) with `src`.
+    fn write(&self, buffer: &Tensor, src: &[f32]) -> Result<()> {
         self.check_len(src.len())?;
         let src = Tensor::f_from_slice(src)?;
-        tch::no_grad(|| self.grad.shallow_clone().f_copy_(&src))?;
+        tch::no_grad(|| buffer.shallow_clone().f_copy_(&src))?;
         Ok(())
     }
 
@@ -113,17 +123,12 @@ impl FlatParams {
 
     /// Copies the parameters out into `out` (length [`FlatParams::numel`]).
     pub fn copy_to(&self, out: &mut [f32]) -> Result<()> {
-        self.check_len(out.len())?;
-        self.values.f_copy_data(out, out.len())?;
-        Ok(())
+        self.read(&self.values, out)
     }
 
     /// Overwrites the parameters with `src` (length [`FlatParams::numel`]).
     pub fn load_from(&self, src: &[f32]) -> Result<()> {
-        self.check_len(src.len())?;
-        let src = Tensor::f_from_slice(src)?;
-        tch::no_grad(|| self.values.shallow_clone().f_copy_(&src)).map(drop)?;
-        Ok(())
+        self.write(&self.values, src)
     }
 }
 
