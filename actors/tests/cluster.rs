@@ -181,7 +181,13 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
         let mut c = config(name);
         c.sync.group_size = 2;
         c.sync.schedule = Schedule::Random;
-        let cluster = Cluster::start(c, learners(4, Some(400))).unwrap();
+        // Shadow rounds span blocks of ~10 local steps, as BMUF's block momentum
+        // assumes (unpaced rounds would apply it to blocks of 0–1 steps).
+        c.sync.min_interval_ms = 2.0;
+        let mut ls = learners(4, Some(400));
+        ls.iter_mut()
+            .for_each(|l| l.step_delay = Duration::from_micros(200));
+        let cluster = Cluster::start(c, ls).unwrap();
         let outcome = cluster.wait().unwrap();
         assert!(
             outcome.report.errors.is_empty(),
