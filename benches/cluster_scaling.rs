@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench cluster_scaling
 //! SHADOWSYNC_BENCH_ROWS=100000 SHADOWSYNC_BENCH_TRAINERS=2,4 cargo bench --bench cluster_scaling
-//! SHADOWSYNC_BENCH_ALGORITHMS=none,shadow-ma,fr-ma:1 cargo bench --bench cluster_scaling
+//! SHADOWSYNC_BENCH_ALGORITHMS=none,shadow-ma,fr-ma:1 SHADOWSYNC_BENCH_LINKS=1g cargo bench --bench cluster_scaling
 //! ```
 //!
 //! Defaults: 1M training rows, N ∈ {1, 2, 4, 8}, DLRM (Kaggle shape), batch 128,
@@ -55,21 +55,25 @@ fn main() -> anyhow::Result<()> {
     .iter()
     .map(|s| s.parse())
     .collect::<Result<_, _>>()?;
-    let links = [
-        ("off", LinkModel::default()),
-        (
-            "1Gb/200us",
-            LinkModel {
-                latency_us: 200.0,
-                bandwidth_gbps: 1.0,
-                ..LinkModel::default()
-            },
-        ),
-    ];
+    let links: Vec<(&str, LinkModel)> = env_list("SHADOWSYNC_BENCH_LINKS", "off,1g")
+        .iter()
+        .map(|name| match name.as_str() {
+            "off" => Ok(("off", LinkModel::default())),
+            "1g" => Ok((
+                "1Gb/200us",
+                LinkModel {
+                    latency_us: 200.0,
+                    bandwidth_gbps: 1.0,
+                    ..LinkModel::default()
+                },
+            )),
+            other => anyhow::bail!("SHADOWSYNC_BENCH_LINKS: unknown link {other:?} (off, 1g)"),
+        })
+        .collect::<anyhow::Result<_>>()?;
 
     let mut results = Vec::new();
     for &n in &trainers {
-        for (link_name, link) in links {
+        for &(link_name, link) in &links {
             for &algorithm in &algorithms {
                 if n == 1 && algorithm != Algorithm::None {
                     continue; // nothing to synchronize
@@ -99,23 +103,87 @@ fn main() -> anyhow::Result<()> {
         "N", "link", "algorithm", "examples/s", "/none", "test NE", "sync gap", "staleness"
     );
     for row in &results {
-        let none = results
-            .iter()
-            .find(|r| {
-                r.trainers == row.trainers && r.link == row.link && r.algorithm == Algorithm::None
-            })
-            .map_or(f64::NAN, |r| r.report.examples_per_sec);
         println!(
             "{:>3} {:>10} {:>14} {:>11.0} {:>8.2} {:>8.4} {:>9.1} {:>10.1}",
             row.trainers,
             row.link,
             row.algorithm.to_string(),
             row.report.examples_per_sec,
-            row.report.examples_per_sec / none,
+            ratio_to_none(&results, row),
             row.report.final_metrics.ne,
             mean_of(&row.report, |s| s.mean_sync_gap),
             mean_of(&row.report, |s| s.mean_staleness),
         );
     }
+    print_targets(&results);
     Ok(())
+}
+
+/// Examples/s of `row` ÷ those of `none` at the same N and link.
+fn ratio_to_none(results: &[Row], row: &Row) -> f64 {
+    results
+        .iter()
+        .find(|r| r.trainers == row.trainers && r.link == row.link && r.algorithm == Algorithm::None)
+        .map_or(f64::NAN, |none| {
+            row.report.examples_per_sec / none.report.examples_per_sec
+        })
+}
+
+/// The issue's targets, met or not, from the rows measured.
+fn print_targets(results: &[Row]) {
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
+    let with_link = |r: &&Row| r.link != "off" && r.trainers > 1;
+    println!("\ntargets (simulated link, N > 1):");
+    let shadow: Vec<_> = results
+        .iter()
+        .filter(with_link)
+        .filter(|r| matches!(r.algorithm, Algorithm::Shadow { .. }))
+        .map(|r| ratio_to_none(results, r))
+        .collect();
+    if !shadow.is_empty() {
+        let worst = shadow.iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "  every shadow algorithm ≥ 0.95 of none's examples/s: {} (lowest {worst:.2})",
+            verdict(worst >= 0.95)
+        );
+    }
+    let blocking: Vec<_> = results
+        .iter()
+        .filter(with_link)
+        .filter(|r| {
+            matches!(r.algorithm, Algorithm::SyncSgd | Algorithm::Foreground { every: 1, .. })
+        })
+        .map(|r| ratio_to_none(results, r))
+        .collect();
+    if !blocking.is_empty() {
+        let best = blocking.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        println!(
+            "  sync-sgd and fr-*:1 clearly below (< 0.9): {} (highest {best:.2})",
+            verdict(best < 0.9)
+        );
+    }
+    let Some(largest) = results.iter().map(|r| r.trainers).max() else {
+        return;
+    };
+    println!("at N = {largest}, shadow NE ≤ its foreground counterpart's NE:");
+    for shadow in results
+        .iter()
+        .filter(|r| r.trainers == largest && matches!(r.algorithm, Algorithm::Shadow { .. }))
+    {
+        for fore in results.iter().filter(|r| {
+            r.trainers == largest
+                && r.link == shadow.link
+                && matches!(r.algorithm, Algorithm::Foreground { .. })
+                && r.algorithm.rule() == shadow.algorithm.rule()
+        }) {
+            let (s, f) = (shadow.report.final_metrics.ne, fore.report.final_metrics.ne);
+            println!(
+                "  link {:>9}: {} {s:.4} vs {} {f:.4}: {}",
+                shadow.link,
+                shadow.algorithm,
+                fore.algorithm,
+                verdict(s <= f)
+            );
+        }
+    }
 }

@@ -97,6 +97,9 @@ struct TrainArgs {
     /// Minimum milliseconds between two rounds of a shadow loop.
     #[arg(long)]
     min_interval_ms: Option<f64>,
+    /// Minimum steps of its trainer between two rounds of a shadow loop.
+    #[arg(long)]
+    min_steps: Option<u64>,
     /// Shards of the EASGD parameter server.
     #[arg(long)]
     server_shards: Option<usize>,
@@ -182,6 +185,7 @@ impl TrainArgs {
             schedule => sync.schedule,
             write_back => sync.write_back,
             min_interval_ms => sync.min_interval_ms,
+            min_steps => sync.min_steps,
             server_shards => sync.server_shards,
             link_latency_us => sync.link.latency_us,
             link_gbps => sync.link.bandwidth_gbps,

@@ -18,7 +18,7 @@
 
 use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
-use crate::shadow::{ShadowActor, ShadowLoop};
+use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{mesh, Algorithm, GroupPlan, ParamServer, SyncConfig, SyncPeer};
 use crate::trainer::{Control, Foreground, TrainerActor, TrainerCore, TrainerExit};
@@ -199,7 +199,10 @@ impl<L: Learner> Cluster<L> {
         let (ready_tx, ready_rx) = bounded(1);
         let chunk = Duration::from_millis(config.chunk_ms.max(1));
         let threads = config.intra_op_threads.max(1);
-        let min_interval = Duration::from_secs_f64(sync.min_interval_ms / 1000.0);
+        let pacing = Pacing {
+            min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
+            min_steps: sync.min_steps,
+        };
         let system_thread = {
             let events = events.clone();
             let stop = Arc::clone(&stop);
@@ -230,7 +233,7 @@ impl<L: Learner> Cluster<L> {
                                 (events.clone(), shadow_exit_tx.clone(), Arc::clone(&stop));
                             ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
                                 tch::set_num_threads(1);
-                                ShadowActor::new(trainer, shadow, min_interval, events, exits, stop)
+                                ShadowActor::new(trainer, shadow, pacing, events, exits, stop)
                             });
                         }
                         let _ = ready_tx.send((System::current(), addrs));

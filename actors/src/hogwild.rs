@@ -11,7 +11,7 @@
 //! This is the only module of the project with `unsafe` code.
 
 use crate::sync::WriteBack;
-use crate::{FlatParams, Result};
+use crate::{Error, FlatParams, Result};
 use tch::{Device, Kind, Tensor};
 
 /// Another thread's handle on a replica's flat parameter buffer.
@@ -65,22 +65,48 @@ impl ParamAlias {
         Ok(())
     }
 
-    /// Writes `target`, computed from `snapshot`, into the replica.
-    pub fn write_back(&self, mode: WriteBack, target: &[f32], snapshot: &[f32]) -> Result<()> {
+    /// Writes `target`, computed from `snapshot`, into the replica in one pass;
+    /// [`WriteBack::Delta`] turns `target` into `target − snapshot` on the way.
+    pub fn write_back(&self, mode: WriteBack, target: &mut [f32], snapshot: &[f32]) -> Result<()> {
+        if target.len() != self.len() || snapshot.len() != self.len() {
+            return Err(Error::Layout(format!(
+                "write-back of {} values (snapshot {}) into a replica of {}",
+                target.len(),
+                snapshot.len(),
+                self.len()
+            )));
+        }
+        if mode == WriteBack::Delta {
+            target.iter_mut().zip(snapshot).for_each(|(t, s)| *t -= s);
+        }
         let mut alias = self.alias.shallow_clone();
-        tch::no_grad(|| -> Result<()> {
-            match mode {
-                WriteBack::Overwrite => {
-                    alias.f_copy_(&Tensor::f_from_slice(target)?)?;
-                }
-                WriteBack::Delta => {
-                    let delta: Vec<f32> = target.iter().zip(snapshot).map(|(t, s)| t - s).collect();
-                    let _ = alias.f_add_(&Tensor::f_from_slice(&delta)?)?;
-                }
-            }
+        with_borrowed(target, |source| {
+            tch::no_grad(|| match mode {
+                WriteBack::Overwrite => alias.f_copy_(source),
+                WriteBack::Delta => alias.f_add_(source).map(|_| ()),
+            })?;
             Ok(())
         })
     }
+}
+
+/// Runs `f` on a tensor over `values`' memory, without copying it. `f` may read
+/// the tensor but must neither write it nor keep it (or a view of it) past its
+/// return.
+pub(crate) fn with_borrowed<R>(values: &[f32], f: impl FnOnce(&Tensor) -> Result<R>) -> Result<R> {
+    // SAFETY: `values` is `values.len()` initialized f32s that stay borrowed, so
+    // valid and unchanged, until this function returns; the tensor is dropped
+    // before that, and callers only read through it (the contract above).
+    let tensor = unsafe {
+        Tensor::f_from_blob(
+            values.as_ptr() as *const u8,
+            &[values.len() as i64],
+            &[],
+            Kind::Float,
+            Device::Cpu,
+        )?
+    };
+    f(&tensor)
 }
 
 #[cfg(test)]
@@ -103,9 +129,9 @@ mod tests {
                 let mut rounds = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     alias.snapshot_into(&mut snapshot).unwrap();
-                    let target: Vec<f32> = snapshot.iter().map(|v| 0.5 * v).collect();
+                    let mut target: Vec<f32> = snapshot.iter().map(|v| 0.5 * v).collect();
                     alias
-                        .write_back(WriteBack::Delta, &target, &snapshot)
+                        .write_back(WriteBack::Delta, &mut target, &snapshot)
                         .unwrap();
                     rounds += 1;
                 }
@@ -132,11 +158,36 @@ mod tests {
         assert!(rounds > 0);
         // Writes through the alias land in the trainer's buffer.
         alias
-            .write_back(WriteBack::Overwrite, &zeros, &zeros)
+            .write_back(WriteBack::Overwrite, &mut zeros.clone(), &zeros)
             .unwrap();
         assert_eq!(
             params.values().abs().sum(Kind::Float).double_value(&[]),
             0.0
         );
+    }
+
+    #[test]
+    fn write_back_overwrites_or_adds_the_delta_and_checks_lengths() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = vs.root().zeros("w", &[3]);
+        let params = FlatParams::adopt(&vs).unwrap();
+        params.load_from(&[1.0, 2.0, 3.0]).unwrap();
+        let alias = ParamAlias::new(&params).unwrap();
+        let snapshot = [0.5, 2.0, 1.0];
+        // Delta: w += target − snapshot.
+        let mut target = vec![1.5, 0.0, 1.0];
+        alias.write_back(WriteBack::Delta, &mut target, &snapshot).unwrap();
+        let mut now = [0f32; 3];
+        alias.snapshot_into(&mut now).unwrap();
+        assert_eq!(now, [2.0, 0.0, 3.0]);
+        alias
+            .write_back(WriteBack::Overwrite, &mut vec![7.0, 8.0, 9.0], &snapshot)
+            .unwrap();
+        alias.snapshot_into(&mut now).unwrap();
+        assert_eq!(now, [7.0, 8.0, 9.0]);
+        let e = alias
+            .write_back(WriteBack::Overwrite, &mut vec![1.0], &snapshot)
+            .unwrap_err();
+        assert!(e.to_string().contains("1 values"), "{e}");
     }
 }

@@ -8,6 +8,7 @@
 //! accumulates in place into an existing gradient, so after [`FlatParams::zero_grad`]
 //! and `backward()` the whole gradient is [`FlatParams::grad`].
 
+use crate::hogwild::with_borrowed;
 use crate::{Error, Result};
 use tch::{nn::VarStore, Kind, Tensor};
 
@@ -99,8 +100,7 @@ impl FlatParams {
     /// Overwrites `buffer` (the values or the gradient) with `src`.
     fn write(&self, buffer: &Tensor, src: &[f32]) -> Result<()> {
         self.check_len(src.len())?;
-        let src = Tensor::f_from_slice(src)?;
-        tch::no_grad(|| buffer.shallow_clone().f_copy_(&src))?;
+        with_borrowed(src, |src| Ok(tch::no_grad(|| buffer.shallow_clone().f_copy_(src))?))?;
         Ok(())
     }
 

@@ -3,14 +3,16 @@
 //! blocking the trainer.
 //!
 //! [`ShadowLoop`] is the plain logic (one [`ShadowLoop::round`] at a time);
-//! [`ShadowActor`] runs rounds back to back on its own arbiter thread, paced by
-//! the transport's own waiting (and an optional minimum interval), until syncing
-//! stops.
+//! [`ShadowActor`] runs rounds on its own arbiter thread until syncing stops,
+//! paced by the transport's own waiting and by [`Pacing`]: a round starts only
+//! once its trainer has taken `min_steps` steps since the last snapshot (so the
+//! sync work stays a fixed share of the training work, however many trainers
+//! share the cores) and `min_interval` has passed (so a loop never spins).
 
 use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
 use crate::stats::TrainerCounters;
-use crate::sync::{SyncPeer, WriteBack};
+use crate::sync::{Payload, SyncPeer, WriteBack};
 use crate::Result;
 use actix::prelude::*;
 use crossbeam_channel::Sender;
@@ -25,7 +27,9 @@ pub struct ShadowLoop {
     peer: SyncPeer,
     write_back: WriteBack,
     counters: Arc<TrainerCounters>,
-    snapshot: Vec<f32>,
+    snapshot: Payload,
+    /// When the last snapshot was taken, and the trainer's steps then.
+    last_snapshot: (Instant, u64),
 }
 
 /// What a completed round did.
@@ -45,29 +49,78 @@ impl ShadowLoop {
         write_back: WriteBack,
         counters: Arc<TrainerCounters>,
     ) -> Self {
-        let snapshot = vec![0.0; replica.len()];
+        let snapshot = Payload::zeros(replica.len());
+        let last_snapshot = (Instant::now(), counters.steps());
         Self {
             replica,
             peer,
             write_back,
             counters,
             snapshot,
+            last_snapshot,
         }
+    }
+
+    /// Time and trainer steps since the last snapshot (or since the loop began).
+    pub fn since_snapshot(&self) -> (Duration, u64) {
+        let (at, steps) = self.last_snapshot;
+        (at.elapsed(), self.counters.steps().saturating_sub(steps))
+    }
+
+    /// True once syncing has stopped for everyone.
+    pub fn stopped(&self) -> bool {
+        self.peer.stopped()
     }
 
     /// One round; `Ok(None)` once syncing has stopped.
     pub fn round(&mut self) -> Result<Option<RoundOutcome>> {
         let steps_at_snapshot = self.counters.steps();
-        self.replica.snapshot_into(&mut self.snapshot)?;
+        self.last_snapshot = (Instant::now(), steps_at_snapshot);
+        let replica = &self.replica;
+        self.snapshot.refill(|out| replica.snapshot_into(out))?;
         let round = self.peer.round();
-        let Some(target) = self.peer.target(&self.snapshot)? else {
+        let Some(mut target) = self.peer.target(&self.snapshot)? else {
             return Ok(None);
         };
         self.replica
-            .write_back(self.write_back, &target, &self.snapshot)?;
+            .write_back(self.write_back, &mut target, self.snapshot.values())?;
         let staleness = self.counters.steps().saturating_sub(steps_at_snapshot);
         self.counters.record_sync(staleness);
         Ok(Some(RoundOutcome { round, staleness }))
+    }
+}
+
+/// When a shadow loop may start its next round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pacing {
+    /// Least time between two snapshots.
+    pub min_interval: Duration,
+    /// Least trainer steps between two snapshots.
+    pub min_steps: u64,
+}
+
+impl Pacing {
+    /// Longest wait before looking again at a trainer that has not stepped.
+    const RECHECK: Duration = Duration::from_millis(50);
+
+    /// How long to wait before the next round, `elapsed` and `steps` after the
+    /// last snapshot; zero means now. Missing steps are waited for at the pace
+    /// the trainer has kept since the snapshot.
+    pub fn wait(&self, elapsed: Duration, steps: u64) -> Duration {
+        let for_interval = self.min_interval.saturating_sub(elapsed);
+        let missing = self.min_steps.saturating_sub(steps);
+        if missing == 0 {
+            return for_interval;
+        }
+        let per_step = if steps == 0 {
+            elapsed
+        } else {
+            elapsed / u32::try_from(steps).unwrap_or(u32::MAX)
+        };
+        let for_steps = per_step
+            .saturating_mul(u32::try_from(missing).unwrap_or(u32::MAX))
+            .clamp(Duration::from_millis(1), Self::RECHECK);
+        for_interval.max(for_steps)
     }
 }
 
@@ -78,7 +131,7 @@ struct Round;
 /// The actor running a [`ShadowLoop`].
 pub struct ShadowActor {
     shadow: ShadowLoop,
-    min_interval: Duration,
+    pacing: Pacing,
     events: EventBus,
     exits: Sender<(usize, Option<String>)>,
     trainer: usize,
@@ -87,20 +140,19 @@ pub struct ShadowActor {
 }
 
 impl ShadowActor {
-    /// An actor looping `shadow` for `trainer`, at most one round per
-    /// `min_interval`; reports its end on `exits` and, if it fails, ends syncing
-    /// for everyone through `stop`.
+    /// An actor looping `shadow` for `trainer` as `pacing` allows; reports its
+    /// end on `exits` and, if it fails, ends syncing for everyone through `stop`.
     pub fn new(
         trainer: usize,
         shadow: ShadowLoop,
-        min_interval: Duration,
+        pacing: Pacing,
         events: EventBus,
         exits: Sender<(usize, Option<String>)>,
         stop: Arc<AtomicBool>,
     ) -> Self {
         Self {
             shadow,
-            min_interval,
+            pacing,
             events,
             exits,
             trainer,
@@ -129,7 +181,15 @@ impl Handler<Round> for ShadowActor {
     type Result = ();
 
     fn handle(&mut self, _: Round, ctx: &mut Context<Self>) {
-        let start = Instant::now();
+        if self.shadow.stopped() {
+            return self.end(ctx, None);
+        }
+        let (elapsed, steps) = self.shadow.since_snapshot();
+        let wait = self.pacing.wait(elapsed, steps);
+        if !wait.is_zero() {
+            ctx.run_later(wait, |_, ctx| ctx.notify(Round));
+            return;
+        }
         match self.shadow.round() {
             Ok(Some(outcome)) => {
                 self.events.publish(Event::Synced {
@@ -137,11 +197,44 @@ impl Handler<Round> for ShadowActor {
                     round: outcome.round,
                     staleness: outcome.staleness,
                 });
-                let wait = self.min_interval.saturating_sub(start.elapsed());
-                ctx.run_later(wait, |_, ctx| ctx.notify(Round));
+                ctx.notify(Round);
             }
             Ok(None) => self.end(ctx, None),
             Err(e) => self.end(ctx, Some(e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn pacing_waits_for_the_interval_and_for_the_missing_steps_at_the_trainers_pace() {
+        let pacing = Pacing {
+            min_interval: 20 * MS,
+            min_steps: 4,
+        };
+        // Enough steps: only the interval is left.
+        assert_eq!(pacing.wait(5 * MS, 4), 15 * MS);
+        assert_eq!(pacing.wait(30 * MS, 9), Duration::ZERO);
+        // One step in 30 ms, three missing: 90 ms, but never more than a recheck.
+        assert_eq!(pacing.wait(30 * MS, 1), Pacing::RECHECK);
+        // Two steps in 30 ms, two missing: 30 ms.
+        assert_eq!(pacing.wait(30 * MS, 2), 30 * MS);
+        // No step yet: look again soon, then back off up to the recheck period.
+        assert_eq!(pacing.wait(40 * MS, 0), Pacing::RECHECK);
+        let steps_only = Pacing {
+            min_interval: Duration::ZERO,
+            min_steps: 4,
+        };
+        assert_eq!(steps_only.wait(Duration::ZERO, 0), MS);
+        let unpaced = Pacing {
+            min_interval: Duration::ZERO,
+            min_steps: 0,
+        };
+        assert_eq!(unpaced.wait(Duration::ZERO, 0), Duration::ZERO);
     }
 }

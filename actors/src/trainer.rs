@@ -8,7 +8,7 @@
 
 use crate::events::{Event, EventBus};
 use crate::stats::{TrainerCounters, TrainerStats};
-use crate::sync::SyncPeer;
+use crate::sync::{Payload, SyncPeer};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
@@ -37,13 +37,13 @@ pub struct TrainerCore<L> {
     learner: L,
     foreground: Foreground,
     counters: Arc<TrainerCounters>,
-    buffer: Vec<f32>,
+    buffer: Payload,
 }
 
 impl<L: Learner> TrainerCore<L> {
     /// A trainer around `learner`.
     pub fn new(learner: L, foreground: Foreground, counters: Arc<TrainerCounters>) -> Self {
-        let buffer = vec![0.0; learner.dense_params().numel()];
+        let buffer = Payload::zeros(learner.dense_params().numel());
         Self {
             learner,
             foreground,
@@ -79,7 +79,7 @@ impl<L: Learner> TrainerCore<L> {
         };
         if let Foreground::SyncSgd(peer) = &mut self.foreground {
             let params = self.learner.dense_params();
-            params.copy_grad_to(&mut self.buffer)?;
+            self.buffer.refill(|b| params.copy_grad_to(b))?;
             if let Some(mean) = peer.group_mean(&self.buffer)? {
                 params.load_grad_from(&mean)?;
                 self.counters.record_sync(0);
@@ -90,7 +90,7 @@ impl<L: Learner> TrainerCore<L> {
         if let Foreground::Every { every, peer } = &mut self.foreground {
             if self.counters.steps() % *every == 0 {
                 let params = self.learner.dense_params();
-                params.copy_to(&mut self.buffer)?;
+                self.buffer.refill(|b| params.copy_to(b))?;
                 if let Some(target) = peer.target(&self.buffer)? {
                     params.load_from(&target)?;
                     self.counters.record_sync(0);

@@ -155,6 +155,10 @@ pub struct SyncConfig {
     /// shadow loop must never spin: on one machine without a (simulated) network
     /// to pace it, back-to-back rounds would take the trainers' CPU.
     pub min_interval_ms: f64,
+    /// Minimum steps of its trainer between two rounds of a shadow loop: keeps
+    /// the sync work a bounded share of the training work when trainers share
+    /// cores (a round costs a few passes over the dense parameters).
+    pub min_steps: u64,
     /// The simulated network.
     pub link: LinkModel,
 }
@@ -173,6 +177,7 @@ impl Default for SyncConfig {
             nesterov: false,
             server_shards: 1,
             min_interval_ms: 20.0,
+            min_steps: 4,
             link: LinkModel::default(),
         }
     }

@@ -1,7 +1,9 @@
 //! One trainer's side of synchronization: which group it is in this round, and
 //! how a snapshot becomes a target.
 
-use crate::sync::{BmufState, Endpoint, GroupPlan, LinkModel, ParamServer, Rule, SyncConfig};
+use crate::sync::{
+    BmufState, Endpoint, GroupPlan, LinkModel, ParamServer, Payload, Rule, SyncConfig,
+};
 use crate::{Error, Result};
 use std::sync::Arc;
 
@@ -54,26 +56,34 @@ impl SyncPeer {
         self.endpoint.id()
     }
 
+    /// True once syncing has stopped for everyone.
+    pub fn stopped(&self) -> bool {
+        self.endpoint.stopped()
+    }
+
     /// Rounds completed or attempted.
     pub fn round(&self) -> u64 {
         self.round
     }
 
     /// Mean of `data` over this round's group; `None` once syncing has stopped.
-    pub fn group_mean(&mut self, data: &[f32]) -> Result<Option<Vec<f32>>> {
+    pub fn group_mean(&mut self, payload: &Payload) -> Result<Option<Vec<f32>>> {
         let group = self.plan.group_of(self.id(), self.round);
         self.round += 1;
-        self.endpoint.group_mean(self.round - 1, &group, data)
+        self.endpoint.group_mean(self.round - 1, &group, payload)
     }
 
     /// One round of the rule: the target for `snapshot`; `None` once syncing has
     /// stopped.
-    pub fn target(&mut self, snapshot: &[f32]) -> Result<Option<Vec<f32>>> {
+    pub fn target(&mut self, snapshot: &Payload) -> Result<Option<Vec<f32>>> {
         match self.rule {
             Some(Rule::Ma) => self.group_mean(snapshot),
             Some(Rule::Bmuf) => {
-                let average = self.group_mean(snapshot)?;
-                Ok(average.and_then(|avg| self.bmuf.as_mut().map(|b| b.round(&avg))))
+                let mut average = self.group_mean(snapshot)?;
+                if let (Some(avg), Some(bmuf)) = (average.as_mut(), self.bmuf.as_mut()) {
+                    bmuf.round(avg);
+                }
+                Ok(average)
             }
             Some(Rule::Easgd) => {
                 if self.endpoint.stopped() {
@@ -83,12 +93,12 @@ impl SyncPeer {
                     return Ok(None);
                 };
                 // To the server and back, over the simulated link.
-                let bytes = std::mem::size_of_val(snapshot);
+                let bytes = std::mem::size_of_val(snapshot.values());
                 std::thread::sleep(self.link.wire_time(self.id(), LinkModel::SERVER, bytes) * 2);
                 self.round += 1;
-                server.elastic(snapshot, self.alpha).map(Some)
+                server.elastic(snapshot.values(), self.alpha).map(Some)
             }
-            None => Ok(Some(snapshot.to_vec())),
+            None => Ok(Some(snapshot.values().to_vec())),
         }
     }
 }

@@ -110,8 +110,9 @@ impl BmufState {
         }
     }
 
-    /// Folds a group `average` into the state; returns the replica's target.
-    pub fn round(&mut self, average: &[f32]) -> Vec<f32> {
+    /// Folds a group average into the state and turns it, in place, into the
+    /// replica's target.
+    pub fn round(&mut self, average_to_target: &mut [f32]) {
         let BmufParams {
             eta,
             zeta,
@@ -120,17 +121,12 @@ impl BmufState {
         self.global
             .iter_mut()
             .zip(self.momentum.iter_mut())
-            .zip(average)
-            .map(|((g, m), &avg)| {
-                *m = eta * *m + zeta * (avg - *g);
+            .zip(average_to_target)
+            .for_each(|((g, m), x)| {
+                *m = eta * *m + zeta * (*x - *g);
                 *g += *m;
-                if nesterov {
-                    *g + eta * *m
-                } else {
-                    *g
-                }
-            })
-            .collect()
+                *x = if nesterov { *g + eta * *m } else { *g };
+            });
     }
 
     /// The global model `w_g`.
@@ -186,9 +182,13 @@ mod tests {
         };
         let mut state = BmufState::new(params, &[0.0, 1.0]);
         // Round 1: G = (2,0)-(0,1) = (2,-1); Δ = (2,-1); w_g = (2,0).
-        assert_eq!(state.round(&[2.0, 0.0]), vec![2.0, 0.0]);
+        let mut x = [2.0, 0.0];
+        state.round(&mut x);
+        assert_eq!(x, [2.0, 0.0]);
         // Round 2: avg (3,0): G = (1,0); Δ = 0.5*(2,-1)+(1,0) = (2,-0.5); w_g = (4,-0.5).
-        assert_eq!(state.round(&[3.0, 0.0]), vec![4.0, -0.5]);
+        let mut x = [3.0, 0.0];
+        state.round(&mut x);
+        assert_eq!(x, [4.0, -0.5]);
         assert_eq!(state.momentum(), &[2.0, -0.5]);
         let mut nesterov = BmufState::new(
             BmufParams {
@@ -198,7 +198,9 @@ mod tests {
             &[0.0, 1.0],
         );
         // w_g = (2,0) after round 1, plus η Δ = (1, -0.5).
-        assert_eq!(nesterov.round(&[2.0, 0.0]), vec![3.0, -0.5]);
+        let mut x = [2.0, 0.0];
+        nesterov.round(&mut x);
+        assert_eq!(x, [3.0, -0.5]);
         assert_eq!(nesterov.global(), &[2.0, 0.0]);
     }
 

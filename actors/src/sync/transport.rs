@@ -1,8 +1,9 @@
 //! Moving parameter payloads between trainers' sync endpoints.
 //!
 //! [`mesh`] makes one [`Endpoint`] per trainer, connected all-to-all by bounded
-//! crossbeam channels. A payload is an `Arc<[f32]>`: sending it to the `m − 1`
-//! other members of a group copies nothing. [`Endpoint::group_mean`] is a
+//! crossbeam channels. A [`Payload`] is a shared `Arc<[f32]>`: sending it to the
+//! `m − 1` other members of a group copies nothing, and once they have all read it
+//! its owner refills the same buffer for the next round. [`Endpoint::group_mean`] is a
 //! reduce-scatter then all-gather, as a ring all-reduce does: each member averages
 //! only its 1/m slice of the vector over the group's payloads and sends the result
 //! to the others, so the work per member stays one pass over the vector whatever
@@ -59,6 +60,41 @@ impl LinkModel {
             seconds *= self.slow_factor.max(1.0);
         }
         Duration::from_secs_f64(seconds)
+    }
+}
+
+/// A send buffer for parameter vectors, shared with receivers without copying and
+/// refilled in place once they have all dropped it.
+#[derive(Debug, Clone)]
+pub struct Payload(Arc<[f32]>);
+
+impl Payload {
+    /// A payload of `len` zeros.
+    pub fn zeros(len: usize) -> Self {
+        Self(Arc::from(vec![0f32; len]))
+    }
+
+    /// Refills the payload through `fill`: in place when no receiver still holds
+    /// the previous contents, in a fresh buffer otherwise.
+    pub fn refill(&mut self, fill: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
+        if let Some(values) = Arc::get_mut(&mut self.0) {
+            return fill(values);
+        }
+        let mut fresh = vec![0f32; self.0.len()];
+        fill(&mut fresh)?;
+        self.0 = Arc::from(fresh);
+        Ok(())
+    }
+
+    /// The values.
+    pub fn values(&self) -> &[f32] {
+        &self.0
+    }
+}
+
+impl From<Vec<f32>> for Payload {
+    fn from(values: Vec<f32>) -> Self {
+        Self(Arc::from(values))
     }
 }
 
@@ -144,7 +180,7 @@ impl Endpoint {
         &mut self,
         round: u64,
         group: &[usize],
-        data: &[f32],
+        payload: &Payload,
     ) -> Result<Option<Vec<f32>>> {
         let Some(me) = group.iter().position(|&t| t == self.id) else {
             return Err(Error::Layout(format!(
@@ -156,11 +192,11 @@ impl Endpoint {
             return Ok(None);
         }
         let m = group.len();
+        let data = payload.values();
         let len = data.len();
         // Reduce-scatter: every member gets every payload (shared, not copied)
         // and averages only its own slice of the vector ...
-        let payload: Arc<[f32]> = Arc::from(data);
-        if !self.broadcast(round, Phase::Scatter, group, &payload, |k| {
+        if !self.broadcast(round, Phase::Scatter, group, &payload.0, |k| {
             slice(len, m, k).len()
         })? {
             return Ok(None);
@@ -328,7 +364,7 @@ mod tests {
                             .map(|round| {
                                 let value = (ep.id() as f32 + 1.0) * (round as f32 + 1.0);
                                 let group = plan.group_of(ep.id(), round);
-                                ep.group_mean(round, &group, &[value, -value])
+                                ep.group_mean(round, &group, &vec![value, -value].into())
                                     .unwrap()
                                     .unwrap()
                             })
@@ -368,7 +404,7 @@ mod tests {
                         s.spawn(move || {
                             let data: Vec<f32> =
                                 (0..len).map(|j| (ep.id() * 100 + j) as f32).collect();
-                            ep.group_mean(0, &group, &data).unwrap().unwrap()
+                            ep.group_mean(0, &group, &data.into()).unwrap().unwrap()
                         })
                     })
                     .collect();
@@ -410,7 +446,7 @@ mod tests {
         let start = Instant::now();
         std::thread::scope(|s| {
             for mut ep in endpoints {
-                s.spawn(move || ep.group_mean(0, &[0, 1], &[1.0]).unwrap().unwrap());
+                s.spawn(move || ep.group_mean(0, &[0, 1], &vec![1.0].into()).unwrap().unwrap());
             }
         });
         assert!(start.elapsed() >= Duration::from_millis(20));
@@ -421,7 +457,7 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let mut endpoints = mesh(2, LinkModel::default(), Arc::clone(&stop));
         let mut lonely = endpoints.remove(0);
-        let waiter = std::thread::spawn(move || lonely.group_mean(0, &[0, 1], &[1.0]));
+        let waiter = std::thread::spawn(move || lonely.group_mean(0, &[0, 1], &vec![1.0].into()));
         std::thread::sleep(Duration::from_millis(50));
         stop.store(true, Ordering::Relaxed);
         assert_eq!(waiter.join().unwrap().unwrap(), None);
