@@ -26,6 +26,24 @@ pub struct Metrics {
     pub ctr: f64,
 }
 
+impl Metrics {
+    /// The field-by-field mean of several evaluations (of several models on the
+    /// same data); `None` for none.
+    pub fn mean(all: &[Metrics]) -> Option<Metrics> {
+        let n = all.len() as f64;
+        let mean = |f: fn(&Metrics) -> f64| all.iter().map(f).sum::<f64>() / n;
+        let first = all.first()?;
+        Some(Metrics {
+            examples: first.examples,
+            logloss: mean(|m| m.logloss),
+            ne: mean(|m| m.ne),
+            auc: mean(|m| m.auc),
+            calibration: mean(|m| m.calibration),
+            ctr: mean(|m| m.ctr),
+        })
+    }
+}
+
 /// `−(p ln p + (1−p) ln(1−p))`, 0 at p ∈ {0, 1}.
 pub fn binary_entropy(p: f64) -> f64 {
     let term = |q: f64| if q > 0.0 { -q * q.ln() } else { 0.0 };
@@ -144,5 +162,17 @@ mod tests {
             prop_assume!(both);
             prop_assert!((auc(&scores, &labels) - pairwise_auc(&scores, &labels)).abs() < 1e-9);
         }
+    }
+
+    #[test]
+    fn the_mean_of_evaluations_averages_every_rate() {
+        let a = evaluate(&[0.9, 0.2, 0.7, 0.1], &[1.0, 0.0, 1.0, 0.0]);
+        let b = evaluate(&[0.4, 0.6, 0.3, 0.5], &[1.0, 0.0, 1.0, 0.0]);
+        let m = Metrics::mean(&[a, b]).unwrap();
+        assert_eq!(m.examples, 4);
+        assert!((m.ne - (a.ne + b.ne) / 2.0).abs() < 1e-12);
+        assert!((m.auc - 0.5).abs() < 1e-12, "AUC 1 and 0 average to 0.5");
+        assert!((m.logloss - (a.logloss + b.logloss) / 2.0).abs() < 1e-12);
+        assert!(Metrics::mean(&[]).is_none());
     }
 }

@@ -6,8 +6,11 @@
 //! (all sharing one embedding table), runs them on the runtime's [`Cluster`] with
 //! the configured synchronization, evaluates the live model every
 //! `train.eval_every` examples (without stopping training) and at the end, and
-//! returns a [`TrainReport`]. The model evaluated is trainer 0's replica for
-//! `none`, EASGD's centre for `*-easgd`, and the mean of the replicas otherwise.
+//! returns a [`TrainReport`]. The model evaluated is EASGD's centre for
+//! `*-easgd` and the mean of the replicas for the other synchronized algorithms.
+//! Under `none` the replicas are independent models: the live evaluations score
+//! trainer 0's, and the final figures are the mean of every replica's own
+//! evaluation (each is in the report), not an arbitrary pick of one.
 //!
 //! A failure mid-run (a malformed line under `fail`, a read error) stops every
 //! trainer but loses nothing already computed: the report keeps the history, the
@@ -76,8 +79,11 @@ pub struct TrainReport {
     pub examples_per_sec: f64,
     /// Evaluations during training, in order.
     pub history: Vec<EvalPoint>,
-    /// Evaluation of the final model.
+    /// Evaluation of the final model (under `none`, the mean of
+    /// `replica_metrics`).
     pub final_metrics: Metrics,
+    /// Under `none`, each replica's final evaluation; empty otherwise.
+    pub replica_metrics: Vec<Metrics>,
     /// Why the run stopped early, if it did.
     pub error: Option<String>,
     /// The runtime's figures: per-trainer examples/s, syncs, sync gap,
@@ -127,8 +133,9 @@ pub fn load_batches(
 /// Which model the evaluations score.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FinalModel {
-    /// Trainer 0's replica (independent trainers: an average would mix unrelated models).
-    FirstReplica,
+    /// Each replica on its own (independent trainers: an average of their
+    /// parameters would mix unrelated models); trainer 0's while training.
+    EachReplica,
     /// The mean of all replicas (what a last global sync gives).
     Mean,
 }
@@ -149,13 +156,25 @@ impl Evaluator {
         Ok(evaluate(&predictions, &labels))
     }
 
+    /// Each replica's own evaluation.
+    fn each_replica(&self) -> Result<Vec<Metrics>> {
+        let mut dense = vec![0f32; self.model.dense_params().numel()];
+        self.replicas
+            .iter()
+            .map(|replica| {
+                replica.snapshot_into(&mut dense)?;
+                self.evaluate(&dense)
+            })
+            .collect()
+    }
+
     /// The model the replicas make right now (read while they train).
     fn live_model(&self) -> Result<Vec<f32>> {
         let len = self.model.dense_params().numel();
         let mut snapshot = vec![0f32; len];
         let mut mean = vec![0f32; len];
         let replicas = match self.which {
-            FinalModel::FirstReplica => &self.replicas[..1],
+            FinalModel::EachReplica => &self.replicas[..1],
             FinalModel::Mean => &self.replicas[..],
         };
         for replica in replicas {
@@ -224,7 +243,7 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
             .map(|l| ParamAlias::new(l.dense_params()))
             .collect::<shadowsync_actors::Result<_>>()?,
         which: match config.sync.algorithm {
-            Algorithm::None => FinalModel::FirstReplica,
+            Algorithm::None => FinalModel::EachReplica,
             _ => FinalModel::Mean,
         },
     };
@@ -271,14 +290,20 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
     let outcome = cluster.wait()?;
     let train_read = pipeline.finish()?;
     let cluster_report = outcome.report;
-    let final_dense = match (&outcome.center, evaluator.which) {
-        (Some(center), _) => center.clone(),
-        _ => evaluator.live_model()?,
+    let (metrics, replica_metrics) = match (&outcome.center, evaluator.which) {
+        (Some(center), _) => (evaluator.evaluate(center)?, Vec::new()),
+        (None, FinalModel::Mean) => (evaluator.evaluate(&evaluator.live_model()?)?, Vec::new()),
+        (None, FinalModel::EachReplica) => {
+            let each = evaluator.each_replica()?;
+            let mean = Metrics::mean(&each)
+                .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
+            (mean, each)
+        }
     };
     let last = EvalPoint {
         examples: cluster_report.examples,
         train_seconds: cluster_report.seconds,
-        metrics: evaluator.evaluate(&final_dense)?,
+        metrics,
     };
     observer.evaluated(&last);
     history.push(last);
@@ -297,6 +322,7 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         examples_per_sec: cluster_report.examples_per_sec,
         history,
         final_metrics: last.metrics,
+        replica_metrics,
         error: cluster_report.errors.first().cloned(),
         cluster: cluster_report,
     })

@@ -1,13 +1,18 @@
 //! Several trainers on CTR data through the runtime: quality against one trainer
-//! and against no synchronization.
+//! and against no synchronization (whose NE is the mean over its independent
+//! replicas).
 
 use shadowsync::config::{Config, ModelKind, OptimizerKind};
 use shadowsync::train::{train, TrainReport};
 use std::path::Path;
 
+/// Enough data for the replicas' dense layers to settle (at 160k rows the
+/// averaged replicas trail one trainer by up to 0.005 NE).
+const ROWS: u64 = 320_000;
+
 fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     let mut c = Config::default();
-    c.data.synthetic.train_rows = 160_000;
+    c.data.synthetic.train_rows = ROWS;
     c.data.synthetic.test_rows = 20_000;
     c.data.synthetic.seed = 3;
     c.data.synthetic.dir = Some(dir.to_path_buf());
@@ -30,7 +35,7 @@ fn run(dir: &Path, trainers: usize, algorithm: &str) -> TrainReport {
     let report = train(&config(dir, trainers, algorithm), &mut ()).unwrap();
     assert!(report.error.is_none(), "{algorithm}: {:?}", report.error);
     assert_eq!(
-        report.examples, 160_000,
+        report.examples, ROWS,
         "{algorithm}: one pass, every example once"
     );
     report
@@ -55,7 +60,7 @@ fn four_shadow_ma_trainers_match_one_trainer_and_beat_no_sync() {
     let stats = &shadow.cluster.trainer_stats;
     assert_eq!(stats.len(), 4);
     assert!(
-        stats.iter().all(|s| s.syncs > 0 && s.examples >= 39_000),
+        stats.iter().all(|s| s.syncs > 0 && s.examples >= ROWS / 4 - 1_000),
         "{stats:?}"
     );
 }

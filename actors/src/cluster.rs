@@ -11,10 +11,14 @@
 //! Groups are derived by every trainer from the shared [`GroupPlan`] (the
 //! DS-Sync coordinator's schedule), so no round needs a coordination message.
 //!
-//! Shutdown: when the first trainer runs out of data (shards differ by at most
-//! one batch) or [`Cluster::stop`] is called, syncing ends — pending collectives
-//! return at once, so nothing can hang — the trainers finish their last steps, and
-//! [`Cluster::wait`] hands back the learners with a [`ClusterReport`].
+//! Shutdown: syncing ends when [`Cluster::stop`] is called or the trainers run
+//! out of data — for the foreground algorithms when the first trainer does (they
+//! move in lockstep, and a finished trainer can no longer take part in a round);
+//! for the shadow ones when the last trainer does: the shadow loop of a finished
+//! trainer keeps averaging its final parameters, so the trainers still running
+//! never train unsynchronized. Pending collectives then return at once, so
+//! nothing can hang, and [`Cluster::wait`] hands back the learners with a
+//! [`ClusterReport`].
 
 use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
@@ -203,6 +207,7 @@ impl<L: Learner> Cluster<L> {
             min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
             min_steps: sync.min_steps,
         };
+        let shadow = matches!(sync.algorithm, Algorithm::Shadow { .. });
         let system_thread = {
             let events = events.clone();
             let stop = Arc::clone(&stop);
@@ -216,8 +221,11 @@ impl<L: Learner> Cluster<L> {
                             .map(|core| {
                                 let (exits, events, stop) =
                                     (trainer_exit_tx.clone(), events.clone(), Arc::clone(&stop));
-                                let on_finish =
-                                    Box::new(move || stop.store(true, Ordering::Relaxed));
+                                let on_finish: Box<dyn Fn() + Send> = if shadow {
+                                    Box::new(|| {})
+                                } else {
+                                    Box::new(move || stop.store(true, Ordering::Relaxed))
+                                };
                                 TrainerActor::start_in_arbiter(
                                     &Arbiter::new().handle(),
                                     move |_| {

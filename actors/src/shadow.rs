@@ -61,10 +61,13 @@ impl ShadowLoop {
         }
     }
 
-    /// Time and trainer steps since the last snapshot (or since the loop began).
-    pub fn since_snapshot(&self) -> (Duration, u64) {
+    /// Time and trainer steps since the last snapshot (or since the loop
+    /// began); no steps once the trainer has finished.
+    pub fn since_snapshot(&self) -> (Duration, Option<u64>) {
         let (at, steps) = self.last_snapshot;
-        (at.elapsed(), self.counters.steps().saturating_sub(steps))
+        let stepped = (!self.counters.is_finished())
+            .then(|| self.counters.steps().saturating_sub(steps));
+        (at.elapsed(), stepped)
     }
 
     /// True once syncing has stopped for everyone.
@@ -105,9 +108,14 @@ impl Pacing {
 
     /// How long to wait before the next round, `elapsed` and `steps` after the
     /// last snapshot; zero means now. Missing steps are waited for at the pace
-    /// the trainer has kept since the snapshot.
-    pub fn wait(&self, elapsed: Duration, steps: u64) -> Duration {
+    /// the trainer has kept since the snapshot. Once the trainer has finished
+    /// (`steps` is `None`) its final parameters are still averaged with the
+    /// group, every recheck period at most.
+    pub fn wait(&self, elapsed: Duration, steps: Option<u64>) -> Duration {
         let for_interval = self.min_interval.saturating_sub(elapsed);
+        let Some(steps) = steps else {
+            return for_interval.max(Self::RECHECK.saturating_sub(elapsed));
+        };
         let missing = self.min_steps.saturating_sub(steps);
         if missing == 0 {
             return for_interval;
@@ -218,23 +226,26 @@ mod tests {
             min_steps: 4,
         };
         // Enough steps: only the interval is left.
-        assert_eq!(pacing.wait(5 * MS, 4), 15 * MS);
-        assert_eq!(pacing.wait(30 * MS, 9), Duration::ZERO);
+        assert_eq!(pacing.wait(5 * MS, Some(4)), 15 * MS);
+        assert_eq!(pacing.wait(30 * MS, Some(9)), Duration::ZERO);
         // One step in 30 ms, three missing: 90 ms, but never more than a recheck.
-        assert_eq!(pacing.wait(30 * MS, 1), Pacing::RECHECK);
+        assert_eq!(pacing.wait(30 * MS, Some(1)), Pacing::RECHECK);
         // Two steps in 30 ms, two missing: 30 ms.
-        assert_eq!(pacing.wait(30 * MS, 2), 30 * MS);
+        assert_eq!(pacing.wait(30 * MS, Some(2)), 30 * MS);
         // No step yet: look again soon, then back off up to the recheck period.
-        assert_eq!(pacing.wait(40 * MS, 0), Pacing::RECHECK);
+        assert_eq!(pacing.wait(40 * MS, Some(0)), Pacing::RECHECK);
         let steps_only = Pacing {
             min_interval: Duration::ZERO,
             min_steps: 4,
         };
-        assert_eq!(steps_only.wait(Duration::ZERO, 0), MS);
+        assert_eq!(steps_only.wait(Duration::ZERO, Some(0)), MS);
         let unpaced = Pacing {
             min_interval: Duration::ZERO,
             min_steps: 0,
         };
-        assert_eq!(unpaced.wait(Duration::ZERO, 0), Duration::ZERO);
+        assert_eq!(unpaced.wait(Duration::ZERO, Some(0)), Duration::ZERO);
+        // A finished trainer: its loop keeps going, at the recheck period.
+        assert_eq!(unpaced.wait(10 * MS, None), Pacing::RECHECK - 10 * MS);
+        assert_eq!(pacing.wait(60 * MS, None), Duration::ZERO);
     }
 }

@@ -82,6 +82,11 @@ impl TrainerCounters {
         self.steps_at_last_sync.store(self.steps(), Relaxed);
     }
 
+    /// Whether the trainer has finished.
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Relaxed)
+    }
+
     /// Marks the trainer finished; its training time stops here.
     pub fn finish(&self) {
         if !self.finished.swap(true, Relaxed) {
@@ -94,7 +99,7 @@ impl TrainerCounters {
     pub fn stats(&self) -> TrainerStats {
         let steps = self.steps();
         let syncs = self.syncs.load(Relaxed);
-        let finished = self.finished.load(Relaxed);
+        let finished = self.is_finished();
         let seconds = if finished {
             self.busy_micros.load(Relaxed) as f64 * 1e-6
         } else {
