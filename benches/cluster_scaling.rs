@@ -123,7 +123,9 @@ fn main() -> anyhow::Result<()> {
 fn ratio_to_none(results: &[Row], row: &Row) -> f64 {
     results
         .iter()
-        .find(|r| r.trainers == row.trainers && r.link == row.link && r.algorithm == Algorithm::None)
+        .find(|r| {
+            r.trainers == row.trainers && r.link == row.link && r.algorithm == Algorithm::None
+        })
         .map_or(f64::NAN, |none| {
             row.report.examples_per_sec / none.report.examples_per_sec
         })
@@ -151,7 +153,10 @@ fn print_targets(results: &[Row]) {
         .iter()
         .filter(with_link)
         .filter(|r| {
-            matches!(r.algorithm, Algorithm::SyncSgd | Algorithm::Foreground { every: 1, .. })
+            matches!(
+                r.algorithm,
+                Algorithm::SyncSgd | Algorithm::Foreground { every: 1, .. }
+            )
         })
         .map(|r| ratio_to_none(results, r))
         .collect();

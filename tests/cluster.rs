@@ -60,7 +60,9 @@ fn four_shadow_ma_trainers_match_one_trainer_and_beat_no_sync() {
     let stats = &shadow.cluster.trainer_stats;
     assert_eq!(stats.len(), 4);
     assert!(
-        stats.iter().all(|s| s.syncs > 0 && s.examples >= ROWS / 4 - 1_000),
+        stats
+            .iter()
+            .all(|s| s.syncs > 0 && s.examples >= ROWS / 4 - 1_000),
         "{stats:?}"
     );
 }

@@ -176,17 +176,19 @@ mod tests {
         let snapshot = [0.5, 2.0, 1.0];
         // Delta: w += target − snapshot.
         let mut target = vec![1.5, 0.0, 1.0];
-        alias.write_back(WriteBack::Delta, &mut target, &snapshot).unwrap();
+        alias
+            .write_back(WriteBack::Delta, &mut target, &snapshot)
+            .unwrap();
         let mut now = [0f32; 3];
         alias.snapshot_into(&mut now).unwrap();
         assert_eq!(now, [2.0, 0.0, 3.0]);
         alias
-            .write_back(WriteBack::Overwrite, &mut vec![7.0, 8.0, 9.0], &snapshot)
+            .write_back(WriteBack::Overwrite, &mut [7.0, 8.0, 9.0], &snapshot)
             .unwrap();
         alias.snapshot_into(&mut now).unwrap();
         assert_eq!(now, [7.0, 8.0, 9.0]);
         let e = alias
-            .write_back(WriteBack::Overwrite, &mut vec![1.0], &snapshot)
+            .write_back(WriteBack::Overwrite, &mut [1.0], &snapshot)
             .unwrap_err();
         assert!(e.to_string().contains("1 values"), "{e}");
     }

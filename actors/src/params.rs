@@ -100,7 +100,9 @@ impl FlatParams {
     /// Overwrites `buffer` (the values or the gradient) with `src`.
     fn write(&self, buffer: &Tensor, src: &[f32]) -> Result<()> {
         self.check_len(src.len())?;
-        with_borrowed(src, |src| Ok(tch::no_grad(|| buffer.shallow_clone().f_copy_(src))?))?;
+        with_borrowed(src, |src| {
+            Ok(tch::no_grad(|| buffer.shallow_clone().f_copy_(src))?)
+        })?;
         Ok(())
     }
 

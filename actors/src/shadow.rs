@@ -65,8 +65,8 @@ impl ShadowLoop {
     /// began); no steps once the trainer has finished.
     pub fn since_snapshot(&self) -> (Duration, Option<u64>) {
         let (at, steps) = self.last_snapshot;
-        let stepped = (!self.counters.is_finished())
-            .then(|| self.counters.steps().saturating_sub(steps));
+        let stepped =
+            (!self.counters.is_finished()).then(|| self.counters.steps().saturating_sub(steps));
         (at.elapsed(), stepped)
     }
 

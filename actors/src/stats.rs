@@ -8,6 +8,29 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
+/// Buckets of the step histograms: bucket 0 counts 0, bucket `k ≥ 1` counts
+/// values in `[2^(k−1), 2^k)`, and the last bucket everything from `2^14` up.
+pub const HISTOGRAM_BUCKETS: usize = 16;
+
+/// The bucket of `value` in a step histogram.
+pub fn histogram_bucket(value: u64) -> usize {
+    ((u64::BITS - value.leading_zeros()) as usize).min(HISTOGRAM_BUCKETS - 1)
+}
+
+/// A step histogram updated from several threads.
+#[derive(Debug, Default)]
+struct AtomicHistogram([AtomicU64; HISTOGRAM_BUCKETS]);
+
+impl AtomicHistogram {
+    fn record(&self, value: u64) {
+        self.0[histogram_bucket(value)].fetch_add(1, Relaxed);
+    }
+
+    fn counts(&self) -> [u64; HISTOGRAM_BUCKETS] {
+        std::array::from_fn(|k| self.0[k].load(Relaxed))
+    }
+}
+
 /// Live counters of one trainer.
 #[derive(Debug)]
 pub struct TrainerCounters {
@@ -19,6 +42,8 @@ pub struct TrainerCounters {
     staleness_sum: AtomicU64,
     staleness_max: AtomicU64,
     steps_at_last_sync: AtomicU64,
+    gaps: AtomicHistogram,
+    stalenesses: AtomicHistogram,
     busy_micros: AtomicU64,
     finished: AtomicBool,
 }
@@ -40,6 +65,10 @@ pub struct TrainerStats {
     pub mean_staleness: f64,
     /// Largest such staleness.
     pub max_staleness: u64,
+    /// Distribution of the sync gaps (see [`histogram_bucket`]).
+    pub sync_gap_histogram: [u64; HISTOGRAM_BUCKETS],
+    /// Distribution of the stalenesses (see [`histogram_bucket`]).
+    pub staleness_histogram: [u64; HISTOGRAM_BUCKETS],
     /// Examples per second of training time.
     pub examples_per_sec: f64,
     /// Whether the trainer has finished its data.
@@ -58,6 +87,8 @@ impl TrainerCounters {
             staleness_sum: AtomicU64::new(0),
             staleness_max: AtomicU64::new(0),
             steps_at_last_sync: AtomicU64::new(0),
+            gaps: AtomicHistogram::default(),
+            stalenesses: AtomicHistogram::default(),
             busy_micros: AtomicU64::new(0),
             finished: AtomicBool::new(false),
         }
@@ -79,7 +110,10 @@ impl TrainerCounters {
         self.syncs.fetch_add(1, Relaxed);
         self.staleness_sum.fetch_add(staleness, Relaxed);
         self.staleness_max.fetch_max(staleness, Relaxed);
-        self.steps_at_last_sync.store(self.steps(), Relaxed);
+        self.stalenesses.record(staleness);
+        let steps = self.steps();
+        let previous = self.steps_at_last_sync.swap(steps, Relaxed);
+        self.gaps.record(steps.saturating_sub(previous));
     }
 
     /// Whether the trainer has finished.
@@ -121,6 +155,8 @@ impl TrainerCounters {
             mean_sync_gap: per_sync(self.steps_at_last_sync.load(Relaxed)),
             mean_staleness: per_sync(self.staleness_sum.load(Relaxed)),
             max_staleness: self.staleness_max.load(Relaxed),
+            sync_gap_histogram: self.gaps.counts(),
+            staleness_histogram: self.stalenesses.counts(),
             examples_per_sec: examples as f64 / seconds.max(1e-9),
             finished,
         }
@@ -150,5 +186,30 @@ mod tests {
             (10.0, 4.0, 6)
         );
         assert!(s.finished && s.examples_per_sec > 0.0);
+        // Gaps 10 and 10 fall in [8, 16); stalenesses 2 in [2, 4), 6 in [4, 8).
+        assert_eq!(s.sync_gap_histogram[4], 2);
+        assert_eq!(s.staleness_histogram[2..4], [1, 1]);
+        assert_eq!(s.staleness_histogram.iter().sum::<u64>(), 2);
+    }
+
+    #[test]
+    fn histogram_buckets_are_powers_of_two() {
+        let buckets: Vec<usize> = [
+            0,
+            1,
+            2,
+            3,
+            4,
+            7,
+            8,
+            1 << 13,
+            (1 << 14) - 1,
+            1 << 14,
+            u64::MAX,
+        ]
+        .into_iter()
+        .map(histogram_bucket)
+        .collect();
+        assert_eq!(buckets, [0, 1, 2, 2, 3, 3, 4, 14, 14, 15, 15]);
     }
 }

@@ -446,7 +446,11 @@ mod tests {
         let start = Instant::now();
         std::thread::scope(|s| {
             for mut ep in endpoints {
-                s.spawn(move || ep.group_mean(0, &[0, 1], &vec![1.0].into()).unwrap().unwrap());
+                s.spawn(move || {
+                    ep.group_mean(0, &[0, 1], &vec![1.0].into())
+                        .unwrap()
+                        .unwrap()
+                });
             }
         });
         assert!(start.elapsed() >= Duration::from_millis(20));
