@@ -37,6 +37,7 @@ fn main() -> anyhow::Result<()> {
         &config.optim,
         &layout,
         pipeline.take_shards(),
+        1,
     )?;
 
     let mut cluster_config = ClusterConfig::default();

@@ -36,7 +36,7 @@
 use crate::data::{BadLinePolicy, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
-use shadowsync_actors::sync::{GroupPlan, SyncConfig};
+use shadowsync_actors::sync::{Algorithm, GroupPlan, SyncConfig};
 use std::path::{Path, PathBuf};
 
 /// Everything a training run needs.
@@ -227,6 +227,9 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Trainers, each on its own 1/`trainers` of the data.
     pub trainers: usize,
+    /// Hogwild worker threads per trainer, stepping its one dense replica, each
+    /// on its own part of the trainer's data (with `none` and `shadow-*`).
+    pub workers: usize,
 }
 
 impl Default for TrainConfig {
@@ -237,6 +240,7 @@ impl Default for TrainConfig {
             threads: 1,
             seed: 0,
             trainers: 1,
+            workers: 1,
         }
     }
 }
@@ -273,6 +277,23 @@ impl Config {
         }
         if self.train.trainers == 0 {
             return Err(Error::config("train.trainers", "must be at least 1"));
+        }
+        if self.train.workers == 0 {
+            return Err(Error::config("train.workers", "must be at least 1"));
+        }
+        if self.train.workers > 1
+            && !matches!(
+                self.sync.algorithm,
+                Algorithm::None | Algorithm::Shadow { .. }
+            )
+        {
+            return Err(Error::config(
+                "train.workers",
+                format!(
+                    "Hogwild workers run with none or shadow-* (a trainer that syncs in the foreground, as {} does, is one thread)",
+                    self.sync.algorithm
+                ),
+            ));
         }
         self.sync.validate()?;
         let n = self.train.trainers;
@@ -397,6 +418,11 @@ mod tests {
             ("[data]\ntrain = \"a.tsv\"", "data.test"),
             ("[model]\ntop_mlp = [0]", "model.top_mlp"),
             ("[train]\ntrainers = 0", "train.trainers"),
+            ("[train]\nworkers = 0", "train.workers"),
+            (
+                "[train]\nworkers = 2\n[sync]\nalgorithm = \"sync-sgd\"",
+                "train.workers",
+            ),
             (
                 "[train]\ntrainers = 4\n[sync]\ngroup_size = 3\nschedule = \"fixed\"",
                 "sync.group_size",

@@ -78,6 +78,9 @@ struct TrainArgs {
     /// Trainers, each on 1/N of the data.
     #[arg(long)]
     trainers: Option<usize>,
+    /// Hogwild worker threads per trainer (with none and shadow-*).
+    #[arg(long)]
+    workers: Option<usize>,
     /// Synchronization: none, sync-sgd, fr-ma:K, fr-easgd:K, fr-bmuf:K, shadow-ma,
     /// shadow-easgd, shadow-bmuf.
     #[arg(long, value_parser = parse::<Algorithm>)]
@@ -181,6 +184,7 @@ impl TrainArgs {
             rows => data.synthetic.train_rows,
             test_rows => data.synthetic.test_rows,
             trainers => train.trainers,
+            workers => train.workers,
             group_size => sync.group_size,
             schedule => sync.schedule,
             write_back => sync.write_back,

@@ -195,6 +195,7 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
     tch::manual_seed(config.train.seed as i64);
     let layout = config.table_layout()?;
     let trainers = config.train.trainers;
+    let workers = config.train.workers;
 
     let (train_path, test_path, test_oracle, total) = match (&config.data.train, &config.data.test)
     {
@@ -220,7 +221,7 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         layout.clone(),
         &PipelineConfig {
             batch_size: config.train.batch_size,
-            shards: trainers,
+            shards: trainers * workers,
             policy: config.data.bad_lines,
             capacity: 64,
         },
@@ -230,6 +231,7 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         &config.optim,
         &layout,
         pipeline.take_shards(),
+        workers,
     )?;
     let shared_table = learners
         .first()
@@ -240,6 +242,7 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         test: test_batches,
         replicas: learners
             .iter()
+            .step_by(workers)
             .map(|l| ParamAlias::new(l.dense_params()))
             .collect::<shadowsync_actors::Result<_>>()?,
         which: match config.sync.algorithm {
@@ -250,6 +253,7 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
     let cluster_config = ClusterConfig {
         sync: config.sync.clone(),
         intra_op_threads: config.train.threads,
+        workers,
         ..ClusterConfig::default()
     };
     let cluster = Cluster::start(cluster_config, learners)?;

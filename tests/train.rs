@@ -1,4 +1,4 @@
-//! Single-trainer training through the library.
+//! Training through the library: one trainer, and Hogwild workers.
 
 use shadowsync::config::{Config, ModelKind, OptimizerKind};
 use shadowsync::train::{train, TrainReport};
@@ -34,6 +34,28 @@ fn lr_adagrad(c: &mut Config) {
     c.optim.sparse = OptimizerKind::Adagrad;
     c.optim.dense_lr = 0.05;
     c.optim.sparse_lr = 0.05;
+}
+
+#[test]
+fn hogwild_workers_share_their_trainers_replica_and_see_every_example_once() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = synthetic_config(dir.path(), 40_000);
+    lr_adagrad(&mut c);
+    c.train.trainers = 2;
+    c.train.workers = 2;
+    c.sync.algorithm = "shadow-ma".parse().unwrap();
+    let report = train(&c, &mut ()).unwrap();
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(report.examples, 40_000);
+    let stats = &report.cluster.trainer_stats;
+    assert_eq!(stats.len(), 2, "two trainers, whatever their workers");
+    assert!(
+        stats.iter().all(|s| s.examples >= 19_000 && s.syncs > 0),
+        "{stats:?}"
+    );
+    let m = report.final_metrics;
+    assert!(m.ne < 0.92 && m.auc > 0.7, "NE {} AUC {}", m.ne, m.auc);
 }
 
 #[test]

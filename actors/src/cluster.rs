@@ -2,7 +2,8 @@
 //! the public API.
 //!
 //! [`Cluster::start`] takes one learner per trainer and builds:
-//! * a [`TrainerActor`] per trainer, each on its own arbiter thread;
+//! * a [`TrainerActor`] per trainer, each on its own arbiter thread — or, with
+//!   `workers = W`, W of them per trainer stepping one dense replica Hogwild-style;
 //! * for `shadow-*`, a [`ShadowActor`] beside each trainer, on its own thread;
 //! * for `*-easgd`, the sharded [`ParamServer`];
 //! * the transport [`mesh`] between trainers, with the simulated link;
@@ -47,6 +48,9 @@ pub struct ClusterConfig {
     pub consensus_every_ms: u64,
     /// libtorch intra-op threads of each trainer.
     pub intra_op_threads: usize,
+    /// Hogwild worker threads per trainer, stepping one dense replica (with
+    /// `none` and `shadow-*` only).
+    pub workers: usize,
 }
 
 impl Default for ClusterConfig {
@@ -56,6 +60,7 @@ impl Default for ClusterConfig {
             chunk_ms: 20,
             consensus_every_ms: 500,
             intra_op_threads: 1,
+            workers: 1,
         }
     }
 }
@@ -99,7 +104,8 @@ pub struct ClusterReport {
 /// The learners as trained, and the report.
 #[derive(Debug)]
 pub struct ClusterOutcome<L> {
-    /// One learner per trainer, in trainer order.
+    /// The learners in the order they were given (trainer by trainer, a
+    /// trainer's workers consecutive).
     pub learners: Vec<L>,
     /// EASGD's centre copy, for `*-easgd`.
     pub center: Option<Vec<f32>>,
@@ -142,11 +148,15 @@ impl<L: Learner> Clone for Cluster<L> {
 }
 
 impl<L: Learner> Cluster<L> {
-    /// Starts training `learners` (one per trainer) under `config`.
+    /// Starts training `learners` under `config`: one per trainer, or with
+    /// `config.workers = W`, W consecutive learners per trainer whose dense
+    /// parameters are one buffer (built with [`FlatParams::adopt_shared`]).
     pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
-        let n = learners.len();
+        let workers = config.workers.max(1);
         let sync = &config.sync;
         sync.validate()?;
+        check_workers(&learners, workers, sync.algorithm)?;
+        let n = learners.len() / workers;
         let group_size = sync.group_size_for(n);
         let plan = GroupPlan::new(sync.schedule, n, group_size)?.with_seed(sync.seed);
         let initial = {
@@ -159,7 +169,7 @@ impl<L: Learner> Cluster<L> {
             values
         };
         // Every replica starts from the same point.
-        for learner in &learners[1..] {
+        for learner in learners.iter().step_by(workers).skip(1) {
             learner.dense_params().load_from(&initial)?;
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -170,14 +180,30 @@ impl<L: Learner> Cluster<L> {
             _ => None,
         };
         let endpoints = mesh(n, sync.link, Arc::clone(&stop));
-        let counters: Vec<_> = (0..n).map(|i| Arc::new(TrainerCounters::new(i))).collect();
+        let counters: Vec<_> = (0..n)
+            .map(|i| Arc::new(TrainerCounters::with_workers(i, workers)))
+            .collect();
         let events = EventBus::default();
         let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
 
-        let mut trainers = Vec::with_capacity(n);
+        let mut cores = Vec::with_capacity(learners.len());
         let mut shadows = Vec::new();
         let mut monitor_replicas = Vec::with_capacity(n);
-        for ((learner, endpoint), counters) in learners.into_iter().zip(endpoints).zip(&counters) {
+        let mut endpoints = endpoints.into_iter();
+        for (worker, learner) in learners.into_iter().enumerate() {
+            let counters = &counters[worker / workers];
+            if worker % workers != 0 {
+                // A Hogwild worker: steps the replica; its trainer's loop syncs it.
+                cores.push(TrainerCore::new(
+                    learner,
+                    Foreground::Nothing,
+                    Arc::clone(counters),
+                ));
+                continue;
+            }
+            let endpoint = endpoints
+                .next()
+                .ok_or_else(|| Error::System("fewer endpoints than trainers".into()))?;
             monitor_replicas.push(ParamAlias::new(learner.dense_params())?);
             let peer = SyncPeer::new(endpoint, plan, sync, &initial, server.clone())?;
             let foreground = match sync.algorithm {
@@ -195,10 +221,10 @@ impl<L: Learner> Cluster<L> {
                     Foreground::Nothing
                 }
             };
-            trainers.push(TrainerCore::new(learner, foreground, Arc::clone(counters)));
+            cores.push(TrainerCore::new(learner, foreground, Arc::clone(counters)));
         }
 
-        let (trainer_exit_tx, trainer_exits) = bounded(n);
+        let (trainer_exit_tx, trainer_exits) = bounded(cores.len());
         let (shadow_exit_tx, shadow_exits) = bounded(n);
         let (ready_tx, ready_rx) = bounded(1);
         let chunk = Duration::from_millis(config.chunk_ms.max(1));
@@ -216,9 +242,10 @@ impl<L: Learner> Cluster<L> {
                 .spawn(move || {
                     let runner = System::new();
                     runner.block_on(async move {
-                        let addrs: Vec<_> = trainers
+                        let addrs: Vec<_> = cores
                             .into_iter()
-                            .map(|core| {
+                            .enumerate()
+                            .map(|(worker, core)| {
                                 let (exits, events, stop) =
                                     (trainer_exit_tx.clone(), events.clone(), Arc::clone(&stop));
                                 let on_finish: Box<dyn Fn() + Send> = if shadow {
@@ -231,7 +258,9 @@ impl<L: Learner> Cluster<L> {
                                     move |_| {
                                         // OpenMP teams are per thread: size this one.
                                         tch::set_num_threads(threads as i32);
-                                        TrainerActor::new(core, chunk, exits, events, on_finish)
+                                        TrainerActor::new(
+                                            worker, core, chunk, exits, events, on_finish,
+                                        )
                                     },
                                 )
                             })
@@ -340,16 +369,18 @@ impl<L: Learner> Cluster<L> {
             .take()
             .ok_or_else(|| Error::System("the cluster was already waited for".into()))?;
         let n = self.trainers();
-        let mut learners: Vec<Option<L>> = (0..n).map(|_| None).collect();
+        let mut learners: Vec<Option<L>> = running.trainers.iter().map(|_| None).collect();
         let mut errors = Vec::new();
-        for _ in 0..n {
+        for _ in 0..learners.len() {
             let exit = running.trainer_exits.recv().map_err(|_| {
                 Error::System("a trainer vanished without handing back its learner".into())
             })?;
             if let Some(e) = exit.error {
                 errors.push(format!("trainer {}: {e}", exit.trainer));
             }
-            learners[exit.trainer] = Some(exit.learner);
+            if let Some(slot) = learners.get_mut(exit.worker) {
+                *slot = Some(exit.learner);
+            }
         }
         let seconds = self.inner.started.elapsed().as_secs_f64();
         self.inner.stop.store(true, Ordering::Relaxed);
@@ -400,6 +431,44 @@ impl<L: Learner> Cluster<L> {
             },
         })
     }
+}
+
+/// Checks that `learners` make whole trainers of `workers` Hogwild workers
+/// sharing one dense buffer, under an algorithm that allows them.
+fn check_workers<L: Learner>(learners: &[L], workers: usize, algorithm: Algorithm) -> Result<()> {
+    if workers == 1 {
+        return Ok(());
+    }
+    let bad = |reason: String| {
+        Err(Error::Config {
+            key: "workers".into(),
+            reason,
+        })
+    };
+    if !matches!(algorithm, Algorithm::None | Algorithm::Shadow { .. }) {
+        return bad(format!(
+            "Hogwild workers run with none or shadow-* (a trainer that syncs in the foreground, as {algorithm} does, is one thread)"
+        ));
+    }
+    if learners.len() % workers != 0 {
+        return bad(format!(
+            "{} learners do not make whole trainers of {workers} workers",
+            learners.len()
+        ));
+    }
+    for trainer in learners.chunks(workers) {
+        let owner = trainer[0].dense_params();
+        if !trainer[1..]
+            .iter()
+            .all(|w| w.dense_params().shares_values_with(owner))
+        {
+            return bad(
+                "a trainer's workers must share its dense parameters (FlatParams::adopt_shared)"
+                    .into(),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Samples the consensus distance of `replicas` every `every` until `stop`.

@@ -49,6 +49,11 @@ impl ParamAlias {
         })
     }
 
+    /// The alias tensor itself (for a Hogwild worker's own view of the buffer).
+    pub(crate) fn tensor(&self) -> &Tensor {
+        &self.alias
+    }
+
     /// Number of parameters.
     pub fn len(&self) -> usize {
         self.alias.numel()

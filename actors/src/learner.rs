@@ -35,6 +35,16 @@ pub trait Learner: Send + Unpin + 'static {
     /// Changes the learning rate from the next step on.
     fn set_learning_rate(&mut self, lr: f64);
 
+    /// Scales the gradients of the last [`Learner::compute_gradients`] that go to
+    /// parameters shared with other trainers rather than replicated (a CTR
+    /// model's embedding table). Under `sync-sgd` the runtime passes `1/m`, so
+    /// the `m` updates a group makes to the shared copy add up to one update
+    /// with the group's mean gradient, as an all-reduce over replicated
+    /// parameters would give. Nothing shared: nothing to do (the default).
+    fn scale_shared_gradients(&mut self, _factor: f64) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// One whole step; `Ok(None)` once the data is exhausted.
     fn step(&mut self) -> Result<Option<StepOutcome>, Self::Error> {
         let outcome = self.compute_gradients()?;

@@ -7,8 +7,10 @@
 //! all land in the flat buffer. The gradients are re-pointed the same way: autograd
 //! accumulates in place into an existing gradient, so after [`FlatParams::zero_grad`]
 //! and `backward()` the whole gradient is [`FlatParams::grad`].
+//! [`FlatParams::adopt_shared`] points a second model's variables at an existing
+//! buffer instead: Hogwild workers of one replica, each with its own gradient.
 
-use crate::hogwild::with_borrowed;
+use crate::hogwild::{with_borrowed, ParamAlias};
 use crate::{Error, Result};
 use tch::{nn::VarStore, Kind, Tensor};
 
@@ -18,34 +20,73 @@ pub struct FlatParams {
     values: Tensor,
     grad: Tensor,
     vars: Vec<(String, Tensor)>,
+    /// For a Hogwild worker, the alias keeping the shared buffer alive.
+    _shared: Option<ParamAlias>,
+}
+
+/// The trainable variables of `vs`, in name order; all must be f32.
+fn trainable(vs: &VarStore) -> Result<Vec<(String, Tensor)>> {
+    let mut vars: Vec<(String, Tensor)> = vs
+        .variables()
+        .into_iter()
+        .filter(|(_, t)| t.requires_grad())
+        .collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some((name, t)) = vars.iter().find(|(_, t)| t.kind() != Kind::Float) {
+        return Err(Error::Layout(format!(
+            "variable {name} is {:?}; dense parameters must be f32",
+            t.kind()
+        )));
+    }
+    Ok(vars)
 }
 
 impl FlatParams {
     /// Moves the trainable variables of `vs` into one flat buffer (in name order,
     /// so two replicas built the same way share one layout).
     pub fn adopt(vs: &VarStore) -> Result<Self> {
-        let mut vars: Vec<(String, Tensor)> = vs
-            .variables()
-            .into_iter()
-            .filter(|(_, t)| t.requires_grad())
-            .collect();
-        vars.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some((name, t)) = vars.iter().find(|(_, t)| t.kind() != Kind::Float) {
-            return Err(Error::Layout(format!(
-                "variable {name} is {:?}; dense parameters must be f32",
-                t.kind()
-            )));
-        }
+        let vars = trainable(vs)?;
         let numel: i64 = vars.iter().map(|(_, t)| t.numel() as i64).sum();
-        let device = vs.device();
-        let values = Tensor::f_zeros([numel], (Kind::Float, device))?;
-        let mut grad = Tensor::f_zeros([numel], (Kind::Float, device))?;
+        let values = Tensor::f_zeros([numel], (Kind::Float, vs.device()))?;
+        Self::point_into(vars, values, true, None)
+    }
+
+    /// Points the trainable variables of `vs` at `owner`'s buffer instead of a
+    /// buffer of their own: a Hogwild worker of the same replica. The variables
+    /// take the owner's current values; each worker keeps its own gradient (and
+    /// its own autograd bookkeeping), and its optimizer steps land in the shared
+    /// buffer. `vs` must have the owner's layout.
+    pub fn adopt_shared(vs: &VarStore, owner: &FlatParams) -> Result<Self> {
+        let vars = trainable(vs)?;
+        let layout: Vec<(String, Vec<i64>)> =
+            vars.iter().map(|(n, t)| (n.clone(), t.size())).collect();
+        if layout != owner.layout() {
+            return Err(Error::Layout(
+                "a Hogwild worker's variables differ from its replica's (names or shapes)".into(),
+            ));
+        }
+        let alias = ParamAlias::new(owner)?;
+        let values = alias.tensor().shallow_clone();
+        Self::point_into(vars, values, false, Some(alias))
+    }
+
+    /// Re-points `vars` into slices of `values` (copying their values in if
+    /// `copy`) and their gradients into a fresh flat gradient.
+    fn point_into(
+        mut vars: Vec<(String, Tensor)>,
+        values: Tensor,
+        copy: bool,
+        shared: Option<ParamAlias>,
+    ) -> Result<Self> {
+        let mut grad = Tensor::f_zeros([values.numel() as i64], (Kind::Float, values.device()))?;
         let mut offset = 0;
         for (_, var) in vars.iter_mut() {
             let n = var.numel() as i64;
             let shape = var.size();
             let mut slot = values.f_narrow(0, offset, n)?.f_view(shape.as_slice())?;
-            tch::no_grad(|| slot.f_copy_(var)).map(drop)?;
+            if copy {
+                tch::no_grad(|| slot.f_copy_(var)).map(drop)?;
+            }
             var.f_set_data(&slot)?;
             // Give the variable a gradient, then re-point it into the flat gradient.
             (var.f_sum(Kind::Float)? * 0.0).f_backward()?;
@@ -54,7 +95,18 @@ impl FlatParams {
             offset += n;
         }
         tch::no_grad(|| grad.f_zero_()).map(drop)?;
-        Ok(Self { values, grad, vars })
+        Ok(Self {
+            values,
+            grad,
+            vars,
+            _shared: shared,
+        })
+    }
+
+    /// True when `self` and `other` step the same parameter memory (one is a
+    /// Hogwild worker of the other, or both of a third).
+    pub fn shares_values_with(&self, other: &FlatParams) -> bool {
+        self.values.data_ptr() == other.values.data_ptr()
     }
 
     /// The flat parameter buffer (1-D, f32). Writes to it change the model.

@@ -5,7 +5,7 @@
 //! at any time (the cluster handle, monitors, the final report).
 
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 /// Buckets of the step histograms: bucket 0 counts 0, bucket `k ≥ 1` counts
@@ -45,6 +45,7 @@ pub struct TrainerCounters {
     gaps: AtomicHistogram,
     stalenesses: AtomicHistogram,
     busy_micros: AtomicU64,
+    running_workers: AtomicUsize,
     finished: AtomicBool,
 }
 
@@ -78,6 +79,11 @@ pub struct TrainerStats {
 impl TrainerCounters {
     /// Fresh counters of trainer `id`, its clock starting now.
     pub fn new(id: usize) -> Self {
+        Self::with_workers(id, 1)
+    }
+
+    /// Fresh counters of trainer `id` stepped by `workers` Hogwild workers.
+    pub fn with_workers(id: usize, workers: usize) -> Self {
         Self {
             id,
             started: Instant::now(),
@@ -90,6 +96,7 @@ impl TrainerCounters {
             gaps: AtomicHistogram::default(),
             stalenesses: AtomicHistogram::default(),
             busy_micros: AtomicU64::new(0),
+            running_workers: AtomicUsize::new(workers.max(1)),
             finished: AtomicBool::new(false),
         }
     }
@@ -121,12 +128,19 @@ impl TrainerCounters {
         self.finished.load(Relaxed)
     }
 
-    /// Marks the trainer finished; its training time stops here.
-    pub fn finish(&self) {
-        if !self.finished.swap(true, Relaxed) {
-            self.busy_micros
-                .store(self.started.elapsed().as_micros() as u64, Relaxed);
+    /// Marks one worker finished; when it is the last, the trainer is finished
+    /// and its training time stops here (returns true then).
+    pub fn finish(&self) -> bool {
+        let before = self
+            .running_workers
+            .fetch_update(Relaxed, Relaxed, |w| Some(w.saturating_sub(1)))
+            .unwrap_or(0);
+        if before > 1 || self.finished.swap(true, Relaxed) {
+            return false;
         }
+        self.busy_micros
+            .store(self.started.elapsed().as_micros() as u64, Relaxed);
+        true
     }
 
     /// The current figures.
@@ -190,6 +204,14 @@ mod tests {
         assert_eq!(s.sync_gap_histogram[4], 2);
         assert_eq!(s.staleness_histogram[2..4], [1, 1]);
         assert_eq!(s.staleness_histogram.iter().sum::<u64>(), 2);
+    }
+
+    #[test]
+    fn a_trainer_finishes_with_its_last_worker() {
+        let c = TrainerCounters::with_workers(0, 2);
+        assert!(!c.finish() && !c.is_finished());
+        assert!(c.finish() && c.is_finished());
+        assert!(!c.finish(), "finishes once");
     }
 
     #[test]

@@ -84,6 +84,9 @@ impl<L: Learner> TrainerCore<L> {
                 params.load_grad_from(&mean)?;
                 self.counters.record_sync(0);
             }
+            self.learner
+                .scale_shared_gradients(1.0 / peer.group_size() as f64)
+                .map_err(Error::learner)?;
         }
         self.learner.apply_gradients().map_err(Error::learner)?;
         self.counters.record_step(outcome.examples);
@@ -106,6 +109,9 @@ impl<L: Learner> TrainerCore<L> {
 pub struct TrainerExit<L> {
     /// Trainer index.
     pub trainer: usize,
+    /// The learner's position among all the cluster's learners (a trainer's
+    /// Hogwild workers are consecutive).
+    pub worker: usize,
     /// The learner, as trained.
     pub learner: L,
     /// Why it stopped early, if it did.
@@ -138,6 +144,7 @@ struct Chunk;
 /// The actor running a [`TrainerCore`] on its own arbiter.
 pub struct TrainerActor<L: Learner> {
     core: Option<TrainerCore<L>>,
+    worker: usize,
     counters: Arc<TrainerCounters>,
     paused: bool,
     chunk: Duration,
@@ -148,9 +155,10 @@ pub struct TrainerActor<L: Learner> {
 }
 
 impl<L: Learner> TrainerActor<L> {
-    /// An actor that steps `core` in chunks of about `chunk` and reports its end
-    /// on `exits`.
+    /// An actor that steps `core` (learner number `worker` of the cluster) in
+    /// chunks of about `chunk` and reports its end on `exits`.
     pub fn new(
+        worker: usize,
         core: TrainerCore<L>,
         chunk: Duration,
         exits: Sender<TrainerExit<L>>,
@@ -160,6 +168,7 @@ impl<L: Learner> TrainerActor<L> {
         let counters = Arc::clone(core.counters());
         Self {
             core: Some(core),
+            worker,
             counters,
             paused: false,
             chunk,
@@ -171,7 +180,7 @@ impl<L: Learner> TrainerActor<L> {
 
     fn finish(&mut self, ctx: &mut Context<Self>, error: Option<String>) {
         let Some(core) = self.core.take() else { return };
-        self.counters.finish();
+        let last_worker = self.counters.finish();
         (self.on_finish)();
         let stats = self.counters.stats();
         match &error {
@@ -179,13 +188,15 @@ impl<L: Learner> TrainerActor<L> {
                 trainer: stats.trainer,
                 error: e.clone(),
             }),
-            None => self.events.publish(Event::TrainerFinished {
+            None if last_worker => self.events.publish(Event::TrainerFinished {
                 trainer: stats.trainer,
                 steps: stats.steps,
             }),
+            None => {}
         }
         let _ = self.exits.send(TrainerExit {
             trainer: stats.trainer,
+            worker: self.worker,
             learner: core.into_learner(),
             error,
         });

@@ -25,6 +25,8 @@ struct LeastSquares {
     lr: f64,
     steps_left: Option<u64>,
     step_delay: Duration,
+    /// Every factor the runtime scaled the (here imaginary) shared gradients by.
+    shared_scales: Vec<f64>,
 }
 
 impl LeastSquares {
@@ -42,7 +44,15 @@ impl LeastSquares {
             lr: 0.05,
             steps_left: steps,
             step_delay: Duration::ZERO,
+            shared_scales: Vec::new(),
         }
+    }
+
+    /// A Hogwild worker of `owner`'s replica, with its own data stream.
+    fn worker_of(owner: &LeastSquares, seed: i64, steps: Option<u64>) -> Self {
+        let mut worker = Self::new(seed, steps);
+        worker.params = FlatParams::adopt_shared(&worker._vars, &owner.params).unwrap();
+        worker
     }
 
     fn loss_of(&self, values: &[f32]) -> f64 {
@@ -94,6 +104,11 @@ impl Learner for LeastSquares {
     fn set_learning_rate(&mut self, lr: f64) {
         self.lr = lr;
     }
+
+    fn scale_shared_gradients(&mut self, factor: f64) -> Result<(), tch::TchError> {
+        self.shared_scales.push(factor);
+        Ok(())
+    }
 }
 
 fn config(algorithm: &str) -> ClusterConfig {
@@ -105,6 +120,7 @@ fn config(algorithm: &str) -> ClusterConfig {
         chunk_ms: 5,
         consensus_every_ms: 50,
         intra_op_threads: 1,
+        workers: 1,
     }
 }
 
@@ -226,6 +242,90 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
             assert!(outcome.center.is_some(), "{name}");
         }
     }
+}
+
+#[test]
+fn sync_sgd_averages_the_shared_gradients_over_the_group() {
+    let _serial = exclusive();
+    let mut config = config("sync-sgd");
+    config.sync.group_size = 2;
+    config.sync.schedule = Schedule::Random;
+    let cluster = Cluster::start(config, learners(4, Some(30))).unwrap();
+    let outcome = cluster.wait().unwrap();
+    for learner in &outcome.learners {
+        // One 1/m per step: the group's updates to shared parameters add up to
+        // one update with the group's mean gradient.
+        assert_eq!(learner.shared_scales, vec![0.5; 30]);
+    }
+    // No other algorithm touches shared gradients.
+    let cluster = Cluster::start(self::config("fr-ma:1"), learners(2, Some(10))).unwrap();
+    let outcome = cluster.wait().unwrap();
+    assert!(outcome.learners.iter().all(|l| l.shared_scales.is_empty()));
+}
+
+#[test]
+fn hogwild_workers_step_one_replica_that_the_shadow_loop_syncs() {
+    let _serial = exclusive();
+    let steps = 300;
+    let mut learners = Vec::new();
+    for trainer in 0..2 {
+        let owner = LeastSquares::new(10 * trainer, Some(steps));
+        let worker = LeastSquares::worker_of(&owner, 10 * trainer + 1, Some(steps));
+        learners.extend([owner, worker]);
+    }
+    let mut config = config("shadow-ma");
+    config.workers = 2;
+    config.sync.min_interval_ms = 2.0;
+    let cluster = Cluster::start(config, learners).unwrap();
+    let events = cluster.subscribe();
+    let outcome = cluster.wait().unwrap();
+    assert!(
+        outcome.report.errors.is_empty(),
+        "{:?}",
+        outcome.report.errors
+    );
+    assert_eq!(outcome.learners.len(), 4);
+    let stats = &outcome.report.trainer_stats;
+    assert_eq!(stats.len(), 2);
+    assert!(
+        stats
+            .iter()
+            .all(|s| s.steps == 2 * steps && s.syncs > 0 && s.finished),
+        "{stats:?}"
+    );
+    let finished = events
+        .try_iter()
+        .filter(|e| matches!(e, Event::TrainerFinished { .. }))
+        .count();
+    assert_eq!(finished, 2, "one event per trainer, not per worker");
+    let [a, b, c, d] = &outcome.learners[..] else {
+        unreachable!()
+    };
+    assert!(b.params.shares_values_with(&a.params) && d.params.shares_values_with(&c.params));
+    assert!(!c.params.shares_values_with(&a.params));
+    let mut values = vec![0f32; a.params.numel()];
+    a.params.copy_to(&mut values).unwrap();
+    assert!(a.loss_of(&values) < 1e-2, "{}", a.loss_of(&values));
+}
+
+#[test]
+fn hogwild_workers_are_refused_where_they_cannot_work() {
+    let _serial = exclusive();
+    let owner = LeastSquares::new(0, Some(5));
+    let worker = LeastSquares::worker_of(&owner, 1, Some(5));
+    let mut foreground = config("fr-ma:1");
+    foreground.workers = 2;
+    let e = Cluster::start(foreground, vec![owner, worker])
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("workers") && e.to_string().contains("fr-ma:1"),
+        "{e}"
+    );
+    let mut shadow = config("shadow-ma");
+    shadow.workers = 2;
+    let e = Cluster::start(shadow, learners(2, Some(5))).err().unwrap();
+    assert!(e.to_string().contains("share"), "{e}");
 }
 
 #[test]

@@ -48,18 +48,26 @@ impl CtrLearner {
     }
 
     /// One learner per data shard, all sharing one fresh embedding table
-    /// (updated Hogwild-style): the replicas of a multi-trainer run.
+    /// (updated Hogwild-style): the replicas of a multi-trainer run. With
+    /// `workers > 1`, every `workers` consecutive shards make one trainer whose
+    /// learners also share one dense replica (its Hogwild workers).
     pub fn replicas(
         model: &ModelConfig,
         optim: &OptimConfig,
         layout: &TableLayout,
         shards: Vec<Receiver<Result<Batch>>>,
+        workers: usize,
     ) -> Result<Vec<Self>> {
         let table = Self::new_table(model, optim, layout)?;
-        shards
-            .into_iter()
-            .map(|shard| Self::with_table(model, optim, table.share(), Some(shard)))
-            .collect()
+        let mut learners: Vec<Self> = Vec::with_capacity(shards.len());
+        for (i, shard) in shards.into_iter().enumerate() {
+            let owner = learners
+                .get(i - i % workers.max(1))
+                .map(|owner| &owner.dense);
+            let learner = Self::build(model, optim, table.share(), Some(shard), owner)?;
+            learners.push(learner);
+        }
+        Ok(learners)
     }
 
     /// A fresh model using `table` (for example one shared with other trainers).
@@ -69,9 +77,24 @@ impl CtrLearner {
         table: EmbeddingTable,
         data: Option<Receiver<Result<Batch>>>,
     ) -> Result<Self> {
+        Self::build(model, optim, table, data, None)
+    }
+
+    /// A fresh model using `table`, with its own dense parameters or, given an
+    /// `owner`, stepping the owner's (a Hogwild worker).
+    fn build(
+        model: &ModelConfig,
+        optim: &OptimConfig,
+        table: EmbeddingTable,
+        data: Option<Receiver<Result<Batch>>>,
+        owner: Option<&FlatParams>,
+    ) -> Result<Self> {
         let vars = nn::VarStore::new(Device::Cpu);
         let net = build(model, &vars.root())?;
-        let dense = FlatParams::adopt(&vars)?;
+        let dense = match owner {
+            Some(owner) => FlatParams::adopt_shared(&vars, owner)?,
+            None => FlatParams::adopt(&vars)?,
+        };
         let dense_optimizer = DenseOptimizer::new(optim.dense, optim.dense_lr, &dense)?;
         Ok(Self {
             model: net,
@@ -173,11 +196,63 @@ impl Learner for CtrLearner {
         &self.dense
     }
 
+    /// Scales the pending embedding-row gradients (the shared table's).
+    fn scale_shared_gradients(&mut self, factor: f64) -> Result<()> {
+        if let Some((_, embedded)) = &self.pending {
+            let _ = tch::no_grad(|| embedded.grad().f_mul_scalar_(factor))?;
+        }
+        Ok(())
+    }
+
     /// Sets the dense learning rate to `lr`, scaling the embeddings' by the same
     /// factor.
     fn set_learning_rate(&mut self, lr: f64) {
         let factor = lr / self.dense_optimizer.lr();
         self.dense_optimizer.set_lr(lr);
         self.table.set_lr(self.table.lr() * factor);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelKind;
+    use crate::data::Example;
+
+    #[test]
+    fn scaled_shared_gradients_scale_the_embedding_update() {
+        let model = ModelConfig {
+            kind: ModelKind::Lr,
+            ..ModelConfig::default()
+        };
+        let optim = OptimConfig::default(); // plain SGD
+        let layout = TableLayout::uniform(50).unwrap();
+        let example = Example {
+            label: 1.0,
+            dense: [0.5; 13],
+            sparse: std::array::from_fn(|i| i as u32),
+        };
+        let batch = Batch::from_examples(&[example], &layout).unwrap();
+        let table = CtrLearner::new_table(&model, &optim, &layout).unwrap();
+        let mut half = CtrLearner::with_table(&model, &optim, table.share(), None).unwrap();
+        let mut full = CtrLearner::with_table(&model, &optim, table.share(), None).unwrap();
+        let mut dense = vec![0f32; half.dense.numel()];
+        half.dense.copy_to(&mut dense).unwrap();
+        full.dense.load_from(&dense).unwrap();
+        // Same parameters, same batch: same gradients.
+        half.backward_on(&batch).unwrap();
+        full.backward_on(&batch).unwrap();
+        let rows = || Vec::<f32>::try_from(table.weight().flatten(0, -1)).unwrap();
+        let before = rows();
+        half.scale_shared_gradients(0.5).unwrap();
+        half.apply().unwrap();
+        let between = rows();
+        full.apply().unwrap();
+        let after = rows();
+        let moved = before.iter().zip(&between).filter(|(a, b)| a != b).count();
+        assert_eq!(moved, 26, "one row per field");
+        for ((b, m), a) in before.iter().zip(&between).zip(&after) {
+            assert!(((a - m) - 2.0 * (m - b)).abs() < 1e-6, "{b} {m} {a}");
+        }
     }
 }
