@@ -1,7 +1,7 @@
 //! A custom component plugged into a running cluster: a monitor that consumes the
-//! cluster's event stream (every sync written back, every trainer finishing) on
-//! its own thread and reports, once a second, each trainer's sync rate and the
-//! worst staleness seen — the kind of watchdog a user writes for their own setup.
+//! cluster's event stream (every sync written back, every round's groups, every
+//! trainer finishing) on its own thread and reports, once a second, the round, each
+//! trainer's sync count and the worst staleness seen — the kind of watchdog a user writes for their own setup.
 //!
 //! ```sh
 //! cargo run --release --example sync_monitor
@@ -27,6 +27,8 @@ impl Observer for HandOver {
 struct Monitor {
     syncs: Vec<u64>,
     worst_staleness: Vec<u64>,
+    /// Rounds the group coordinator has handed out.
+    rounds: u64,
     finished: usize,
 }
 
@@ -43,6 +45,7 @@ impl Monitor {
                 self.syncs[trainer] += 1;
                 self.worst_staleness[trainer] = self.worst_staleness[trainer].max(staleness);
             }
+            Event::Regrouped { .. } => self.rounds += 1,
             Event::TrainerFinished { .. } | Event::TrainerFailed { .. } => self.finished += 1,
         }
     }
@@ -77,8 +80,8 @@ fn main() -> anyhow::Result<()> {
         if last_report.elapsed() >= Duration::from_secs(1) {
             last_report = Instant::now();
             println!(
-                "syncs per trainer {:?}, worst staleness {:?}",
-                monitor.syncs, monitor.worst_staleness
+                "round {}: syncs per trainer {:?}, worst staleness {:?}",
+                monitor.rounds, monitor.syncs, monitor.worst_staleness
             );
         }
     }

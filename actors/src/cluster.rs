@@ -6,11 +6,10 @@
 //!   `workers = W`, W of them per trainer stepping one dense replica Hogwild-style;
 //! * for `shadow-*`, a [`ShadowActor`] beside each trainer, on its own thread;
 //! * for `*-easgd`, the sharded [`ParamServer`];
+//! * the [`GroupCoordinator`] that every sync peer asks for its group each round
+//!   (following the [`GroupPlan`] of the configured DS-Sync schedule);
 //! * the transport [`mesh`] between trainers, with the simulated link;
 //! * a monitor thread sampling the consensus distance of the replicas.
-//!
-//! Groups are derived by every trainer from the shared [`GroupPlan`] (the
-//! DS-Sync coordinator's schedule), so no round needs a coordination message.
 //!
 //! Shutdown: syncing ends when [`Cluster::stop`] is called or the trainers run
 //! out of data — for the foreground algorithms when the first trainer does (they
@@ -21,11 +20,12 @@
 //! nothing can hang, and [`Cluster::wait`] hands back the learners with a
 //! [`ClusterReport`].
 
+use crate::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
 use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
-use crate::sync::{mesh, Algorithm, GroupPlan, ParamServer, SyncConfig, SyncPeer};
+use crate::sync::{mesh, Algorithm, Endpoint, GroupPlan, ParamServer, SyncConfig, SyncPeer};
 use crate::trainer::{Control, Foreground, TrainerActor, TrainerCore, TrainerExit};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
@@ -185,44 +185,22 @@ impl<L: Learner> Cluster<L> {
             .collect();
         let events = EventBus::default();
         let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
+        let (system, system_thread, coordinator) = start_system(plan, events.clone())?;
+        // On a failure from here on, the system thread is told to end (and does).
+        let stop_system = |e: Error| {
+            system.stop();
+            e
+        };
 
-        let mut cores = Vec::with_capacity(learners.len());
-        let mut shadows = Vec::new();
-        let mut monitor_replicas = Vec::with_capacity(n);
-        let mut endpoints = endpoints.into_iter();
-        for (worker, learner) in learners.into_iter().enumerate() {
-            let counters = &counters[worker / workers];
-            if worker % workers != 0 {
-                // A Hogwild worker: steps the replica; its trainer's loop syncs it.
-                cores.push(TrainerCore::new(
-                    learner,
-                    Foreground::Nothing,
-                    Arc::clone(counters),
-                ));
-                continue;
-            }
-            let endpoint = endpoints
-                .next()
-                .ok_or_else(|| Error::System("fewer endpoints than trainers".into()))?;
-            monitor_replicas.push(ParamAlias::new(learner.dense_params())?);
-            let peer = SyncPeer::new(endpoint, plan, sync, &initial, server.clone())?;
-            let foreground = match sync.algorithm {
-                Algorithm::None => Foreground::Nothing,
-                Algorithm::SyncSgd => Foreground::SyncSgd(peer),
-                Algorithm::Foreground { every, .. } => Foreground::Every { every, peer },
-                Algorithm::Shadow { .. } => {
-                    let replica = ParamAlias::new(learner.dense_params())?;
-                    shadows.push(ShadowLoop::new(
-                        replica,
-                        peer,
-                        sync.write_back,
-                        Arc::clone(counters),
-                    ));
-                    Foreground::Nothing
-                }
-            };
-            cores.push(TrainerCore::new(learner, foreground, Arc::clone(counters)));
-        }
+        let groups = CoordinatorClient::new(coordinator, &plan);
+        let Parts {
+            cores,
+            shadows,
+            replicas: monitor_replicas,
+        } = build_parts(
+            learners, &counters, endpoints, &groups, sync, &initial, &server,
+        )
+        .map_err(stop_system)?;
 
         let (trainer_exit_tx, trainer_exits) = bounded(cores.len());
         let (shadow_exit_tx, shadow_exits) = bounded(n);
@@ -234,54 +212,47 @@ impl<L: Learner> Cluster<L> {
             min_steps: sync.min_steps,
         };
         let shadow = matches!(sync.algorithm, Algorithm::Shadow { .. });
-        let system_thread = {
+        {
             let events = events.clone();
             let stop = Arc::clone(&stop);
-            std::thread::Builder::new()
-                .name("shadowsync-system".into())
-                .spawn(move || {
-                    let runner = System::new();
-                    runner.block_on(async move {
-                        let addrs: Vec<_> = cores
-                            .into_iter()
-                            .enumerate()
-                            .map(|(worker, core)| {
-                                let (exits, events, stop) =
-                                    (trainer_exit_tx.clone(), events.clone(), Arc::clone(&stop));
-                                let on_finish: Box<dyn Fn() + Send> = if shadow {
-                                    Box::new(|| {})
-                                } else {
-                                    Box::new(move || stop.store(true, Ordering::Relaxed))
-                                };
-                                TrainerActor::start_in_arbiter(
-                                    &Arbiter::new().handle(),
-                                    move |_| {
-                                        // OpenMP teams are per thread: size this one.
-                                        tch::set_num_threads(threads as i32);
-                                        TrainerActor::new(
-                                            worker, core, chunk, exits, events, on_finish,
-                                        )
-                                    },
-                                )
-                            })
-                            .collect();
-                        for (trainer, shadow) in shadows.into_iter().enumerate() {
-                            let (events, exits, stop) =
-                                (events.clone(), shadow_exit_tx.clone(), Arc::clone(&stop));
-                            ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
-                                tch::set_num_threads(1);
-                                ShadowActor::new(trainer, shadow, pacing, events, exits, stop)
-                            });
-                        }
-                        let _ = ready_tx.send((System::current(), addrs));
+            let launched = system.arbiter().spawn_fn(move || {
+                let addrs: Vec<_> = cores
+                    .into_iter()
+                    .enumerate()
+                    .map(|(worker, core)| {
+                        let (exits, events, stop) =
+                            (trainer_exit_tx.clone(), events.clone(), Arc::clone(&stop));
+                        let on_finish: Box<dyn Fn() + Send> = if shadow {
+                            Box::new(|| {})
+                        } else {
+                            Box::new(move || stop.store(true, Ordering::Relaxed))
+                        };
+                        TrainerActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                            // OpenMP teams are per thread: size this one.
+                            tch::set_num_threads(threads as i32);
+                            TrainerActor::new(worker, core, chunk, exits, events, on_finish)
+                        })
+                    })
+                    .collect();
+                for (trainer, shadow) in shadows.into_iter().enumerate() {
+                    let (events, exits, stop) =
+                        (events.clone(), shadow_exit_tx.clone(), Arc::clone(&stop));
+                    ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                        tch::set_num_threads(1);
+                        ShadowActor::new(trainer, shadow, pacing, events, exits, stop)
                     });
-                    let _ = runner.run();
-                })
-                .map_err(|e| Error::System(format!("cannot start the actor system thread: {e}")))?
-        };
-        let (system, addrs) = ready_rx
+                }
+                let _ = ready_tx.send(addrs);
+            });
+            if !launched {
+                return Err(stop_system(Error::System(
+                    "the actor system stopped".into(),
+                )));
+            }
+        }
+        let addrs = ready_rx
             .recv()
-            .map_err(|_| Error::System("the actor system did not start".into()))?;
+            .map_err(|_| stop_system(Error::System("the actors did not start".into())))?;
         let started = Instant::now();
         let monitor = (config.consensus_every_ms > 0).then(|| {
             let every = Duration::from_millis(config.consensus_every_ms);
@@ -431,6 +402,97 @@ impl<L: Learner> Cluster<L> {
             },
         })
     }
+}
+
+/// What runs a cluster's trainers: one core per learner, one shadow loop per
+/// trainer (for `shadow-*`), and an alias of each trainer's replica.
+struct Parts<L: Learner> {
+    cores: Vec<TrainerCore<L>>,
+    shadows: Vec<ShadowLoop>,
+    replicas: Vec<ParamAlias>,
+}
+
+/// Builds the [`Parts`] of `learners`, `learners.len() / counters.len()` per
+/// trainer: the first of a trainer's learners syncs through a peer on its
+/// endpoint; the others are its Hogwild workers.
+fn build_parts<L: Learner>(
+    learners: Vec<L>,
+    counters: &[Arc<TrainerCounters>],
+    endpoints: Vec<Endpoint>,
+    groups: &CoordinatorClient,
+    sync: &SyncConfig,
+    initial: &[f32],
+    server: &Option<Arc<ParamServer>>,
+) -> Result<Parts<L>> {
+    let workers = learners.len() / counters.len().max(1);
+    let mut parts = Parts {
+        cores: Vec::with_capacity(learners.len()),
+        shadows: Vec::new(),
+        replicas: Vec::with_capacity(counters.len()),
+    };
+    let mut endpoints = endpoints.into_iter();
+    for (worker, learner) in learners.into_iter().enumerate() {
+        let counters = Arc::clone(&counters[worker / workers]);
+        if worker % workers != 0 {
+            // A Hogwild worker: steps the replica; its trainer's loop syncs it.
+            parts
+                .cores
+                .push(TrainerCore::new(learner, Foreground::Nothing, counters));
+            continue;
+        }
+        let endpoint = endpoints
+            .next()
+            .ok_or_else(|| Error::System("fewer endpoints than trainers".into()))?;
+        parts
+            .replicas
+            .push(ParamAlias::new(learner.dense_params())?);
+        let peer = SyncPeer::new(endpoint, groups.clone(), sync, initial, server.clone())?;
+        let foreground = match sync.algorithm {
+            Algorithm::None => Foreground::Nothing,
+            Algorithm::SyncSgd => Foreground::SyncSgd(peer),
+            Algorithm::Foreground { every, .. } => Foreground::Every { every, peer },
+            Algorithm::Shadow { .. } => {
+                let replica = ParamAlias::new(learner.dense_params())?;
+                parts.shadows.push(ShadowLoop::new(
+                    replica,
+                    peer,
+                    sync.write_back,
+                    Arc::clone(&counters),
+                ));
+                Foreground::Nothing
+            }
+        };
+        parts
+            .cores
+            .push(TrainerCore::new(learner, foreground, counters));
+    }
+    Ok(parts)
+}
+
+/// Starts the actor system on its own thread, with the group coordinator on its
+/// own arbiter.
+fn start_system(
+    plan: GroupPlan,
+    events: EventBus,
+) -> Result<(System, JoinHandle<()>, Addr<GroupCoordinator>)> {
+    let (ready_tx, ready_rx) = bounded(1);
+    let thread = std::thread::Builder::new()
+        .name("shadowsync-system".into())
+        .spawn(move || {
+            let runner = System::new();
+            runner.block_on(async move {
+                let coordinator = GroupCoordinator::start_in_arbiter(&Arbiter::new().handle(), {
+                    move |_| GroupCoordinator::new(plan, events)
+                });
+                let _ = ready_tx.send((System::current(), coordinator));
+            });
+            let _ = runner.run();
+        })
+        .map_err(|e| Error::System(format!("cannot start the actor system thread: {e}")))?;
+    let (system, coordinator) = ready_rx
+        .recv()
+        .map_err(|_| Error::System("the actor system did not start".into()))?;
+    Ok((system, thread, coordinator))
 }
 
 /// Checks that `learners` make whole trainers of `workers` Hogwild workers

@@ -27,6 +27,13 @@ pub enum Event {
         /// Steps it took.
         steps: u64,
     },
+    /// The group coordinator handed out the partition of a new round.
+    Regrouped {
+        /// The round.
+        round: u64,
+        /// Its groups of trainers.
+        groups: Vec<Vec<usize>>,
+    },
     /// `trainer` failed; the message says why.
     TrainerFailed {
         /// The trainer.

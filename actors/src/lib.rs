@@ -23,6 +23,7 @@
 //! ```
 
 pub mod cluster;
+pub mod coordinator;
 mod error;
 pub mod events;
 mod hogwild;

@@ -1,9 +1,8 @@
-//! One trainer's side of synchronization: which group it is in this round, and
-//! how a snapshot becomes a target.
+//! One trainer's side of synchronization: which group it is in this round (asked
+//! of the group coordinator), and how a snapshot becomes a target.
 
-use crate::sync::{
-    BmufState, Endpoint, GroupPlan, LinkModel, ParamServer, Payload, Rule, SyncConfig,
-};
+use crate::coordinator::CoordinatorClient;
+use crate::sync::{BmufState, Endpoint, LinkModel, ParamServer, Payload, Rule, SyncConfig};
 use crate::{Error, Result};
 use std::sync::Arc;
 
@@ -12,7 +11,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct SyncPeer {
     endpoint: Endpoint,
-    plan: GroupPlan,
+    groups: CoordinatorClient,
     round: u64,
     rule: Option<Rule>,
     bmuf: Option<BmufState>,
@@ -25,7 +24,7 @@ impl SyncPeer {
     /// The peer of `endpoint`'s trainer, starting from parameters `initial`.
     pub fn new(
         endpoint: Endpoint,
-        plan: GroupPlan,
+        groups: CoordinatorClient,
         config: &SyncConfig,
         initial: &[f32],
         server: Option<Arc<ParamServer>>,
@@ -38,15 +37,16 @@ impl SyncPeer {
             });
         }
         let bmuf = (rule == Some(Rule::Bmuf))
-            .then(|| BmufState::new(config.bmuf_for(plan.group_size()), initial));
+            .then(|| BmufState::new(config.bmuf_for(groups.group_size()), initial));
+        let alpha = config.alpha_for(groups.trainers());
         Ok(Self {
             endpoint,
-            plan,
+            groups,
             round: 0,
             rule,
             bmuf,
             server,
-            alpha: config.alpha_for(plan.trainers()),
+            alpha,
             link: config.link,
         })
     }
@@ -58,7 +58,7 @@ impl SyncPeer {
 
     /// Members of each of its groups.
     pub fn group_size(&self) -> usize {
-        self.plan.group_size()
+        self.groups.group_size()
     }
 
     /// True once syncing has stopped for everyone.
@@ -73,9 +73,16 @@ impl SyncPeer {
 
     /// Mean of `data` over this round's group; `None` once syncing has stopped.
     pub fn group_mean(&mut self, payload: &Payload) -> Result<Option<Vec<f32>>> {
-        let group = self.plan.group_of(self.id(), self.round);
+        let round = self.round;
+        let endpoint = &self.endpoint;
+        let Some(group) = self
+            .groups
+            .group_of(endpoint.id(), round, || endpoint.stopped())?
+        else {
+            return Ok(None);
+        };
         self.round += 1;
-        self.endpoint.group_mean(self.round - 1, &group, payload)
+        self.endpoint.group_mean(round, &group, payload)
     }
 
     /// One round of the rule: the target for `snapshot`; `None` once syncing has
