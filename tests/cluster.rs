@@ -6,9 +6,10 @@ use shadowsync::config::{Config, ModelKind, OptimizerKind};
 use shadowsync::train::{train, TrainReport};
 use std::path::Path;
 
-/// Enough data for the replicas' dense layers to settle (at 160k rows the
-/// averaged replicas trail one trainer by up to 0.005 NE).
-const ROWS: u64 = 320_000;
+/// Enough data for the replicas' dense layers to settle: at 160k–320k rows the
+/// averaged replicas trailed one trainer by 0.002–0.007 NE and varied as much
+/// from run to run; at 640k they trail by ~0.003 and vary by ~0.0005.
+const ROWS: u64 = 640_000;
 
 fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     let mut c = Config::default();
