@@ -46,6 +46,9 @@ pub enum Error {
     /// A worker thread of the data pipeline died.
     #[error("data pipeline: {0}")]
     Pipeline(String),
+    /// Scoring a model on the test data failed.
+    #[error("evaluation: {0}")]
+    Evaluation(String),
 }
 
 impl Error {

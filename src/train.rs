@@ -4,8 +4,9 @@
 //! [`train`] resolves the data (files, or the built-in synthetic set), starts the
 //! [`Pipeline`] with one shard per trainer, builds one [`CtrLearner`] per trainer
 //! (all sharing one embedding table), runs them on the runtime's [`Cluster`] with
-//! the configured synchronization, evaluates the live model every
-//! `train.eval_every` examples (without stopping training) and at the end, and
+//! the configured synchronization, has the runtime's [`Evaluator`] actor score
+//! the live model every `train.eval_every` examples (training and the progress
+//! display go on meanwhile) and at the end, and
 //! returns a [`TrainReport`]. The model evaluated is EASGD's centre for
 //! `*-easgd` and the mean of the replicas for the other synchronized algorithms.
 //! Under `none` the replicas are independent models: the live evaluations score
@@ -25,9 +26,11 @@ use crate::metrics::{evaluate, Metrics};
 use crate::model::CtrLearner;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
+use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
 use shadowsync_actors::events::Event;
 use shadowsync_actors::sync::Algorithm;
 use shadowsync_actors::{Cluster, ClusterConfig, ClusterReport, Learner, ParamAlias};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -141,50 +144,81 @@ enum FinalModel {
 }
 
 /// Scores dense parameters on the test set with the shared embedding table.
-struct Evaluator {
+struct CtrScorer {
     model: CtrLearner,
     test: Vec<Batch>,
-    replicas: Vec<ParamAlias>,
-    which: FinalModel,
 }
 
-impl Evaluator {
-    /// Evaluates `dense` (flat parameters) on the test set.
-    fn evaluate(&self, dense: &[f32]) -> Result<Metrics> {
+impl Scorer for CtrScorer {
+    type Score = Metrics;
+    type Error = Error;
+
+    fn score(&mut self, dense: &[f32]) -> Result<Metrics> {
         self.model.dense_params().load_from(dense)?;
         let (predictions, labels) = self.model.predict_all(&self.test)?;
         Ok(evaluate(&predictions, &labels))
     }
+}
 
-    /// Each replica's own evaluation.
-    fn each_replica(&self) -> Result<Vec<Metrics>> {
-        let mut dense = vec![0f32; self.model.dense_params().numel()];
-        self.replicas
+/// The replicas as they train, read without stopping them.
+struct Replicas {
+    aliases: Vec<ParamAlias>,
+    which: FinalModel,
+}
+
+impl Replicas {
+    /// Each replica's current parameters.
+    fn each(&self) -> Result<Vec<Vec<f32>>> {
+        self.aliases
             .iter()
             .map(|replica| {
+                let mut dense = vec![0f32; replica.len()];
                 replica.snapshot_into(&mut dense)?;
-                self.evaluate(&dense)
+                Ok(dense)
             })
             .collect()
     }
 
-    /// The model the replicas make right now (read while they train).
-    fn live_model(&self) -> Result<Vec<f32>> {
-        let len = self.model.dense_params().numel();
-        let mut snapshot = vec![0f32; len];
-        let mut mean = vec![0f32; len];
-        let replicas = match self.which {
-            FinalModel::EachReplica => &self.replicas[..1],
-            FinalModel::Mean => &self.replicas[..],
+    /// The model the replicas make right now: trainer 0's or their mean.
+    fn model(&self) -> Result<Vec<f32>> {
+        let each = match self.which {
+            FinalModel::EachReplica => self.each()?.into_iter().take(1).collect(),
+            FinalModel::Mean => self.each()?,
         };
-        for replica in replicas {
-            replica.snapshot_into(&mut snapshot)?;
+        let len = each.first().map_or(0, Vec::len);
+        let mut mean = vec![0f32; len];
+        for replica in &each {
             mean.iter_mut()
-                .zip(&snapshot)
-                .for_each(|(m, v)| *m += v / replicas.len() as f32);
+                .zip(replica)
+                .for_each(|(m, v)| *m += v / each.len() as f32);
         }
         Ok(mean)
     }
+}
+
+/// Hands finished live evaluations to the history and the observer.
+fn record_live(
+    done: Vec<Evaluation<Metrics>>,
+    requested_at: &mut VecDeque<f64>,
+    history: &mut Vec<EvalPoint>,
+    observer: &mut dyn Observer,
+) -> Result<()> {
+    for evaluation in done {
+        let train_seconds = requested_at.pop_front().unwrap_or_default();
+        let point = EvalPoint {
+            examples: evaluation.tag,
+            train_seconds,
+            metrics: metrics_of(evaluation)?,
+        };
+        observer.evaluated(&point);
+        history.push(point);
+    }
+    Ok(())
+}
+
+/// The metrics of a finished evaluation.
+fn metrics_of(evaluation: Evaluation<Metrics>) -> Result<Metrics> {
+    evaluation.score.map_err(Error::Evaluation)
 }
 
 /// Trains `config.train.trainers` replicas for one pass over the data (each on
@@ -237,10 +271,12 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         .first()
         .map(|l| l.table().share())
         .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
-    let evaluator = Evaluator {
+    let mut evaluator = Evaluator::start(CtrScorer {
         model: CtrLearner::with_table(&config.model, &config.optim, shared_table, None)?,
         test: test_batches,
-        replicas: learners
+    })?;
+    let replicas = Replicas {
+        aliases: learners
             .iter()
             .step_by(workers)
             .map(|l| ParamAlias::new(l.dense_params()))
@@ -263,7 +299,11 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
     observer.started(total);
 
     let mut history = Vec::new();
-    let mut next_eval = config.train.eval_every;
+    // Train seconds at each live evaluation still being scored, in request order
+    // (the evaluator answers in order).
+    let mut requested_at = VecDeque::new();
+    let every = config.train.eval_every;
+    let mut next_eval = every;
     loop {
         std::thread::sleep(PROGRESS_EVERY);
         if events
@@ -275,30 +315,49 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         let stats = cluster.stats();
         let examples: u64 = stats.iter().map(|s| s.examples).sum();
         observer.progressed(examples);
-        if config.train.eval_every > 0 && examples >= next_eval && !stats.iter().all(|s| s.finished)
-        {
-            next_eval += config.train.eval_every;
-            let metrics = evaluator.evaluate(&evaluator.live_model()?)?;
-            let point = EvalPoint {
-                examples,
-                train_seconds: started.elapsed().as_secs_f64(),
-                metrics,
-            };
-            observer.evaluated(&point);
-            history.push(point);
+        record_live(
+            evaluator.finished(),
+            &mut requested_at,
+            &mut history,
+            observer,
+        )?;
+        let training = !stats.iter().all(|s| s.finished);
+        // One live evaluation at a time: a slow one delays the next rather than
+        // queueing them up.
+        if every > 0 && examples >= next_eval && training && evaluator.pending() == 0 {
+            next_eval = examples - examples % every + every;
+            evaluator.request(replicas.model()?, examples)?;
+            requested_at.push_back(started.elapsed().as_secs_f64());
         }
-        if stats.iter().all(|s| s.finished) {
+        if !training {
             break;
         }
     }
     let outcome = cluster.wait()?;
+    record_live(
+        evaluator.wait_all()?,
+        &mut requested_at,
+        &mut history,
+        observer,
+    )?;
     let train_read = pipeline.finish()?;
     let cluster_report = outcome.report;
-    let (metrics, replica_metrics) = match (&outcome.center, evaluator.which) {
-        (Some(center), _) => (evaluator.evaluate(center)?, Vec::new()),
-        (None, FinalModel::Mean) => (evaluator.evaluate(&evaluator.live_model()?)?, Vec::new()),
+    let examples = cluster_report.examples;
+    let (metrics, replica_metrics) = match (outcome.center, replicas.which) {
+        (Some(center), _) => (metrics_of(evaluator.score(center, examples)?)?, Vec::new()),
+        (None, FinalModel::Mean) => (
+            metrics_of(evaluator.score(replicas.model()?, examples)?)?,
+            Vec::new(),
+        ),
         (None, FinalModel::EachReplica) => {
-            let each = evaluator.each_replica()?;
+            for dense in replicas.each()? {
+                evaluator.request(dense, examples)?;
+            }
+            let each = evaluator
+                .wait_all()?
+                .into_iter()
+                .map(metrics_of)
+                .collect::<Result<Vec<_>>>()?;
             let mean = Metrics::mean(&each)
                 .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
             (mean, each)

@@ -25,6 +25,7 @@
 pub mod cluster;
 pub mod coordinator;
 mod error;
+pub mod evaluator;
 pub mod events;
 mod hogwild;
 mod learner;
