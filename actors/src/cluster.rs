@@ -5,7 +5,8 @@
 //! * a [`TrainerActor`] per trainer, each on its own arbiter thread — or, with
 //!   `workers = W`, W of them per trainer stepping one dense replica Hogwild-style;
 //! * for `shadow-*`, a [`ShadowActor`] beside each trainer, on its own thread;
-//! * for `*-easgd`, the sharded [`ParamServer`];
+//! * for `*-easgd`, the parameter server: one actor per shard of the centre
+//!   ([`ServerClient`]);
 //! * the [`GroupCoordinator`] that every sync peer asks for its group each round
 //!   (following the [`GroupPlan`] of the configured DS-Sync schedule);
 //! * the transport [`mesh`] between trainers, with the simulated link;
@@ -25,7 +26,8 @@ use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
 use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
-use crate::sync::{mesh, Algorithm, Endpoint, GroupPlan, ParamServer, SyncConfig, SyncPeer};
+use crate::sync::{mesh, Algorithm, Endpoint, GroupPlan, ServerClient, SyncConfig, SyncPeer};
+use crate::system::spawn_system;
 use crate::trainer::{Control, Foreground, TrainerActor, TrainerCore, TrainerExit};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
@@ -128,7 +130,7 @@ struct Inner<L: Learner> {
     counters: Vec<Arc<TrainerCounters>>,
     stop: Arc<AtomicBool>,
     events: EventBus,
-    server: Option<Arc<ParamServer>>,
+    server: Option<ServerClient>,
     bytes_sent: Vec<Arc<AtomicU64>>,
     started: Instant,
     running: Mutex<Option<Running<L>>>,
@@ -173,24 +175,32 @@ impl<L: Learner> Cluster<L> {
             learner.dense_params().load_from(&initial)?;
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let server = match sync.algorithm.rule() {
-            Some(crate::sync::Rule::Easgd) => {
-                Some(Arc::new(ParamServer::new(&initial, sync.server_shards)?))
-            }
-            _ => None,
-        };
         let endpoints = mesh(n, sync.link, Arc::clone(&stop));
         let counters: Vec<_> = (0..n)
             .map(|i| Arc::new(TrainerCounters::with_workers(i, workers)))
             .collect();
         let events = EventBus::default();
         let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
-        let (system, system_thread, coordinator) = start_system(plan, events.clone())?;
+        // The actor system, with the group coordinator and, for EASGD, the
+        // parameter server's shards, each on an arbiter of its own.
+        let easgd = sync.algorithm.rule() == Some(crate::sync::Rule::Easgd);
+        let (system, system_thread, (coordinator, server)) = {
+            let (events, initial, shards) = (events.clone(), initial.clone(), sync.server_shards);
+            spawn_system("shadowsync-system", move || {
+                let coordinator =
+                    GroupCoordinator::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                        GroupCoordinator::new(plan, events)
+                    });
+                let server = easgd.then(|| ServerClient::start(&initial, shards));
+                (coordinator, server)
+            })?
+        };
         // On a failure from here on, the system thread is told to end (and does).
         let stop_system = |e: Error| {
             system.stop();
             e
         };
+        let server = server.transpose().map_err(stop_system)?;
 
         let groups = CoordinatorClient::new(coordinator, &plan);
         let Parts {
@@ -370,11 +380,18 @@ impl<L: Learner> Cluster<L> {
             .monitor
             .and_then(|m| m.join().ok())
             .unwrap_or_default();
+        // The centre lives in the server's shard actors: read it before they go.
+        let center = self
+            .inner
+            .server
+            .as_ref()
+            .map(ServerClient::center)
+            .transpose();
         running.system.stop();
         let _ = running.system_thread.join();
+        let center = center?;
         let trainer_stats = self.stats();
         let examples = trainer_stats.iter().map(|s| s.examples).sum();
-        let center = self.inner.server.as_ref().map(|s| s.center()).transpose()?;
         let learners = learners
             .into_iter()
             .collect::<Option<Vec<_>>>()
@@ -422,7 +439,7 @@ fn build_parts<L: Learner>(
     groups: &CoordinatorClient,
     sync: &SyncConfig,
     initial: &[f32],
-    server: &Option<Arc<ParamServer>>,
+    server: &Option<ServerClient>,
 ) -> Result<Parts<L>> {
     let workers = learners.len() / counters.len().max(1);
     let mut parts = Parts {
@@ -467,32 +484,6 @@ fn build_parts<L: Learner>(
             .push(TrainerCore::new(learner, foreground, counters));
     }
     Ok(parts)
-}
-
-/// Starts the actor system on its own thread, with the group coordinator on its
-/// own arbiter.
-fn start_system(
-    plan: GroupPlan,
-    events: EventBus,
-) -> Result<(System, JoinHandle<()>, Addr<GroupCoordinator>)> {
-    let (ready_tx, ready_rx) = bounded(1);
-    let thread = std::thread::Builder::new()
-        .name("shadowsync-system".into())
-        .spawn(move || {
-            let runner = System::new();
-            runner.block_on(async move {
-                let coordinator = GroupCoordinator::start_in_arbiter(&Arbiter::new().handle(), {
-                    move |_| GroupCoordinator::new(plan, events)
-                });
-                let _ = ready_tx.send((System::current(), coordinator));
-            });
-            let _ = runner.run();
-        })
-        .map_err(|e| Error::System(format!("cannot start the actor system thread: {e}")))?;
-    let (system, coordinator) = ready_rx
-        .recv()
-        .map_err(|_| Error::System("the actor system did not start".into()))?;
-    Ok((system, thread, coordinator))
 }
 
 /// Checks that `learners` make whole trainers of `workers` Hogwild workers

@@ -161,6 +161,7 @@ impl CoordinatorClient {
 mod tests {
     use super::*;
     use crate::sync::Schedule;
+    use crate::system::spawn_system;
 
     #[test]
     fn each_round_is_announced_once_and_groups_follow_the_plan() {
@@ -179,16 +180,10 @@ mod tests {
         let plan = GroupPlan::new(Schedule::Alternating, 4, 2).unwrap();
         let events = EventBus::default();
         let subscriber = events.subscribe();
-        let (addr_tx, addr_rx) = bounded(1);
-        let system = std::thread::spawn(move || {
-            let runner = System::new();
-            runner.block_on(async move {
-                let addr = GroupCoordinator::new(plan, events).start();
-                let _ = addr_tx.send((System::current(), addr));
-            });
-            runner.run()
-        });
-        let (sys, addr) = addr_rx.recv().unwrap();
+        let (sys, system, addr) = spawn_system("coordinator-test", move || {
+            GroupCoordinator::new(plan, events).start()
+        })
+        .unwrap();
         let client = CoordinatorClient::new(addr, &plan);
         assert_eq!((client.trainers(), client.group_size()), (4, 2));
         for round in 0..3 {
@@ -207,7 +202,7 @@ mod tests {
             }
         );
         sys.stop();
-        system.join().unwrap().unwrap();
+        system.join().unwrap();
         // With the system gone, a request fails instead of hanging.
         assert!(client.group_of(0, 3, || false).is_err());
     }

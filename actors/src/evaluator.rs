@@ -9,9 +9,10 @@
 //! own, so it outlives the cluster for the final evaluation) and stops it when
 //! dropped.
 
+use crate::system::spawn_system;
 use crate::{Error, Result};
 use actix::prelude::*;
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::thread::JoinHandle;
 
 /// Scores a model given its dense parameters.
@@ -78,25 +79,13 @@ impl<S: Scorer + Unpin> Evaluator<S> {
     /// Starts `scorer` on a thread of its own.
     pub fn start(scorer: S) -> Result<Self> {
         let (results_tx, results) = unbounded();
-        let (ready_tx, ready_rx) = bounded(1);
-        let thread = std::thread::Builder::new()
-            .name("shadowsync-evaluator".into())
-            .spawn(move || {
-                let runner = System::new();
-                runner.block_on(async move {
-                    let addr = EvaluatorActor {
-                        scorer,
-                        results: results_tx,
-                    }
-                    .start();
-                    let _ = ready_tx.send((System::current(), addr));
-                });
-                let _ = runner.run();
-            })
-            .map_err(|e| Error::System(format!("cannot start the evaluator thread: {e}")))?;
-        let (system, addr) = ready_rx
-            .recv()
-            .map_err(|_| Error::System("the evaluator did not start".into()))?;
+        let (system, thread, addr) = spawn_system("shadowsync-evaluator", move || {
+            EvaluatorActor {
+                scorer,
+                results: results_tx,
+            }
+            .start()
+        })?;
         Ok(Self {
             addr,
             results,

@@ -33,6 +33,7 @@ mod params;
 pub mod shadow;
 pub mod stats;
 pub mod sync;
+mod system;
 pub mod trainer;
 
 pub use cluster::{Cluster, ClusterConfig, ClusterOutcome, ClusterReport};

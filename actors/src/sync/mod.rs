@@ -12,5 +12,5 @@ pub use algorithm::{Algorithm, Rule, SyncConfig};
 pub use peer::SyncPeer;
 pub use rules::{elastic, mean_into, BmufParams, BmufState, WriteBack};
 pub use schedule::{GroupPlan, Schedule};
-pub use server::ParamServer;
+pub use server::{shard_ranges, ServerClient, ServerShard, ServerShardActor};
 pub use transport::{mesh, Endpoint, LinkModel, Payload};

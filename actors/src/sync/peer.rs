@@ -2,9 +2,8 @@
 //! of the group coordinator), and how a snapshot becomes a target.
 
 use crate::coordinator::CoordinatorClient;
-use crate::sync::{BmufState, Endpoint, LinkModel, ParamServer, Payload, Rule, SyncConfig};
+use crate::sync::{BmufState, Endpoint, LinkModel, Payload, Rule, ServerClient, SyncConfig};
 use crate::{Error, Result};
-use std::sync::Arc;
 
 /// A trainer's synchronization state: its endpoint, its round counter, and the
 /// state its rule keeps (BMUF's block momentum, EASGD's server).
@@ -15,7 +14,7 @@ pub struct SyncPeer {
     round: u64,
     rule: Option<Rule>,
     bmuf: Option<BmufState>,
-    server: Option<Arc<ParamServer>>,
+    server: Option<ServerClient>,
     alpha: f32,
     link: LinkModel,
 }
@@ -27,7 +26,7 @@ impl SyncPeer {
         groups: CoordinatorClient,
         config: &SyncConfig,
         initial: &[f32],
-        server: Option<Arc<ParamServer>>,
+        server: Option<ServerClient>,
     ) -> Result<Self> {
         let rule = config.algorithm.rule();
         if rule == Some(Rule::Easgd) && server.is_none() {
@@ -107,8 +106,11 @@ impl SyncPeer {
                 // To the server and back, over the simulated link.
                 let bytes = std::mem::size_of_val(snapshot.values());
                 std::thread::sleep(self.link.wire_time(self.id(), LinkModel::SERVER, bytes) * 2);
+                let endpoint = &self.endpoint;
+                let target =
+                    server.elastic(snapshot.shared(), self.alpha, || endpoint.stopped())?;
                 self.round += 1;
-                server.elastic(snapshot.values(), self.alpha).map(Some)
+                Ok(target)
             }
             None => Ok(Some(snapshot.values().to_vec())),
         }

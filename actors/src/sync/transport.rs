@@ -90,6 +90,11 @@ impl Payload {
     pub fn values(&self) -> &[f32] {
         &self.0
     }
+
+    /// The values, shared (no copy).
+    pub fn shared(&self) -> Arc<[f32]> {
+        Arc::clone(&self.0)
+    }
 }
 
 impl From<Vec<f32>> for Payload {
