@@ -272,6 +272,13 @@ impl<L: Learner> Cluster<L> {
                 sample_consensus(&monitor_replicas, every, &stop, started)
             })
         });
+        tracing::info!(
+            trainers = n,
+            workers,
+            algorithm = %config.sync.algorithm,
+            group_size,
+            "cluster started"
+        );
         Ok(Self {
             inner: Arc::new(Inner {
                 config,

@@ -1,7 +1,9 @@
 //! Events of a running cluster, broadcast to whoever subscribed.
 //!
 //! Every subscriber gets its own bounded channel; a subscriber that does not keep
-//! up misses events (counted) rather than slowing a trainer down.
+//! up misses events (counted) rather than slowing a trainer down. Every event is
+//! also a `tracing` event (`RUST_LOG=shadowsync_actors=debug` shows the groups of
+//! each round, `trace` every sync).
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use serde::{Deserialize, Serialize};
@@ -43,6 +45,25 @@ pub enum Event {
     },
 }
 
+/// Logs `event` through `tracing`: syncs at trace level, regroupings at debug,
+/// trainers finishing at info, failures as warnings.
+fn trace(event: &Event) {
+    match event {
+        Event::Synced {
+            trainer,
+            round,
+            staleness,
+        } => tracing::trace!(trainer, round, staleness, "synced"),
+        Event::Regrouped { round, groups } => tracing::debug!(round, ?groups, "regrouped"),
+        Event::TrainerFinished { trainer, steps } => {
+            tracing::info!(trainer, steps, "trainer finished")
+        }
+        Event::TrainerFailed { trainer, error } => {
+            tracing::warn!(trainer, %error, "trainer failed")
+        }
+    }
+}
+
 /// Capacity of each subscriber's channel.
 const CAPACITY: usize = 4096;
 
@@ -65,6 +86,7 @@ impl EventBus {
 
     /// Sends `event` to every subscriber that has room; forgets closed ones.
     pub fn publish(&self, event: Event) {
+        trace(&event);
         let Ok(mut subscribers) = self.subscribers.lock() else {
             return;
         };

@@ -169,7 +169,8 @@ impl ShadowActor {
     }
 
     fn end(&mut self, ctx: &mut Context<Self>, error: Option<String>) {
-        if error.is_some() {
+        if let Some(error) = &error {
+            tracing::warn!(trainer = self.trainer, %error, "shadow sync failed; syncing ends");
             self.stop.store(true, Ordering::Relaxed);
         }
         let _ = self.exits.send((self.trainer, error));
