@@ -3,7 +3,7 @@
 //! Every subscriber gets its own bounded channel; a subscriber that does not keep
 //! up misses events (counted) rather than slowing a trainer down. Every event is
 //! also a `tracing` event (`RUST_LOG=shadowsync_actors=debug` shows the groups of
-//! each round, `trace` every sync).
+//! each round and the trainers finishing, `trace` every sync).
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use serde::{Deserialize, Serialize};
@@ -45,8 +45,8 @@ pub enum Event {
     },
 }
 
-/// Logs `event` through `tracing`: syncs at trace level, regroupings at debug,
-/// trainers finishing at info, failures as warnings.
+/// Logs `event` through `tracing`: syncs at trace level, regroupings and
+/// trainers finishing at debug, failures as warnings.
 fn trace(event: &Event) {
     match event {
         Event::Synced {
@@ -56,7 +56,7 @@ fn trace(event: &Event) {
         } => tracing::trace!(trainer, round, staleness, "synced"),
         Event::Regrouped { round, groups } => tracing::debug!(round, ?groups, "regrouped"),
         Event::TrainerFinished { trainer, steps } => {
-            tracing::info!(trainer, steps, "trainer finished")
+            tracing::debug!(trainer, steps, "trainer finished")
         }
         Event::TrainerFailed { trainer, error } => {
             tracing::warn!(trainer, %error, "trainer failed")
