@@ -5,6 +5,7 @@
 //! cargo bench --bench cluster_scaling
 //! SHADOWSYNC_BENCH_ROWS=100000 SHADOWSYNC_BENCH_TRAINERS=2,4 cargo bench --bench cluster_scaling
 //! SHADOWSYNC_BENCH_ALGORITHMS=none,shadow-ma,fr-ma:1 SHADOWSYNC_BENCH_LINKS=1g cargo bench --bench cluster_scaling
+//! SHADOWSYNC_BENCH_REPEATS=3 ...   # every cell 3 times, interleaved; medians reported
 //! ```
 //!
 //! Defaults: 1M training rows, N ∈ {1, 2, 4, 8}, DLRM (Kaggle shape), batch 128,
@@ -27,16 +28,53 @@ fn env_list(name: &str, default: &str) -> Vec<String> {
         .collect()
 }
 
+/// One cell of the grid and its repeated runs.
 struct Row {
     trainers: usize,
     link: &'static str,
     algorithm: Algorithm,
-    report: TrainReport,
+    reports: Vec<TrainReport>,
 }
 
-fn mean_of(report: &TrainReport, f: fn(&shadowsync::runtime::stats::TrainerStats) -> f64) -> f64 {
-    let stats = &report.cluster.trainer_stats;
-    stats.iter().map(f).sum::<f64>() / stats.len().max(1) as f64
+impl Row {
+    /// Median examples/s over the repeats (robust to a run that the shared
+    /// machine slowed down).
+    fn examples_per_sec(&self) -> f64 {
+        let mut eps: Vec<f64> = self.reports.iter().map(|r| r.examples_per_sec).collect();
+        eps.sort_by(f64::total_cmp);
+        match eps.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => eps[n / 2],
+            n => (eps[n / 2 - 1] + eps[n / 2]) / 2.0,
+        }
+    }
+
+    /// Smallest and largest examples/s over the repeats.
+    fn spread(&self) -> (f64, f64) {
+        let eps = self.reports.iter().map(|r| r.examples_per_sec);
+        (
+            eps.clone().fold(f64::INFINITY, f64::min),
+            eps.fold(0.0, f64::max),
+        )
+    }
+
+    /// Mean over the repeats of `f` of a report.
+    fn mean(&self, f: impl Fn(&TrainReport) -> f64) -> f64 {
+        self.reports.iter().map(f).sum::<f64>() / self.reports.len().max(1) as f64
+    }
+
+    /// Mean test NE.
+    fn ne(&self) -> f64 {
+        self.mean(|r| r.final_metrics.ne)
+    }
+
+    /// Mean over repeats and trainers of a trainer figure.
+    fn per_trainer(&self, f: fn(&shadowsync::runtime::stats::TrainerStats) -> f64) -> f64 {
+        self.mean(|r| {
+            let stats = &r.cluster.trainer_stats;
+            stats.iter().map(f).sum::<f64>() / stats.len().max(1) as f64
+        })
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,48 +109,76 @@ fn main() -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
 
+    let repeats: usize = std::env::var("SHADOWSYNC_BENCH_REPEATS")
+        .map_or(Ok(1), |v| v.parse())
+        .context("SHADOWSYNC_BENCH_REPEATS")?;
+
     let mut results = Vec::new();
     for &n in &trainers {
-        for &(link_name, link) in &links {
+        for &(link, _) in &links {
             for &algorithm in &algorithms {
-                if n == 1 && algorithm != Algorithm::None {
-                    continue; // nothing to synchronize
+                // With one trainer there is nothing to synchronize.
+                if n > 1 || algorithm == Algorithm::None {
+                    results.push(Row {
+                        trainers: n,
+                        link,
+                        algorithm,
+                        reports: Vec::new(),
+                    });
                 }
-                let mut config = Config::default();
-                config.data.synthetic.train_rows = rows;
-                config.data.synthetic.test_rows = rows / 10;
-                config.train.eval_every = 0;
-                config.train.trainers = n;
-                config.sync.algorithm = algorithm;
-                config.sync.link = link;
-                eprintln!("N={n} link={link_name} {algorithm}");
-                let report = train(&config, &mut ())?;
-                results.push(Row {
-                    trainers: n,
-                    link: link_name,
-                    algorithm,
-                    report,
-                });
             }
         }
     }
+    // Repeats go round the whole grid, so that a slow spell of the shared
+    // machine hits different cells each time.
+    for repeat in 1..=repeats.max(1) {
+        for row in &mut results {
+            let (n, algorithm) = (row.trainers, row.algorithm);
+            let link = links
+                .iter()
+                .find(|(name, _)| *name == row.link)
+                .map(|l| l.1);
+            let mut config = Config::default();
+            config.data.synthetic.train_rows = rows;
+            config.data.synthetic.test_rows = rows / 10;
+            config.train.eval_every = 0;
+            config.train.trainers = n;
+            config.sync.algorithm = algorithm;
+            config.sync.link = link.unwrap_or_default();
+            eprintln!("[{repeat}/{repeats}] N={n} link={} {algorithm}", row.link);
+            row.reports.push(train(&config, &mut ())?);
+        }
+    }
 
-    println!("\ncluster_scaling: DLRM Kaggle shape, batch 128, {rows} synthetic rows, one pass");
     println!(
-        "{:>3} {:>10} {:>14} {:>11} {:>8} {:>8} {:>9} {:>10}",
-        "N", "link", "algorithm", "examples/s", "/none", "test NE", "sync gap", "staleness"
+        "\ncluster_scaling: DLRM Kaggle shape, batch 128, {rows} synthetic rows, one pass, \
+         {repeats} run(s) per cell (examples/s: median, min–max; NE: mean)"
+    );
+    println!(
+        "{:>3} {:>10} {:>14} {:>11} {:>15} {:>6} {:>8} {:>9} {:>10}",
+        "N",
+        "link",
+        "algorithm",
+        "examples/s",
+        "min–max",
+        "/none",
+        "test NE",
+        "sync gap",
+        "staleness"
     );
     for row in &results {
+        let (low, high) = row.spread();
         println!(
-            "{:>3} {:>10} {:>14} {:>11.0} {:>8.2} {:>8.4} {:>9.1} {:>10.1}",
+            "{:>3} {:>10} {:>14} {:>11.0} {:>15} {:>6.2} {:>8.4} {:>9.1} {:>10.1}",
             row.trainers,
             row.link,
             row.algorithm.to_string(),
-            row.report.examples_per_sec,
+            row.examples_per_sec(),
+            format!("{low:.0}–{high:.0}"),
             ratio_to_none(&results, row),
-            row.report.final_metrics.ne,
-            mean_of(&row.report, |s| s.mean_sync_gap),
-            mean_of(&row.report, |s| s.mean_staleness),
+            row.ne(),
+            row.per_trainer(|s| s.mean_sync_gap),
+            row.per_trainer(|s| s.mean_staleness),
         );
     }
     print_targets(&results);
@@ -127,7 +193,7 @@ fn ratio_to_none(results: &[Row], row: &Row) -> f64 {
             r.trainers == row.trainers && r.link == row.link && r.algorithm == Algorithm::None
         })
         .map_or(f64::NAN, |none| {
-            row.report.examples_per_sec / none.report.examples_per_sec
+            row.examples_per_sec() / none.examples_per_sec()
         })
 }
 
@@ -181,7 +247,7 @@ fn print_targets(results: &[Row]) {
                 && matches!(r.algorithm, Algorithm::Foreground { .. })
                 && r.algorithm.rule() == shadow.algorithm.rule()
         }) {
-            let (s, f) = (shadow.report.final_metrics.ne, fore.report.final_metrics.ne);
+            let (s, f) = (shadow.ne(), fore.ne());
             println!(
                 "  link {:>9}: {} {s:.4} vs {} {f:.4}: {}",
                 shadow.link,
