@@ -6,6 +6,7 @@
 //! SHADOWSYNC_BENCH_ROWS=100000 SHADOWSYNC_BENCH_TRAINERS=2,4 cargo bench --bench cluster_scaling
 //! SHADOWSYNC_BENCH_ALGORITHMS=none,shadow-ma,fr-ma:1 SHADOWSYNC_BENCH_LINKS=1g cargo bench --bench cluster_scaling
 //! SHADOWSYNC_BENCH_REPEATS=3 ...   # every cell 3 times, interleaved; medians reported
+//! SHADOWSYNC_BENCH_CONFIG=benches/dlrm-adagrad.toml ...   # model/optimizer from a config
 //! ```
 //!
 //! Defaults: 1M training rows, N ∈ {1, 2, 4, 8}, DLRM (Kaggle shape), batch 128,
@@ -18,6 +19,7 @@ use anyhow::Context;
 use shadowsync::config::Config;
 use shadowsync::runtime::sync::{Algorithm, LinkModel};
 use shadowsync::train::{train, TrainReport};
+use std::path::Path;
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
     std::env::var(name)
@@ -109,6 +111,11 @@ fn main() -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
 
+    // Model, optimizer and the rest from a config file, if one is given.
+    let base = match std::env::var("SHADOWSYNC_BENCH_CONFIG") {
+        Ok(path) => Config::from_file(Path::new(&path)).context("SHADOWSYNC_BENCH_CONFIG")?,
+        Err(_) => Config::default(),
+    };
     let repeats: usize = std::env::var("SHADOWSYNC_BENCH_REPEATS")
         .map_or(Ok(1), |v| v.parse())
         .context("SHADOWSYNC_BENCH_REPEATS")?;
@@ -138,7 +145,7 @@ fn main() -> anyhow::Result<()> {
                 .iter()
                 .find(|(name, _)| *name == row.link)
                 .map(|l| l.1);
-            let mut config = Config::default();
+            let mut config = base.clone();
             config.data.synthetic.train_rows = rows;
             config.data.synthetic.test_rows = rows / 10;
             config.train.eval_every = 0;
@@ -151,8 +158,9 @@ fn main() -> anyhow::Result<()> {
     }
 
     println!(
-        "\ncluster_scaling: DLRM Kaggle shape, batch 128, {rows} synthetic rows, one pass, \
-         {repeats} run(s) per cell (examples/s: median, min–max; NE: mean)"
+        "\ncluster_scaling: {:?}, {:?} dense / {:?} sparse, batch {}, {rows} synthetic rows, \
+         one pass, {repeats} run(s) per cell (examples/s: median, min–max; NE: mean)",
+        base.model.kind, base.optim.dense, base.optim.sparse, base.train.batch_size
     );
     println!(
         "{:>3} {:>10} {:>14} {:>11} {:>15} {:>6} {:>8} {:>9} {:>10}",
