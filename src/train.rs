@@ -169,7 +169,12 @@ struct Replicas {
 impl Replicas {
     /// Each replica's current parameters.
     fn each(&self) -> Result<Vec<Vec<f32>>> {
-        self.aliases
+        Self::read(&self.aliases)
+    }
+
+    /// The current parameters of `aliases`.
+    fn read(aliases: &[ParamAlias]) -> Result<Vec<Vec<f32>>> {
+        aliases
             .iter()
             .map(|replica| {
                 let mut dense = vec![0f32; replica.len()];
@@ -182,7 +187,7 @@ impl Replicas {
     /// The model the replicas make right now: trainer 0's or their mean.
     fn model(&self) -> Result<Vec<f32>> {
         let each = match self.which {
-            FinalModel::EachReplica => self.each()?.into_iter().take(1).collect(),
+            FinalModel::EachReplica => Self::read(&self.aliases[..1.min(self.aliases.len())])?,
             FinalModel::Mean => self.each()?,
         };
         let len = each.first().map_or(0, Vec::len);
