@@ -42,14 +42,25 @@ fn run(dir: &Path, trainers: usize, algorithm: &str) -> TrainReport {
     report
 }
 
+/// Median test NE of three runs: four asynchronous trainers on two shared cores
+/// vary from run to run (shadow-ma by up to 0.0035 NE here), a single run's
+/// timing must not decide the test.
+fn median_ne(dir: &Path, algorithm: &str) -> (f64, TrainReport) {
+    let mut runs: Vec<TrainReport> = (0..3).map(|_| run(dir, 4, algorithm)).collect();
+    runs.sort_by(|a, b| a.final_metrics.ne.total_cmp(&b.final_metrics.ne));
+    let median = runs.swap_remove(1);
+    (median.final_metrics.ne, median)
+}
+
 #[test]
 fn four_shadow_ma_trainers_match_one_trainer_and_beat_no_sync() {
     let dir = tempfile::tempdir().unwrap();
     let single = run(dir.path(), 1, "none").final_metrics.ne;
-    let none = run(dir.path(), 4, "none").final_metrics.ne;
-    let shadow = run(dir.path(), 4, "shadow-ma");
-    let shadow_ne = shadow.final_metrics.ne;
-    eprintln!("test NE: one trainer {single:.4}, 4 × none {none:.4}, 4 × shadow-ma {shadow_ne:.4}");
+    let (none, _) = median_ne(dir.path(), "none");
+    let (shadow_ne, shadow) = median_ne(dir.path(), "shadow-ma");
+    eprintln!(
+        "test NE (median of 3): one trainer {single:.4}, 4 × none {none:.4}, 4 × shadow-ma {shadow_ne:.4}"
+    );
     assert!(
         (shadow_ne - single).abs() <= 0.005,
         "shadow-ma NE {shadow_ne:.4} vs one trainer {single:.4}"
