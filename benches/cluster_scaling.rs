@@ -208,14 +208,16 @@ fn ratio_to_none(results: &[Row], row: &Row) -> f64 {
 /// The targets, met or not, from the rows measured.
 fn print_targets(results: &[Row]) {
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
-    let with_link = |r: &&Row| r.link != "off" && r.trainers > 1;
+    // Ratios to `none` with the link (N > 1) of the algorithms `pick` selects.
+    let ratios = |pick: fn(&Algorithm) -> bool| -> Vec<f64> {
+        results
+            .iter()
+            .filter(|r| r.link != "off" && r.trainers > 1 && pick(&r.algorithm))
+            .map(|r| ratio_to_none(results, r))
+            .collect()
+    };
     println!("\ntargets (simulated link, N > 1):");
-    let shadow: Vec<_> = results
-        .iter()
-        .filter(with_link)
-        .filter(|r| matches!(r.algorithm, Algorithm::Shadow { .. }))
-        .map(|r| ratio_to_none(results, r))
-        .collect();
+    let shadow = ratios(|a| matches!(a, Algorithm::Shadow { .. }));
     if !shadow.is_empty() {
         let worst = shadow.iter().copied().fold(f64::INFINITY, f64::min);
         println!(
@@ -223,17 +225,12 @@ fn print_targets(results: &[Row]) {
             verdict(worst >= 0.95)
         );
     }
-    let blocking: Vec<_> = results
-        .iter()
-        .filter(with_link)
-        .filter(|r| {
-            matches!(
-                r.algorithm,
-                Algorithm::SyncSgd | Algorithm::Foreground { every: 1, .. }
-            )
-        })
-        .map(|r| ratio_to_none(results, r))
-        .collect();
+    let blocking = ratios(|a| {
+        matches!(
+            a,
+            Algorithm::SyncSgd | Algorithm::Foreground { every: 1, .. }
+        )
+    });
     if !blocking.is_empty() {
         let best = blocking.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         println!(
