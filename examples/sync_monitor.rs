@@ -29,6 +29,8 @@ struct Monitor {
     worst_staleness: Vec<u64>,
     /// Rounds the group coordinator has handed out.
     rounds: u64,
+    /// Failed or diverged steps the trainers recovered from.
+    recoveries: u64,
     finished: usize,
 }
 
@@ -46,6 +48,8 @@ impl Monitor {
                 self.worst_staleness[trainer] = self.worst_staleness[trainer].max(staleness);
             }
             Event::Regrouped { .. } => self.rounds += 1,
+            Event::TrainerRecovered { .. } => self.recoveries += 1,
+            Event::Abstained { .. } => {}
             Event::TrainerFinished { .. } | Event::TrainerFailed { .. } => self.finished += 1,
         }
     }
@@ -93,8 +97,8 @@ fn main() -> anyhow::Result<()> {
         report.examples, report.final_metrics.ne
     );
     println!(
-        "final syncs per trainer {:?}, worst staleness {:?}",
-        monitor.syncs, monitor.worst_staleness
+        "final syncs per trainer {:?}, worst staleness {:?}, recoveries {}",
+        monitor.syncs, monitor.worst_staleness, monitor.recoveries
     );
     Ok(())
 }

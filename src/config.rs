@@ -28,6 +28,14 @@
 //! group_size = 2             # DS-Sync groups (0 = all trainers)
 //! schedule = "random"        # global | fixed | alternating | random | hypercube
 //! link = { latency_us = 200, bandwidth_gbps = 1 }   # simulated network
+//!
+//! # For testing fault containment only: inject failures into a trainer.
+//! # kind: "error" | "panic" | "diverge" | { hang = { ms = 1500 } }
+//! [[faults]]
+//! trainer = 1
+//! kind = "panic"
+//! at_step = 100
+//! every = 200                # again every 200 steps (0 or absent: once)
 //! ```
 //!
 //! An unknown key or a value of the wrong type is rejected with the file, line
@@ -36,6 +44,7 @@
 use crate::data::{BadLinePolicy, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
+use shadowsync_actors::faults::Fault;
 use shadowsync_actors::sync::{Algorithm, GroupPlan, SyncConfig};
 use std::path::{Path, PathBuf};
 
@@ -53,6 +62,8 @@ pub struct Config {
     pub train: TrainConfig,
     /// Synchronization between trainers (see `shadowsync_actors::sync`).
     pub sync: SyncConfig,
+    /// Faults to inject, for testing that the runtime contains them.
+    pub faults: Vec<Fault>,
 }
 
 /// Where examples come from and how they are hashed.
@@ -297,6 +308,12 @@ impl Config {
         }
         self.sync.validate()?;
         let n = self.train.trainers;
+        if let Some(fault) = self.faults.iter().find(|f| f.trainer >= n) {
+            return Err(Error::config(
+                "faults.trainer",
+                format!("{} names no trainer; trainers are 0..{n}", fault.trainer),
+            ));
+        }
         GroupPlan::new(self.sync.schedule, n, self.sync.group_size_for(n))?;
         if self.train.threads == 0 {
             return Err(Error::config("train.threads", "must be at least 1"));

@@ -295,6 +295,7 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         sync: config.sync.clone(),
         intra_op_threads: config.train.threads,
         workers,
+        faults: config.faults.clone(),
         ..ClusterConfig::default()
     };
     let cluster = Cluster::start(cluster_config, learners)?;

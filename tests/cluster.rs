@@ -3,8 +3,18 @@
 //! replicas).
 
 use shadowsync::config::{Config, ModelKind, OptimizerKind};
-use shadowsync::train::{train, TrainReport};
+use shadowsync::runtime::events::Event;
+use shadowsync::runtime::faults::{Fault, FaultKind};
+use shadowsync::train::{train, Observer, TrainReport};
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+/// The tests compare NE across runs of four trainers on two cores: run them one
+/// at a time, so that one test's load does not shift another's figures.
+fn exclusive() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Enough data for the replicas' dense layers to settle: at 160k–320k rows the
 /// averaged replicas trailed one trainer by 0.002–0.007 NE and varied as much
@@ -54,6 +64,7 @@ fn median_ne(dir: &Path, algorithm: &str) -> (f64, TrainReport) {
 
 #[test]
 fn four_shadow_ma_trainers_match_one_trainer_and_beat_no_sync() {
+    let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let single = run(dir.path(), 1, "none").final_metrics.ne;
     let (none, _) = median_ne(dir.path(), "none");
@@ -76,5 +87,69 @@ fn four_shadow_ma_trainers_match_one_trainer_and_beat_no_sync() {
             .iter()
             .all(|s| s.syncs > 0 && s.examples >= ROWS / 4 - 1_000),
         "{stats:?}"
+    );
+}
+
+/// Keeps the cluster's event stream.
+struct KeepEvents(Option<crossbeam_channel::Receiver<shadowsync::runtime::events::Event>>);
+
+impl Observer for KeepEvents {
+    fn cluster_started(&mut self, events: crossbeam_channel::Receiver<Event>) {
+        self.0 = Some(events);
+    }
+}
+
+#[test]
+fn failures_and_a_diverging_replica_in_two_of_four_trainers_cost_little_ne() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let clean = run(dir.path(), 4, "shadow-ma").final_metrics.ne;
+    let fault = |trainer, kind, at_step, every| Fault {
+        trainer,
+        kind,
+        at_step,
+        every,
+    };
+    let mut c = config(dir.path(), 4, "shadow-ma");
+    c.faults = vec![
+        fault(1, FaultKind::Error, 50, 97),
+        fault(1, FaultKind::Panic, 75, 151),
+        // An infinite learning rate: trainer 2's replica turns NaN five times.
+        fault(2, FaultKind::Diverge, 100, 250),
+    ];
+    let mut events = KeepEvents(None);
+    let faulty = train(&c, &mut events).unwrap();
+    assert!(faulty.error.is_none(), "{:?}", faulty.error);
+    let causes: Vec<(usize, String)> = events
+        .0
+        .iter()
+        .flat_map(|rx| rx.try_iter())
+        .filter_map(|e| match e {
+            Event::TrainerRecovered { trainer, cause, .. } => Some((trainer, cause)),
+            _ => None,
+        })
+        .collect();
+    eprintln!("recoveries: {causes:?}");
+    assert_eq!(faulty.examples, ROWS, "no example lost or trained twice");
+    let stats = &faulty.cluster.trainer_stats;
+    let recoveries: Vec<u64> = stats.iter().map(|s| s.recoveries).collect();
+    // Errors at 50, 147, ... and panics at 75, 226, ... below ~1250 steps: 13 + 8.
+    assert_eq!(recoveries[0] + recoveries[3], 0, "{recoveries:?}");
+    assert_eq!(recoveries[1], 21, "{recoveries:?}");
+    // Five divergences; a shadow write-back may cure one before the trainer's
+    // check, or race a reload and leave NaN for one more recovery.
+    assert!((1..=10).contains(&recoveries[2]), "{recoveries:?}");
+    assert!(
+        stats
+            .iter()
+            .enumerate()
+            .all(|(i, s)| i == 2 || s.abstentions == 0),
+        "only trainer 2 may sit out a round: {stats:?}"
+    );
+    let ne = faulty.final_metrics.ne;
+    eprintln!("test NE: clean {clean:.4}, with faults {ne:.4}");
+    assert!(
+        (ne - clean).abs() <= 0.01,
+        "with faults {ne:.4} vs clean {clean:.4}"
     );
 }

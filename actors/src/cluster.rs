@@ -23,7 +23,9 @@
 
 use crate::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::events::{Event, EventBus};
+use crate::faults::Fault;
 use crate::hogwild::ParamAlias;
+use crate::recovery::RecoveryPoint;
 use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{mesh, Algorithm, Endpoint, GroupPlan, ServerClient, SyncConfig, SyncPeer};
@@ -53,6 +55,8 @@ pub struct ClusterConfig {
     /// Hogwild worker threads per trainer, stepping one dense replica (with
     /// `none` and `shadow-*` only).
     pub workers: usize,
+    /// Faults to inject, for testing that they are contained (none normally).
+    pub faults: Vec<Fault>,
 }
 
 impl Default for ClusterConfig {
@@ -63,6 +67,7 @@ impl Default for ClusterConfig {
             consensus_every_ms: 500,
             intra_op_threads: 1,
             workers: 1,
+            faults: Vec::new(),
         }
     }
 }
@@ -208,7 +213,7 @@ impl<L: Learner> Cluster<L> {
             shadows,
             replicas: monitor_replicas,
         } = build_parts(
-            learners, &counters, endpoints, &groups, sync, &initial, &server,
+            learners, &counters, endpoints, &groups, &config, &initial, &server,
         )
         .map_err(stop_system)?;
 
@@ -438,32 +443,39 @@ struct Parts<L: Learner> {
 
 /// Builds the [`Parts`] of `learners`, `learners.len() / counters.len()` per
 /// trainer: the first of a trainer's learners syncs through a peer on its
-/// endpoint; the others are its Hogwild workers.
+/// endpoint (and takes the injected faults); the others are its Hogwild
+/// workers. A trainer's learners share one recovery point.
 fn build_parts<L: Learner>(
     learners: Vec<L>,
     counters: &[Arc<TrainerCounters>],
     endpoints: Vec<Endpoint>,
     groups: &CoordinatorClient,
-    sync: &SyncConfig,
+    config: &ClusterConfig,
     initial: &[f32],
     server: &Option<ServerClient>,
 ) -> Result<Parts<L>> {
+    let sync = &config.sync;
     let workers = learners.len() / counters.len().max(1);
     let mut parts = Parts {
         cores: Vec::with_capacity(learners.len()),
         shadows: Vec::new(),
         replicas: Vec::with_capacity(counters.len()),
     };
+    // Only algorithms that never average leave the trainer to keep its own
+    // recovery state.
+    let keeps_own_state = matches!(sync.algorithm, Algorithm::None | Algorithm::SyncSgd);
     let mut endpoints = endpoints.into_iter();
+    let mut recovery = Arc::new(RecoveryPoint::new(initial));
     for (worker, learner) in learners.into_iter().enumerate() {
         let counters = Arc::clone(&counters[worker / workers]);
         if worker % workers != 0 {
             // A Hogwild worker: steps the replica; its trainer's loop syncs it.
-            parts
-                .cores
-                .push(TrainerCore::new(learner, Foreground::Nothing, counters));
+            let core = TrainerCore::new(learner, Foreground::Nothing, counters)?
+                .with_recovery(Arc::clone(&recovery), false);
+            parts.cores.push(core);
             continue;
         }
+        recovery = Arc::new(RecoveryPoint::new(initial));
         let endpoint = endpoints
             .next()
             .ok_or_else(|| Error::System("fewer endpoints than trainers".into()))?;
@@ -482,13 +494,15 @@ fn build_parts<L: Learner>(
                     peer,
                     sync.write_back,
                     Arc::clone(&counters),
+                    Arc::clone(&recovery),
                 ));
                 Foreground::Nothing
             }
         };
-        parts
-            .cores
-            .push(TrainerCore::new(learner, foreground, counters));
+        let core = TrainerCore::new(learner, foreground, counters)?
+            .with_recovery(Arc::clone(&recovery), keeps_own_state)
+            .with_faults(&config.faults);
+        parts.cores.push(core);
     }
     Ok(parts)
 }

@@ -20,6 +20,22 @@ pub enum Error {
     /// The actor system could not be started or answered no more.
     #[error("actor system: {0}")]
     System(String),
+    /// No member of a sync group had finite values to contribute.
+    #[error("no finite values in group {group:?}: every member's parameters are NaN or infinite")]
+    NonFinite {
+        /// The group of trainers.
+        group: Vec<usize>,
+    },
+    /// A trainer kept failing and was given up.
+    #[error("trainer {trainer} failed {faults} steps in a row; last: {last}")]
+    Faulty {
+        /// The trainer.
+        trainer: usize,
+        /// Consecutive failed steps.
+        faults: u32,
+        /// The last failure.
+        last: String,
+    },
     /// Parameters do not have the layout an operation needs.
     #[error("parameter layout: {0}")]
     Layout(String),

@@ -36,6 +36,24 @@ pub enum Event {
         /// Its groups of trainers.
         groups: Vec<Vec<usize>>,
     },
+    /// A step of `trainer` failed or diverged; its replica was reloaded from its
+    /// recovery point and it went on.
+    TrainerRecovered {
+        /// The trainer.
+        trainer: usize,
+        /// Its step count then.
+        step: u64,
+        /// What went wrong.
+        cause: String,
+    },
+    /// `trainer`'s snapshot was not finite: it sat out `round`'s average (and
+    /// took the group's).
+    Abstained {
+        /// The trainer.
+        trainer: usize,
+        /// Its sync round.
+        round: u64,
+    },
     /// `trainer` failed; the message says why.
     TrainerFailed {
         /// The trainer.
@@ -57,6 +75,18 @@ fn trace(event: &Event) {
         Event::Regrouped { round, groups } => tracing::debug!(round, ?groups, "regrouped"),
         Event::TrainerFinished { trainer, steps } => {
             tracing::debug!(trainer, steps, "trainer finished")
+        }
+        Event::TrainerRecovered {
+            trainer,
+            step,
+            cause,
+        } => tracing::warn!(trainer, step, %cause, "trainer recovered"),
+        Event::Abstained { trainer, round } => {
+            tracing::warn!(
+                trainer,
+                round,
+                "non-finite replica left out of its group's average"
+            )
         }
         Event::TrainerFailed { trainer, error } => {
             tracing::warn!(trainer, %error, "trainer failed")

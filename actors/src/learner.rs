@@ -45,6 +45,19 @@ pub trait Learner: Send + Unpin + 'static {
         Ok(())
     }
 
+    /// Forgets the optimizer state of the dense parameters, after the runtime
+    /// reloaded them from a recovery point (state built on a diverged replica
+    /// would throw it off again). Nothing kept: nothing to do (the default).
+    fn reset_optimizer(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Whether a step that failed with `error` can be retried after reloading
+    /// the replica (the default); bad input data, for instance, cannot.
+    fn is_recoverable(_error: &Self::Error) -> bool {
+        true
+    }
+
     /// One whole step; `Ok(None)` once the data is exhausted.
     fn step(&mut self) -> Result<Option<StepOutcome>, Self::Error> {
         let outcome = self.compute_gradients()?;

@@ -184,6 +184,16 @@ impl FlatParams {
     pub fn load_from(&self, src: &[f32]) -> Result<()> {
         self.write(&self.values, src)
     }
+
+    /// Whether every parameter is finite (no NaN, no ±Inf).
+    ///
+    /// Reads each value once (`|w| ≤ f32::MAX`, false for NaN): a sync loop may
+    /// be writing the buffer meanwhile, and libtorch's `isfinite` reads it twice
+    /// (`w == w`), so a value changing between the reads looked like a NaN.
+    pub fn all_finite(&self) -> Result<bool> {
+        let finite = tch::no_grad(|| self.values.f_abs()?.f_le(f64::from(f32::MAX))?.f_all())?;
+        Ok(finite.f_int64_value(&[])? != 0)
+    }
 }
 
 #[cfg(test)]
@@ -235,6 +245,45 @@ mod tests {
             net.forward(&x).abs().sum(Kind::Float).double_value(&[]),
             0.0
         );
+    }
+
+    #[test]
+    fn all_finite_spots_nan_and_infinities_even_while_another_thread_writes() {
+        let (vs, _) = two_layer();
+        let params = FlatParams::adopt(&vs).unwrap();
+        assert!(params.all_finite().unwrap());
+        let mut values = vec![0f32; params.numel()];
+        params.copy_to(&mut values).unwrap();
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut poisoned = values.clone();
+            poisoned[3] = bad;
+            params.load_from(&poisoned).unwrap();
+            assert!(!params.all_finite().unwrap(), "{bad}");
+        }
+        values[0] = f32::MAX;
+        params.load_from(&values).unwrap();
+        assert!(params.all_finite().unwrap());
+        // A sync loop writing the buffer never makes finite values look NaN.
+        values[0] = 0.0;
+        params.load_from(&values).unwrap();
+        let writer = crate::ParamAlias::new(&params).unwrap();
+        let stop = &std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let mut delta = vec![1e-3f32; writer.len()];
+                let zeros = vec![0f32; writer.len()];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    delta.iter_mut().for_each(|d| *d = -*d);
+                    let mut target = delta.clone();
+                    writer
+                        .write_back(crate::sync::WriteBack::Delta, &mut target, &zeros)
+                        .unwrap();
+                }
+            });
+            let checks = (0..5000).filter(|_| params.all_finite().unwrap()).count();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(checks, 5000);
+        });
     }
 
     #[test]

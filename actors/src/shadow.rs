@@ -7,13 +7,21 @@
 //! paced by the transport's own waiting and by [`Pacing`]: a round starts only
 //! once its trainer has taken `min_steps` steps since the last snapshot (so the
 //! sync work stays a fixed share of the training work, however many trainers
-//! share the cores) and `min_interval` has passed (so a loop never spins).
+//! share the cores) and `min_interval` has passed (so a loop never spins). A
+//! trainer that stops stepping (hung) holds its loop back [`Pacing::STALLED`]
+//! at most, so its group never waits on it for longer.
+//!
+//! A snapshot that is not finite (the trainer diverged) sits the round out: it
+//! is left out of the group's mean, and the mean overwrites the replica. The
+//! loop hands a group average to the trainer's [`RecoveryPoint`] every
+//! [`RecoveryPoint::OFFER_EVERY`] rounds.
 
 use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
+use crate::recovery::{all_finite, RecoveryPoint};
 use crate::stats::TrainerCounters;
 use crate::sync::{Payload, SyncPeer, WriteBack};
-use crate::Result;
+use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +35,7 @@ pub struct ShadowLoop {
     peer: SyncPeer,
     write_back: WriteBack,
     counters: Arc<TrainerCounters>,
+    recovery: Arc<RecoveryPoint>,
     snapshot: Payload,
     /// When the last snapshot was taken, and the trainer's steps then.
     last_snapshot: (Instant, u64),
@@ -39,15 +48,22 @@ pub struct RoundOutcome {
     pub round: u64,
     /// Trainer steps between the snapshot and the write-back.
     pub staleness: u64,
+    /// Whether the snapshot was finite and went into the average.
+    pub contributed: bool,
+    /// Whether a target was written back (not when nobody in the group, or
+    /// EASGD's lone diverged replica, had finite values).
+    pub written_back: bool,
 }
 
 impl ShadowLoop {
-    /// A loop syncing `replica` (an alias of the trainer's parameters).
+    /// A loop syncing `replica` (an alias of the trainer's parameters), handing
+    /// group averages to the trainer's `recovery` point.
     pub fn new(
         replica: ParamAlias,
         peer: SyncPeer,
         write_back: WriteBack,
         counters: Arc<TrainerCounters>,
+        recovery: Arc<RecoveryPoint>,
     ) -> Self {
         let snapshot = Payload::zeros(replica.len());
         let last_snapshot = (Instant::now(), counters.steps());
@@ -56,6 +72,7 @@ impl ShadowLoop {
             peer,
             write_back,
             counters,
+            recovery,
             snapshot,
             last_snapshot,
         }
@@ -81,15 +98,38 @@ impl ShadowLoop {
         self.last_snapshot = (Instant::now(), steps_at_snapshot);
         let replica = &self.replica;
         self.snapshot.refill(|out| replica.snapshot_into(out))?;
+        let contributed = all_finite(self.snapshot.values());
         let round = self.peer.round();
-        let Some(mut target) = self.peer.target(&self.snapshot)? else {
-            return Ok(None);
+        let mut outcome = RoundOutcome {
+            round,
+            staleness: 0,
+            contributed,
+            written_back: false,
+        };
+        if !contributed {
+            self.counters.record_abstention();
+        }
+        let mut target = match self.peer.target(&self.snapshot, contributed) {
+            Ok(Some(target)) => target,
+            Ok(None) => return Ok(None),
+            Err(Error::NonFinite { .. }) => return Ok(Some(outcome)),
+            Err(e) => return Err(e),
+        };
+        if contributed && round % RecoveryPoint::OFFER_EVERY == 0 {
+            self.recovery.offer(&target);
+        }
+        // A diverged replica takes the group's values outright.
+        let write_back = if contributed {
+            self.write_back
+        } else {
+            WriteBack::Overwrite
         };
         self.replica
-            .write_back(self.write_back, &mut target, self.snapshot.values())?;
-        let staleness = self.counters.steps().saturating_sub(steps_at_snapshot);
-        self.counters.record_sync(staleness);
-        Ok(Some(RoundOutcome { round, staleness }))
+            .write_back(write_back, &mut target, self.snapshot.values())?;
+        outcome.staleness = self.counters.steps().saturating_sub(steps_at_snapshot);
+        outcome.written_back = true;
+        self.counters.record_sync(outcome.staleness);
+        Ok(Some(outcome))
     }
 }
 
@@ -105,6 +145,10 @@ pub struct Pacing {
 impl Pacing {
     /// Longest wait before looking again at a trainer that has not stepped.
     const RECHECK: Duration = Duration::from_millis(50);
+    /// How long a loop waits for missing steps at most: a trainer that has not
+    /// taken them by then is stalled (or hung), and its group goes on syncing
+    /// its parameters as they are rather than wait for it.
+    pub const STALLED: Duration = Duration::from_secs(1);
 
     /// How long to wait before the next round, `elapsed` and `steps` after the
     /// last snapshot; zero means now. Missing steps are waited for at the pace
@@ -117,7 +161,7 @@ impl Pacing {
             return for_interval.max(Self::RECHECK.saturating_sub(elapsed));
         };
         let missing = self.min_steps.saturating_sub(steps);
-        if missing == 0 {
+        if missing == 0 || elapsed >= Self::STALLED {
             return for_interval;
         }
         let per_step = if steps == 0 {
@@ -127,7 +171,8 @@ impl Pacing {
         };
         let for_steps = per_step
             .saturating_mul(u32::try_from(missing).unwrap_or(u32::MAX))
-            .clamp(Duration::from_millis(1), Self::RECHECK);
+            .clamp(Duration::from_millis(1), Self::RECHECK)
+            .min(Self::STALLED - elapsed);
         for_interval.max(for_steps)
     }
 }
@@ -201,11 +246,19 @@ impl Handler<Round> for ShadowActor {
         }
         match self.shadow.round() {
             Ok(Some(outcome)) => {
-                self.events.publish(Event::Synced {
-                    trainer: self.trainer,
-                    round: outcome.round,
-                    staleness: outcome.staleness,
-                });
+                if !outcome.contributed {
+                    self.events.publish(Event::Abstained {
+                        trainer: self.trainer,
+                        round: outcome.round,
+                    });
+                }
+                if outcome.written_back {
+                    self.events.publish(Event::Synced {
+                        trainer: self.trainer,
+                        round: outcome.round,
+                        staleness: outcome.staleness,
+                    });
+                }
                 ctx.notify(Round);
             }
             Ok(None) => self.end(ctx, None),
@@ -245,6 +298,9 @@ mod tests {
             min_steps: 0,
         };
         assert_eq!(unpaced.wait(Duration::ZERO, Some(0)), Duration::ZERO);
+        // A stalled trainer: the loop stops waiting for its steps.
+        assert_eq!(pacing.wait(Pacing::STALLED - 10 * MS, Some(1)), 10 * MS);
+        assert_eq!(pacing.wait(Pacing::STALLED, Some(1)), Duration::ZERO);
         // A finished trainer: its loop keeps going, at the recheck period.
         assert_eq!(unpaced.wait(10 * MS, None), Pacing::RECHECK - 10 * MS);
         assert_eq!(pacing.wait(60 * MS, None), Duration::ZERO);

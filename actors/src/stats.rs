@@ -47,6 +47,8 @@ pub struct TrainerCounters {
     busy_micros: AtomicU64,
     running_workers: AtomicUsize,
     finished: AtomicBool,
+    recoveries: AtomicU64,
+    abstentions: AtomicU64,
 }
 
 /// A snapshot of one trainer's counters.
@@ -74,6 +76,10 @@ pub struct TrainerStats {
     pub examples_per_sec: f64,
     /// Whether the trainer has finished its data.
     pub finished: bool,
+    /// Failed or diverged steps the trainer recovered from.
+    pub recoveries: u64,
+    /// Sync rounds its replica sat out because its snapshot was not finite.
+    pub abstentions: u64,
 }
 
 impl TrainerCounters {
@@ -98,7 +104,24 @@ impl TrainerCounters {
             busy_micros: AtomicU64::new(0),
             running_workers: AtomicUsize::new(workers.max(1)),
             finished: AtomicBool::new(false),
+            recoveries: AtomicU64::new(0),
+            abstentions: AtomicU64::new(0),
         }
+    }
+
+    /// The trainer's index.
+    pub fn trainer(&self) -> usize {
+        self.id
+    }
+
+    /// Records a recovery from a failed or diverged step.
+    pub fn record_recovery(&self) {
+        self.recoveries.fetch_add(1, Relaxed);
+    }
+
+    /// Records a sync round the replica sat out (its snapshot was not finite).
+    pub fn record_abstention(&self) {
+        self.abstentions.fetch_add(1, Relaxed);
     }
 
     /// Steps taken so far.
@@ -173,6 +196,8 @@ impl TrainerCounters {
             staleness_histogram: self.stalenesses.counts(),
             examples_per_sec: examples as f64 / seconds.max(1e-9),
             finished,
+            recoveries: self.recoveries.load(Relaxed),
+            abstentions: self.abstentions.load(Relaxed),
         }
     }
 }

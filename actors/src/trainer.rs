@@ -5,13 +5,23 @@
 //! [`TrainerActor`] runs it on its own arbiter thread in short chunks, yielding to
 //! its mailbox between chunks so that control messages (pause, resume, learning
 //! rate, stats, stop) are answered within one chunk.
+//!
+//! A step that fails (an error the learner deems recoverable, a panic) or leaves
+//! the replica diverged (a non-finite loss or parameters) does not end the
+//! trainer ([`Stepped::Recovered`]): finite parameters are kept as the last good
+//! state; diverged ones are reloaded from the trainer's [`RecoveryPoint`] (its
+//! group's latest average) and the dense optimizer state is reset. Only
+//! [`TrainerCore::MAX_CONSECUTIVE_FAULTS`] failures in a row give it up.
 
 use crate::events::{Event, EventBus};
+use crate::faults::{faults_due, Fault, FaultKind};
+use crate::recovery::{all_finite, RecoveryPoint};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{Payload, SyncPeer};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,25 +41,98 @@ pub enum Foreground {
     },
 }
 
-/// A learner plus its in-line synchronization and counters.
+/// What one [`TrainerCore::step`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stepped {
+    /// A step was taken.
+    Trained,
+    /// The data is exhausted.
+    Exhausted,
+    /// The step failed or diverged; the replica was reloaded from its recovery
+    /// point.
+    Recovered {
+        /// What went wrong.
+        cause: String,
+    },
+}
+
+/// Why an attempted step did not count.
+enum Failure {
+    /// The trainer can recover from it.
+    Recoverable(String),
+    /// It ends the trainer.
+    Fatal(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Fatal(e)
+    }
+}
+
+/// A learner plus its in-line synchronization, counters and recovery.
 #[derive(Debug)]
 pub struct TrainerCore<L> {
     learner: L,
     foreground: Foreground,
     counters: Arc<TrainerCounters>,
     buffer: Payload,
+    recovery: Arc<RecoveryPoint>,
+    /// Whether the core itself refreshes the recovery point with its own good
+    /// parameters (when no sync hands it group averages).
+    keeps_own_state: bool,
+    faults: Vec<Fault>,
+    /// The step count at which faults were last injected (each step's once).
+    injected_at: Option<u64>,
+    consecutive_faults: u32,
 }
 
 impl<L: Learner> TrainerCore<L> {
-    /// A trainer around `learner`.
-    pub fn new(learner: L, foreground: Foreground, counters: Arc<TrainerCounters>) -> Self {
-        let buffer = Payload::zeros(learner.dense_params().numel());
-        Self {
+    /// Failures in a row after which a trainer is given up.
+    pub const MAX_CONSECUTIVE_FAULTS: u32 = 5;
+
+    /// A trainer around `learner`, recovering from its current parameters.
+    pub fn new(learner: L, foreground: Foreground, counters: Arc<TrainerCounters>) -> Result<Self> {
+        let params = learner.dense_params();
+        let mut initial = vec![0f32; params.numel()];
+        params.copy_to(&mut initial)?;
+        let keeps_own_state = !matches!(foreground, Foreground::Every { .. });
+        Ok(Self {
+            buffer: Payload::zeros(initial.len()),
+            recovery: Arc::new(RecoveryPoint::new(&initial)),
             learner,
             foreground,
             counters,
-            buffer,
-        }
+            keeps_own_state,
+            faults: Vec::new(),
+            injected_at: None,
+            consecutive_faults: 0,
+        })
+    }
+
+    /// Recovers from `recovery`, which a sync loop beside the trainer keeps
+    /// refreshed with group averages (`keeps_own_state`: the core refreshes it
+    /// with its own parameters too).
+    pub fn with_recovery(mut self, recovery: Arc<RecoveryPoint>, keeps_own_state: bool) -> Self {
+        self.recovery = recovery;
+        self.keeps_own_state = keeps_own_state;
+        self
+    }
+
+    /// Injects `faults` (those naming this trainer).
+    pub fn with_faults(mut self, faults: &[Fault]) -> Self {
+        let trainer = self.counters.trainer();
+        self.faults = faults
+            .iter()
+            .filter(|f| f.trainer == trainer)
+            .copied()
+            .collect();
+        self
+    }
+
+    /// The recovery point.
+    pub fn recovery(&self) -> &Arc<RecoveryPoint> {
+        &self.recovery
     }
 
     /// The learner.
@@ -72,36 +155,167 @@ impl<L: Learner> TrainerCore<L> {
         &self.counters
     }
 
-    /// One step (plus any in-line sync); `Ok(false)` once the data is exhausted.
-    pub fn step(&mut self) -> Result<bool> {
-        let Some(outcome) = self.learner.compute_gradients().map_err(Error::learner)? else {
-            return Ok(false);
+    /// One step (plus any in-line sync), recovering from a failed or diverged
+    /// one; an error only when the trainer cannot go on.
+    pub fn step(&mut self) -> Result<Stepped> {
+        let attempt = catch_unwind(AssertUnwindSafe(|| self.try_step()));
+        let cause = match attempt {
+            Ok(Ok(false)) => return Ok(Stepped::Exhausted),
+            Ok(Ok(true)) if self.learner.dense_params().all_finite()? => {
+                self.consecutive_faults = 0;
+                let steps = self.counters.steps();
+                if self.keeps_own_state && steps % RecoveryPoint::SELF_EVERY == 0 {
+                    self.buffer
+                        .refill(|b| self.learner.dense_params().copy_to(b))?;
+                    self.recovery.offer(self.buffer.values());
+                }
+                return Ok(Stepped::Trained);
+            }
+            Ok(Ok(true)) => "the dense parameters diverged (NaN or infinite)".to_string(),
+            Ok(Err(Failure::Fatal(e))) => return Err(e),
+            Ok(Err(Failure::Recoverable(cause))) => cause,
+            Err(panic) => format!("the step panicked: {}", panic_message(&panic)),
         };
+        self.recover(cause)
+    }
+
+    /// Reloads the replica from the recovery point after a failure.
+    fn recover(&mut self, cause: String) -> Result<Stepped> {
+        self.consecutive_faults += 1;
+        if self.consecutive_faults > Self::MAX_CONSECUTIVE_FAULTS {
+            return Err(Error::Faulty {
+                trainer: self.counters.trainer(),
+                faults: self.consecutive_faults,
+                last: cause,
+            });
+        }
+        // Finite parameters are the last good state (the step failed before
+        // or without harming them); others are reloaded.
+        if !self.learner.dense_params().all_finite()? {
+            self.learner
+                .dense_params()
+                .load_from(&self.recovery.latest())?;
+            self.learner.reset_optimizer().map_err(Error::learner)?;
+        }
+        self.learner.dense_params().zero_grad()?;
+        self.counters.record_recovery();
+        Ok(Stepped::Recovered { cause })
+    }
+
+    /// Injects the faults due at this step; an injected error as a failure.
+    fn inject(&mut self) -> std::result::Result<Option<FaultKind>, Failure> {
+        let step = self.counters.steps();
+        if self.injected_at == Some(step) {
+            return Ok(None);
+        }
+        self.injected_at = Some(step);
+        let mut diverge = None;
+        for fault in faults_due(&self.faults, self.counters.trainer(), step) {
+            match fault.kind {
+                FaultKind::Error => {
+                    return Err(Failure::Recoverable(format!(
+                        "injected error at step {step}"
+                    )))
+                }
+                FaultKind::Panic => panic!("injected panic at step {step}"),
+                FaultKind::Hang { .. } => std::thread::sleep(fault.hang()),
+                FaultKind::Diverge => diverge = Some(FaultKind::Diverge),
+            }
+        }
+        Ok(diverge)
+    }
+
+    /// Attempts one step; `Ok(false)` once the data is exhausted.
+    fn try_step(&mut self) -> std::result::Result<bool, Failure> {
+        let diverge = self.inject()?;
+        let outcome = match self.learner.compute_gradients() {
+            Ok(Some(outcome)) => outcome,
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(self.learner_failure(e)),
+        };
+        if !outcome.loss.is_finite() {
+            // Its gradients must not reach anything shared.
+            return Err(Failure::Recoverable(format!(
+                "the loss is {} (the replica diverged)",
+                outcome.loss
+            )));
+        }
         if let Foreground::SyncSgd(peer) = &mut self.foreground {
             let params = self.learner.dense_params();
             self.buffer.refill(|b| params.copy_grad_to(b))?;
-            if let Some(mean) = peer.group_mean(&self.buffer)? {
-                params.load_grad_from(&mean)?;
-                self.counters.record_sync(0);
+            let contribute = all_finite(self.buffer.values());
+            match peer.group_mean(&self.buffer, contribute) {
+                Ok(Some(mean)) => {
+                    params.load_grad_from(&mean)?;
+                    self.counters.record_sync(0);
+                }
+                Ok(None) => {}
+                Err(Error::NonFinite { group }) => {
+                    return Err(Failure::Recoverable(format!(
+                        "every gradient of group {group:?} is non-finite"
+                    )))
+                }
+                Err(e) => return Err(e.into()),
             }
-            self.learner
-                .scale_shared_gradients(1.0 / peer.group_size() as f64)
-                .map_err(Error::learner)?;
+            let scale = 1.0 / peer.group_size() as f64;
+            if let Err(e) = self.learner.scale_shared_gradients(scale) {
+                return Err(self.learner_failure(e));
+            }
         }
-        self.learner.apply_gradients().map_err(Error::learner)?;
+        if let Err(e) = self.learner.apply_gradients() {
+            return Err(self.learner_failure(e));
+        }
+        if diverge.is_some() {
+            // An infinite learning rate for this step's dense update.
+            let params = self.learner.dense_params();
+            let infinite = params
+                .grad()
+                .f_mul_scalar(f64::INFINITY)
+                .map_err(Error::from)?;
+            tch::no_grad(|| params.values().shallow_clone().f_sub_(&infinite))
+                .map(drop)
+                .map_err(Error::from)?;
+        }
         self.counters.record_step(outcome.examples);
         if let Foreground::Every { every, peer } = &mut self.foreground {
             if self.counters.steps() % *every == 0 {
                 let params = self.learner.dense_params();
                 self.buffer.refill(|b| params.copy_to(b))?;
-                if let Some(target) = peer.target(&self.buffer)? {
-                    params.load_from(&target)?;
-                    self.counters.record_sync(0);
+                let contribute = all_finite(self.buffer.values());
+                let round = peer.round();
+                match peer.target(&self.buffer, contribute) {
+                    Ok(Some(target)) => {
+                        if round % RecoveryPoint::OFFER_EVERY == 0 {
+                            self.recovery.offer(&target);
+                        }
+                        params.load_from(&target)?;
+                        self.counters.record_sync(0);
+                    }
+                    Ok(None) | Err(Error::NonFinite { .. }) => {}
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
         Ok(true)
     }
+
+    /// A learner's error, recoverable or not as the learner says.
+    fn learner_failure(&self, e: L::Error) -> Failure {
+        if L::is_recoverable(&e) {
+            Failure::Recoverable(e.to_string())
+        } else {
+            Failure::Fatal(Error::learner(e))
+        }
+    }
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 /// How a trainer actor ended: its learner back, and an error if it failed.
@@ -225,8 +439,17 @@ impl<L: Learner> Handler<Chunk> for TrainerActor<L> {
         let start = Instant::now();
         while start.elapsed() < self.chunk {
             match core.step() {
-                Ok(true) => {}
-                Ok(false) => return self.finish(ctx, None),
+                Ok(Stepped::Trained) => {}
+                Ok(Stepped::Recovered { cause }) => {
+                    let trainer = core.counters().trainer();
+                    let step = core.counters().steps();
+                    self.events.publish(Event::TrainerRecovered {
+                        trainer,
+                        step,
+                        cause,
+                    });
+                }
+                Ok(Stepped::Exhausted) => return self.finish(ctx, None),
                 Err(e) => return self.finish(ctx, Some(e.to_string())),
             }
         }

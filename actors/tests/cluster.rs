@@ -2,131 +2,13 @@
 //! `y = w·x` on an endless (or bounded) stream of seeded random data.
 
 use shadowsync_actors::events::Event;
-use shadowsync_actors::sync::{LinkModel, Schedule, SyncConfig};
-use shadowsync_actors::{Cluster, ClusterConfig, FlatParams, Learner, StepOutcome};
+use shadowsync_actors::sync::{LinkModel, Schedule};
+use shadowsync_actors::Cluster;
 use std::time::{Duration, Instant};
-use tch::{nn, nn::Module, Device, Kind, Tensor};
 
-const DIM: i64 = 32;
+mod common;
 
-/// These tests start many threads each; run them one at a time so that timing
-/// figures measure the runtime, not the other tests.
-fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-#[derive(Debug)]
-struct LeastSquares {
-    _vars: nn::VarStore,
-    layer: nn::Linear,
-    params: FlatParams,
-    truth: Tensor,
-    lr: f64,
-    steps_left: Option<u64>,
-    step_delay: Duration,
-    /// Every factor the runtime scaled the (here imaginary) shared gradients by.
-    shared_scales: Vec<f64>,
-}
-
-impl LeastSquares {
-    fn new(seed: i64, steps: Option<u64>) -> Self {
-        tch::manual_seed(seed);
-        let vars = nn::VarStore::new(Device::Cpu);
-        let layer = nn::linear(vars.root() / "w", DIM, 1, Default::default());
-        let params = FlatParams::adopt(&vars).unwrap();
-        let truth = Tensor::arange(DIM, (Kind::Float, Device::Cpu)) / DIM as f64;
-        Self {
-            _vars: vars,
-            layer,
-            params,
-            truth,
-            lr: 0.05,
-            steps_left: steps,
-            step_delay: Duration::ZERO,
-            shared_scales: Vec::new(),
-        }
-    }
-
-    /// A Hogwild worker of `owner`'s replica, with its own data stream.
-    fn worker_of(owner: &LeastSquares, seed: i64, steps: Option<u64>) -> Self {
-        let mut worker = Self::new(seed, steps);
-        worker.params = FlatParams::adopt_shared(&worker._vars, &owner.params).unwrap();
-        worker
-    }
-
-    fn loss_of(&self, values: &[f32]) -> f64 {
-        // Distance of the weights (bias excluded) to the truth.
-        let w = Tensor::from_slice(&values[1..]);
-        (w - &self.truth)
-            .square()
-            .sum(Kind::Float)
-            .double_value(&[])
-    }
-}
-
-impl Learner for LeastSquares {
-    type Error = tch::TchError;
-
-    fn compute_gradients(&mut self) -> Result<Option<StepOutcome>, tch::TchError> {
-        if let Some(left) = &mut self.steps_left {
-            if *left == 0 {
-                return Ok(None);
-            }
-            *left -= 1;
-        }
-        if !self.step_delay.is_zero() {
-            std::thread::sleep(self.step_delay);
-        }
-        let x = Tensor::f_randn([64, DIM], (Kind::Float, Device::Cpu))?;
-        let y = x.matmul(&self.truth.view([DIM, 1]));
-        let loss = (self.layer.forward(&x) - y).square().mean(Kind::Float);
-        self.params
-            .zero_grad()
-            .map_err(|e| tch::TchError::Kind(e.to_string()))?;
-        loss.f_backward()?;
-        Ok(Some(StepOutcome {
-            examples: 64,
-            loss: loss.double_value(&[]),
-        }))
-    }
-
-    fn apply_gradients(&mut self) -> Result<(), tch::TchError> {
-        let step = self.params.grad() * self.lr;
-        let _ = tch::no_grad(|| self.params.values().shallow_clone().f_sub_(&step))?;
-        Ok(())
-    }
-
-    fn dense_params(&self) -> &FlatParams {
-        &self.params
-    }
-
-    fn set_learning_rate(&mut self, lr: f64) {
-        self.lr = lr;
-    }
-
-    fn scale_shared_gradients(&mut self, factor: f64) -> Result<(), tch::TchError> {
-        self.shared_scales.push(factor);
-        Ok(())
-    }
-}
-
-fn config(algorithm: &str) -> ClusterConfig {
-    ClusterConfig {
-        sync: SyncConfig {
-            algorithm: algorithm.parse().unwrap(),
-            ..SyncConfig::default()
-        },
-        chunk_ms: 5,
-        consensus_every_ms: 50,
-        intra_op_threads: 1,
-        workers: 1,
-    }
-}
-
-fn learners(n: usize, steps: Option<u64>) -> Vec<LeastSquares> {
-    (0..n).map(|i| LeastSquares::new(i as i64, steps)).collect()
-}
+use common::{config, exclusive, learners, LeastSquares};
 
 #[test]
 fn shadow_syncs_complete_while_steps_keep_increasing_and_stop_is_prompt() {

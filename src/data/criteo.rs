@@ -213,6 +213,8 @@ pub struct CriteoReader {
     policy: BadLinePolicy,
     buf: Vec<u8>,
     stats: ReadStats,
+    /// Set by a read error: the stream cannot go on past it.
+    broken: bool,
 }
 
 impl CriteoReader {
@@ -226,6 +228,7 @@ impl CriteoReader {
             policy,
             buf: Vec::with_capacity(512),
             stats: ReadStats::default(),
+            broken: false,
         })
     }
 
@@ -238,13 +241,21 @@ impl CriteoReader {
 impl Iterator for CriteoReader {
     type Item = Result<Example>;
 
+    /// The next example; after a read error (a truncated gzip stream, a file
+    /// gone), that error once and then the end.
     fn next(&mut self) -> Option<Self::Item> {
         loop {
+            if self.broken {
+                return None;
+            }
             self.buf.clear();
             match self.input.read_until(b'\n', &mut self.buf) {
                 Ok(0) => return None,
                 Ok(_) => {}
-                Err(e) => return Some(Err(Error::io(&self.path, e))),
+                Err(e) => {
+                    self.broken = true;
+                    return Some(Err(Error::io(&self.path, e)));
+                }
             }
             self.stats.lines += 1;
             let line = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);

@@ -204,6 +204,21 @@ impl Learner for CtrLearner {
         Ok(())
     }
 
+    /// Resets the dense optimizer; the shared table's state is everyone's and
+    /// stays.
+    fn reset_optimizer(&mut self) -> Result<()> {
+        self.pending = None;
+        self.dense_optimizer.reset()
+    }
+
+    /// Bad or unreadable data ends the trainer; anything else is retried.
+    fn is_recoverable(error: &Error) -> bool {
+        !matches!(
+            error,
+            Error::Parse { .. } | Error::Io { .. } | Error::Pipeline(_)
+        )
+    }
+
     /// Sets the dense learning rate to `lr`, scaling the embeddings' by the same
     /// factor.
     fn set_learning_rate(&mut self, lr: f64) {

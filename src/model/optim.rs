@@ -69,6 +69,23 @@ impl DenseOptimizer {
         }
     }
 
+    /// Forgets the accumulated state (Adagrad's sums, Adam's moments and step
+    /// count), as if freshly built; the learning rate stays.
+    pub fn reset(&mut self) -> Result<()> {
+        match self {
+            Self::Sgd { .. } => {}
+            Self::Adagrad { sum, .. } => {
+                let _ = sum.f_zero_()?;
+            }
+            Self::Adam { m, v, t, .. } => {
+                let _ = m.f_zero_()?;
+                let _ = v.f_zero_()?;
+                *t = 0;
+            }
+        }
+        Ok(())
+    }
+
     /// Applies the gradient in `params.grad()` to `params.values()`.
     pub fn step(&mut self, params: &FlatParams) -> Result<()> {
         let g = params.grad();
@@ -153,6 +170,40 @@ mod tests {
                 w as f32
             })
             .collect()
+    }
+
+    #[test]
+    fn a_reset_optimizer_steps_as_a_fresh_one() {
+        for kind in [OptimizerKind::Adagrad, OptimizerKind::Adam] {
+            let (_vs, w, params) = setup();
+            let c = Tensor::from_slice(&[0.5f32, -1.0, 2.0]);
+            // Loss Σ c·w²: the gradient changes as w moves.
+            let step = |opt: &mut DenseOptimizer, from: &[f32]| {
+                params.load_from(from).unwrap();
+                params.zero_grad().unwrap();
+                (&w * &w * &c).sum(Kind::Float).backward();
+                opt.step(&params).unwrap();
+                Vec::<f32>::try_from(params.values()).unwrap()
+            };
+            let mut used = DenseOptimizer::new(kind, 0.1, &params).unwrap();
+            let start = Vec::<f32>::try_from(params.values()).unwrap();
+            let mut w1 = step(&mut used, &start);
+            for _ in 0..3 {
+                w1 = step(&mut used, &w1);
+            }
+            let mut fresh = DenseOptimizer::new(kind, 0.1, &params).unwrap();
+            let from_fresh = step(&mut fresh, &w1);
+            let mut kept = DenseOptimizer::new(kind, 0.1, &params).unwrap();
+            let mut w2 = step(&mut kept, &start);
+            for _ in 0..3 {
+                w2 = step(&mut kept, &w2);
+            }
+            let with_state = step(&mut kept, &w1);
+            assert_ne!(with_state, from_fresh, "{kind:?} keeps no state");
+            used.reset().unwrap();
+            let after_reset = step(&mut used, &w1);
+            assert_eq!(after_reset, from_fresh, "{kind:?}");
+        }
     }
 
     #[test]

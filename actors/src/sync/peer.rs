@@ -70,8 +70,10 @@ impl SyncPeer {
         self.round
     }
 
-    /// Mean of `data` over this round's group; `None` once syncing has stopped.
-    pub fn group_mean(&mut self, payload: &Payload) -> Result<Option<Vec<f32>>> {
+    /// Mean of the payloads over this round's group; `None` once syncing has
+    /// stopped. A peer that does not `contribute` (its values are not finite)
+    /// is left out of the mean but receives it.
+    pub fn group_mean(&mut self, payload: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
         let round = self.round;
         let endpoint = &self.endpoint;
         let Some(group) = self
@@ -81,16 +83,18 @@ impl SyncPeer {
             return Ok(None);
         };
         self.round += 1;
-        self.endpoint.group_mean(round, &group, payload)
+        self.endpoint.group_mean(round, &group, payload, contribute)
     }
 
     /// One round of the rule: the target for `snapshot`; `None` once syncing has
-    /// stopped.
-    pub fn target(&mut self, snapshot: &Payload) -> Result<Option<Vec<f32>>> {
+    /// stopped. A snapshot that is not finite does not `contribute`: it is left
+    /// out of the group's mean (and never sent to EASGD's server:
+    /// [`Error::NonFinite`]).
+    pub fn target(&mut self, snapshot: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
         match self.rule {
-            Some(Rule::Ma) => self.group_mean(snapshot),
+            Some(Rule::Ma) => self.group_mean(snapshot, contribute),
             Some(Rule::Bmuf) => {
-                let mut average = self.group_mean(snapshot)?;
+                let mut average = self.group_mean(snapshot, contribute)?;
                 if let (Some(avg), Some(bmuf)) = (average.as_mut(), self.bmuf.as_mut()) {
                     bmuf.round(avg);
                 }
@@ -99,6 +103,11 @@ impl SyncPeer {
             Some(Rule::Easgd) => {
                 if self.endpoint.stopped() {
                     return Ok(None);
+                }
+                if !contribute {
+                    return Err(Error::NonFinite {
+                        group: vec![self.id()],
+                    });
                 }
                 let Some(server) = &self.server else {
                     return Ok(None);

@@ -179,13 +179,18 @@ impl Endpoint {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// Mean of `data` over `group` (which must contain this endpoint) in round
-    /// `round`; `Ok(None)` if the mesh was stopped while waiting.
+    /// Mean of the payloads over `group` (which must contain this endpoint) in
+    /// round `round`; `Ok(None)` if the mesh was stopped while waiting.
+    ///
+    /// A member that does not `contribute` (its parameters diverged) still takes
+    /// part in the round and receives the mean of the others, but its payload is
+    /// left out of it; [`Error::NonFinite`] if nobody contributed.
     pub fn group_mean(
         &mut self,
         round: u64,
         group: &[usize],
         payload: &Payload,
+        contribute: bool,
     ) -> Result<Option<Vec<f32>>> {
         let Some(me) = group.iter().position(|&t| t == self.id) else {
             return Err(Error::Layout(format!(
@@ -199,9 +204,17 @@ impl Endpoint {
         let m = group.len();
         let data = payload.values();
         let len = data.len();
-        // Reduce-scatter: every member gets every payload (shared, not copied)
-        // and averages only its own slice of the vector ...
-        if !self.broadcast(round, Phase::Scatter, group, &payload.0, |k| {
+        if len == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        // Reduce-scatter: every member gets every payload (shared, not copied;
+        // empty from a member that abstains) and averages only its own slice ...
+        let sent = if contribute {
+            Arc::clone(&payload.0)
+        } else {
+            Arc::from([])
+        };
+        if !self.broadcast(round, Phase::Scatter, group, &sent, |k| {
             slice(len, m, k).len()
         })? {
             return Ok(None);
@@ -210,8 +223,14 @@ impl Endpoint {
             return Ok(None);
         };
         let mine = slice(len, m, me);
-        let mut reduced: Vec<f32> = data[mine.clone()].to_vec();
-        for message in &payloads {
+        let mut reduced: Vec<f32> = if contribute {
+            data[mine.clone()].to_vec()
+        } else {
+            vec![0.0; mine.len()]
+        };
+        let mut contributors = usize::from(contribute);
+        for message in payloads.iter().filter(|m| !m.data.is_empty()) {
+            contributors += 1;
             let theirs = message
                 .data
                 .get(mine.clone())
@@ -226,7 +245,14 @@ impl Endpoint {
             };
             reduced.iter_mut().zip(theirs).for_each(|(r, x)| *r += x);
         }
-        let scale = 1.0 / m as f32;
+        // Every member counts the same contributors: all or none of the slices
+        // are known.
+        if contributors == 0 {
+            return Err(Error::NonFinite {
+                group: group.to_vec(),
+            });
+        }
+        let scale = 1.0 / contributors as f32;
         reduced.iter_mut().for_each(|r| *r *= scale);
         // ... then all-gather: every member sends its reduced slice to the others.
         let reduced: Arc<[f32]> = Arc::from(reduced);
@@ -369,7 +395,7 @@ mod tests {
                             .map(|round| {
                                 let value = (ep.id() as f32 + 1.0) * (round as f32 + 1.0);
                                 let group = plan.group_of(ep.id(), round);
-                                ep.group_mean(round, &group, &vec![value, -value].into())
+                                ep.group_mean(round, &group, &vec![value, -value].into(), true)
                                     .unwrap()
                                     .unwrap()
                             })
@@ -396,6 +422,47 @@ mod tests {
         }
     }
 
+    /// Runs one round of `group_mean` over a mesh of `values.len()` members,
+    /// member `i` contributing `values[i]` unless `abstain[i]`.
+    fn one_round(values: &[Vec<f32>], abstain: &[bool]) -> Vec<Result<Option<Vec<f32>>>> {
+        let endpoints = mesh(
+            values.len(),
+            LinkModel::default(),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let group: Vec<usize> = (0..values.len()).collect();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = endpoints
+                .into_iter()
+                .map(|mut ep| {
+                    let group = group.clone();
+                    let payload: Payload = values[ep.id()].clone().into();
+                    let contribute = !abstain[ep.id()];
+                    s.spawn(move || ep.group_mean(0, &group, &payload, contribute))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn a_member_that_abstains_is_left_out_of_the_mean_but_receives_it() {
+        let values = vec![
+            vec![1.0, 2.0, 3.0],
+            vec![f32::NAN, f32::INFINITY, 0.0],
+            vec![3.0, 6.0, 9.0],
+            vec![5.0, 1.0, 0.0],
+        ];
+        let means = one_round(&values, &[false, true, false, false]);
+        for mean in means {
+            assert_eq!(mean.unwrap().unwrap(), vec![3.0, 3.0, 4.0]);
+        }
+        let nobody = one_round(&values[..2], &[true, true]);
+        for mean in nobody {
+            assert!(matches!(mean, Err(Error::NonFinite { ref group }) if group == &[0, 1]));
+        }
+    }
+
     #[test]
     fn uneven_and_empty_slices_assemble_the_exact_mean() {
         for (n, len) in [(3usize, 7usize), (4, 2), (5, 13)] {
@@ -409,7 +476,9 @@ mod tests {
                         s.spawn(move || {
                             let data: Vec<f32> =
                                 (0..len).map(|j| (ep.id() * 100 + j) as f32).collect();
-                            ep.group_mean(0, &group, &data.into()).unwrap().unwrap()
+                            ep.group_mean(0, &group, &data.into(), true)
+                                .unwrap()
+                                .unwrap()
                         })
                     })
                     .collect();
@@ -452,7 +521,7 @@ mod tests {
         std::thread::scope(|s| {
             for mut ep in endpoints {
                 s.spawn(move || {
-                    ep.group_mean(0, &[0, 1], &vec![1.0].into())
+                    ep.group_mean(0, &[0, 1], &vec![1.0].into(), true)
                         .unwrap()
                         .unwrap()
                 });
@@ -466,7 +535,8 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let mut endpoints = mesh(2, LinkModel::default(), Arc::clone(&stop));
         let mut lonely = endpoints.remove(0);
-        let waiter = std::thread::spawn(move || lonely.group_mean(0, &[0, 1], &vec![1.0].into()));
+        let waiter =
+            std::thread::spawn(move || lonely.group_mean(0, &[0, 1], &vec![1.0].into(), true));
         std::thread::sleep(Duration::from_millis(50));
         stop.store(true, Ordering::Relaxed);
         assert_eq!(waiter.join().unwrap().unwrap(), None);

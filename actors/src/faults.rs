@@ -1,0 +1,129 @@
+//! Fault injection, for testing that the runtime contains failures.
+//!
+//! A [`Fault`] names a trainer, what goes wrong ([`FaultKind`]) and when: at one
+//! step, or every `every` steps from that step on. The trainer consults
+//! [`faults_due`] before each step; the runtime then has to detect the fault,
+//! recover the trainer (see [`crate::recovery`]) and keep the cluster running.
+//! Nothing is injected unless a cluster is configured with faults.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// What goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum FaultKind {
+    /// The step returns an error.
+    Error,
+    /// The step panics.
+    Panic,
+    /// The step hangs for `ms` milliseconds before going on.
+    Hang {
+        /// How long.
+        ms: u64,
+    },
+    /// The step's dense update is taken with an infinite learning rate: the
+    /// replica's parameters become NaN/Inf.
+    Diverge,
+}
+
+/// One injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// The trainer it hits.
+    pub trainer: usize,
+    /// What goes wrong.
+    pub kind: FaultKind,
+    /// The first step it hits (the trainer's step count before the step, from 0).
+    pub at_step: u64,
+    /// Hits again every `every` steps after `at_step` (0 or absent: once).
+    #[serde(default)]
+    pub every: u64,
+}
+
+impl Fault {
+    /// Whether this fault hits `trainer` before its step number `step`.
+    pub fn hits(&self, trainer: usize, step: u64) -> bool {
+        if trainer != self.trainer || step < self.at_step {
+            return false;
+        }
+        match self.every {
+            0 => step == self.at_step,
+            every => (step - self.at_step) % every == 0,
+        }
+    }
+
+    /// How long a [`FaultKind::Hang`] lasts (zero for other kinds).
+    pub fn hang(&self) -> Duration {
+        match self.kind {
+            FaultKind::Hang { ms } => Duration::from_millis(ms),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// The faults of `faults` that hit `trainer` before its step `step`.
+pub fn faults_due(
+    faults: &[Fault],
+    trainer: usize,
+    step: u64,
+) -> impl Iterator<Item = &Fault> + '_ {
+    faults.iter().filter(move |f| f.hits(trainer, step))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_hits_its_trainer_once_or_periodically() {
+        let once = Fault {
+            trainer: 1,
+            kind: FaultKind::Error,
+            at_step: 5,
+            every: 0,
+        };
+        let hit: Vec<u64> = (0..30).filter(|&s| once.hits(1, s)).collect();
+        assert_eq!(hit, vec![5]);
+        assert!(!once.hits(0, 5));
+        let every = Fault { every: 10, ..once };
+        let hit: Vec<u64> = (0..30).filter(|&s| every.hits(1, s)).collect();
+        assert_eq!(hit, vec![5, 15, 25]);
+        let hang = Fault {
+            kind: FaultKind::Hang { ms: 1500 },
+            ..once
+        };
+        assert_eq!(hang.hang(), Duration::from_millis(1500));
+        assert_eq!(once.hang(), Duration::ZERO);
+        let all = [once, every, hang];
+        assert_eq!(faults_due(&all, 1, 5).count(), 3);
+        assert_eq!(faults_due(&all, 1, 15).count(), 1);
+        assert_eq!(faults_due(&all, 2, 5).count(), 0);
+    }
+
+    #[test]
+    fn faults_read_from_toml() {
+        #[derive(Deserialize)]
+        struct Plan {
+            faults: Vec<Fault>,
+        }
+        let plan: Plan = toml::from_str(
+            r#"
+            faults = [
+              { trainer = 0, kind = "panic", at_step = 3 },
+              { trainer = 2, kind = { hang = { ms = 200 } }, at_step = 10, every = 50 },
+              { trainer = 1, kind = "diverge", at_step = 7 },
+            ]"#,
+        )
+        .unwrap();
+        assert_eq!(plan.faults[0].kind, FaultKind::Panic);
+        assert_eq!(plan.faults[1].kind, FaultKind::Hang { ms: 200 });
+        assert_eq!(plan.faults[1].every, 50);
+        assert_eq!(plan.faults[2].kind, FaultKind::Diverge);
+        assert!(toml::from_str::<Plan>(
+            r#"faults = [{ trainer = 0, kind = "melt", at_step = 1 }]"#
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,261 @@
+//! What the runtime tests share: a learner that is not a CTR model — least
+//! squares `y = w·x` on an endless (or bounded) stream of seeded random data —
+//! and helpers to configure and start clusters of them.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use shadowsync_actors::sync::SyncConfig;
+use shadowsync_actors::{ClusterConfig, FlatParams, Learner, StepOutcome};
+use std::time::Duration;
+use tch::{nn, nn::Module, Device, Kind, Tensor};
+
+const DIM: i64 = 32;
+
+/// These tests start many threads each; run them one at a time so that timing
+/// figures measure the runtime, not the other tests.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[derive(Debug)]
+pub struct LeastSquares {
+    pub _vars: nn::VarStore,
+    pub layer: nn::Linear,
+    pub params: FlatParams,
+    pub truth: Tensor,
+    pub lr: f64,
+    pub steps_left: Option<u64>,
+    pub step_delay: Duration,
+    /// Every factor the runtime scaled the (here imaginary) shared gradients by.
+    pub shared_scales: Vec<f64>,
+    /// Every step fails once this many steps were taken.
+    pub broken_after: Option<u64>,
+    /// The update of this step (counted from 1) turns the parameters into NaN
+    /// and then takes `poison_hold` more, as a replica that stays diverged for
+    /// a while before its trainer notices.
+    pub poison_at: Option<u64>,
+    pub poison_hold: Duration,
+    steps_taken: u64,
+}
+
+impl LeastSquares {
+    pub fn new(seed: i64, steps: Option<u64>) -> Self {
+        tch::manual_seed(seed);
+        let vars = nn::VarStore::new(Device::Cpu);
+        let layer = nn::linear(vars.root() / "w", DIM, 1, Default::default());
+        let params = FlatParams::adopt(&vars).unwrap();
+        let truth = Tensor::arange(DIM, (Kind::Float, Device::Cpu)) / DIM as f64;
+        Self {
+            _vars: vars,
+            layer,
+            params,
+            truth,
+            lr: 0.05,
+            steps_left: steps,
+            step_delay: Duration::ZERO,
+            shared_scales: Vec::new(),
+            broken_after: None,
+            poison_at: None,
+            poison_hold: Duration::ZERO,
+            steps_taken: 0,
+        }
+    }
+
+    /// A Hogwild worker of `owner`'s replica, with its own data stream.
+    pub fn worker_of(owner: &LeastSquares, seed: i64, steps: Option<u64>) -> Self {
+        let mut worker = Self::new(seed, steps);
+        worker.params = FlatParams::adopt_shared(&worker._vars, &owner.params).unwrap();
+        worker
+    }
+
+    /// The dense parameters.
+    pub fn dense(&self) -> Vec<f32> {
+        let mut values = vec![0.0; self.params.numel()];
+        self.params.copy_to(&mut values).unwrap();
+        values
+    }
+
+    pub fn loss_of(&self, values: &[f32]) -> f64 {
+        // Distance of the weights (bias excluded) to the truth.
+        let w = Tensor::from_slice(&values[1..]);
+        (w - &self.truth)
+            .square()
+            .sum(Kind::Float)
+            .double_value(&[])
+    }
+}
+
+impl Learner for LeastSquares {
+    type Error = tch::TchError;
+
+    fn compute_gradients(&mut self) -> Result<Option<StepOutcome>, tch::TchError> {
+        if self.broken_after.is_some_and(|n| self.steps_taken >= n) {
+            return Err(tch::TchError::Kind("this learner is broken".into()));
+        }
+        if let Some(left) = &mut self.steps_left {
+            if *left == 0 {
+                return Ok(None);
+            }
+            *left -= 1;
+        }
+        if !self.step_delay.is_zero() {
+            std::thread::sleep(self.step_delay);
+        }
+        let x = Tensor::f_randn([64, DIM], (Kind::Float, Device::Cpu))?;
+        let y = x.matmul(&self.truth.view([DIM, 1]));
+        let loss = (self.layer.forward(&x) - y).square().mean(Kind::Float);
+        self.params
+            .zero_grad()
+            .map_err(|e| tch::TchError::Kind(e.to_string()))?;
+        loss.f_backward()?;
+        self.steps_taken += 1;
+        Ok(Some(StepOutcome {
+            examples: 64,
+            loss: loss.double_value(&[]),
+        }))
+    }
+
+    fn apply_gradients(&mut self) -> Result<(), tch::TchError> {
+        let step = self.params.grad() * self.lr;
+        let _ = tch::no_grad(|| self.params.values().shallow_clone().f_sub_(&step))?;
+        if self.poison_at == Some(self.steps_taken) {
+            let _ = tch::no_grad(|| self.params.values().shallow_clone().f_fill_(f64::NAN))?;
+            std::thread::sleep(self.poison_hold);
+        }
+        Ok(())
+    }
+
+    fn dense_params(&self) -> &FlatParams {
+        &self.params
+    }
+
+    fn set_learning_rate(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+
+    fn scale_shared_gradients(&mut self, factor: f64) -> Result<(), tch::TchError> {
+        self.shared_scales.push(factor);
+        Ok(())
+    }
+}
+
+pub fn config(algorithm: &str) -> ClusterConfig {
+    ClusterConfig {
+        sync: SyncConfig {
+            algorithm: algorithm.parse().unwrap(),
+            ..SyncConfig::default()
+        },
+        chunk_ms: 5,
+        consensus_every_ms: 50,
+        ..ClusterConfig::default()
+    }
+}
+
+pub fn learners(n: usize, steps: Option<u64>) -> Vec<LeastSquares> {
+    (0..n).map(|i| LeastSquares::new(i as i64, steps)).collect()
+}
+
+/// What a soak run saw.
+#[derive(Debug)]
+pub struct SoakReport {
+    /// Resident memory (MB) sampled every second: (seconds, MB).
+    pub memory: Vec<(f64, f64)>,
+    /// Steps of all trainers.
+    pub steps: u64,
+    /// Syncs the trainers counted.
+    pub syncs: u64,
+    /// `Event::Synced` received by a subscriber (from its subscription on).
+    pub synced_events: u64,
+    /// Rounds missing from a trainer's received `Synced` events between the
+    /// first and the last it received.
+    pub rounds_missing: u64,
+    /// Trainers whose sync count is not their last synced round + 1 (every
+    /// round of a clean run writes back, numbered from 0).
+    pub counts_unmatched: usize,
+    /// Events the subscriber missed.
+    pub events_dropped: u64,
+    /// Trainers that stepped and synced.
+    pub active_trainers: usize,
+    /// How long `stop` + `wait` took.
+    pub stop_took: Duration,
+    /// Errors the cluster reported.
+    pub errors: Vec<String>,
+}
+
+/// This process's resident memory in MB (Linux), 0 where unknown.
+pub fn resident_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Runs `trainers` least-squares trainers under `algorithm` (random groups of 4)
+/// for `duration`, sampling memory every second and counting every sync event.
+pub fn soak(trainers: usize, algorithm: &str, duration: Duration) -> SoakReport {
+    use shadowsync_actors::events::Event;
+    use shadowsync_actors::sync::Schedule;
+    use shadowsync_actors::Cluster;
+    use std::time::Instant;
+
+    let mut c = config(algorithm);
+    c.sync.group_size = 4;
+    c.sync.schedule = Schedule::Random;
+    c.consensus_every_ms = 1000;
+    let mut ls = learners(trainers, None);
+    ls.iter_mut()
+        .for_each(|l| l.step_delay = Duration::from_millis(1));
+    let cluster = Cluster::start(c, ls).unwrap();
+    let events = cluster.subscribe();
+    let started = Instant::now();
+    let mut memory = Vec::new();
+    // Per trainer: (first round, last round, events) of the Synced received.
+    let mut received = vec![(u64::MAX, 0u64, 0u64); trainers];
+    let mut count = |event: Event| {
+        if let Event::Synced { trainer, round, .. } = event {
+            let (first, last, n) = &mut received[trainer];
+            *first = (*first).min(round);
+            *last = (*last).max(round);
+            *n += 1;
+        }
+    };
+    while started.elapsed() < duration {
+        if started.elapsed().as_secs_f64() >= memory.len() as f64 {
+            memory.push((started.elapsed().as_secs_f64(), resident_mb()));
+        }
+        events.try_iter().for_each(&mut count);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let asked = Instant::now();
+    cluster.stop();
+    let outcome = cluster.wait().unwrap();
+    let stop_took = asked.elapsed();
+    events.try_iter().for_each(&mut count);
+    let stats = &outcome.report.trainer_stats;
+    SoakReport {
+        memory,
+        steps: stats.iter().map(|s| s.steps).sum(),
+        syncs: stats.iter().map(|s| s.syncs).sum(),
+        synced_events: received.iter().map(|r| r.2).sum(),
+        rounds_missing: received
+            .iter()
+            .filter(|r| r.2 > 0)
+            .map(|&(first, last, n)| last - first + 1 - n)
+            .sum(),
+        counts_unmatched: received
+            .iter()
+            .zip(stats)
+            .filter(|((_, last, n), s)| *n == 0 || s.syncs != last + 1)
+            .count(),
+        events_dropped: outcome.report.events_dropped,
+        active_trainers: stats.iter().filter(|s| s.steps > 0 && s.syncs > 0).count(),
+        stop_took,
+        errors: outcome.report.errors.clone(),
+    }
+}

@@ -1,0 +1,250 @@
+//! Fault containment: faults injected into one trainer of four (errors, panics,
+//! a diverging replica, a hang, a learner that keeps failing) never stop the
+//! others, never reach their replicas, and are reported.
+
+mod common;
+
+use common::{config, exclusive, learners, LeastSquares};
+use shadowsync_actors::events::Event;
+use shadowsync_actors::faults::{Fault, FaultKind};
+use shadowsync_actors::{Cluster, ClusterConfig, ClusterOutcome};
+use std::time::{Duration, Instant};
+
+fn with_faults(algorithm: &str, faults: Vec<Fault>) -> ClusterConfig {
+    let mut c = config(algorithm);
+    c.sync.min_interval_ms = 2.0;
+    c.faults = faults;
+    c
+}
+
+fn fault(trainer: usize, kind: FaultKind, at_step: u64, every: u64) -> Fault {
+    Fault {
+        trainer,
+        kind,
+        at_step,
+        every,
+    }
+}
+
+/// Recoveries per trainer as the event stream reported them.
+fn recoveries_reported(events: &crossbeam_channel::Receiver<Event>, n: usize) -> Vec<u64> {
+    let mut counts = vec![0; n];
+    for event in events.try_iter() {
+        if let Event::TrainerRecovered { trainer, .. } = event {
+            counts[trainer] += 1;
+        }
+    }
+    counts
+}
+
+/// Checks that trainer 2's divergence reached no one else: only it recovered,
+/// every replica (and EASGD's centre) is finite and near the truth. Returns the
+/// recoveries per trainer.
+fn assert_only_trainer_2_harmed(
+    algorithm: &str,
+    outcome: &ClusterOutcome<LeastSquares>,
+) -> Vec<u64> {
+    let recoveries: Vec<u64> = outcome
+        .report
+        .trainer_stats
+        .iter()
+        .map(|s| s.recoveries)
+        .collect();
+    // A replica that took in a non-finite average would have diverged too (and
+    // recovered).
+    assert_eq!(
+        (recoveries[0], recoveries[1], recoveries[3]),
+        (0, 0, 0),
+        "{algorithm}: {recoveries:?}"
+    );
+    for (i, learner) in outcome.learners.iter().enumerate() {
+        let dense = learner.dense();
+        assert!(
+            dense.iter().all(|x| x.is_finite()),
+            "{algorithm}: trainer {i}"
+        );
+        let loss = learner.loss_of(&dense);
+        assert!(
+            loss < 0.2,
+            "{algorithm}: trainer {i} is {loss} from the truth"
+        );
+    }
+    if let Some(center) = &outcome.center {
+        assert!(center.iter().all(|x| x.is_finite()), "{algorithm}: centre");
+    }
+    recoveries
+}
+
+#[test]
+fn repeated_errors_and_panics_in_one_trainer_are_contained() {
+    let _serial = exclusive();
+    for algorithm in ["none", "sync-sgd", "fr-ma:5", "shadow-ma", "shadow-easgd"] {
+        let faults = vec![
+            fault(1, FaultKind::Error, 20, 30),
+            fault(1, FaultKind::Panic, 35, 60),
+        ];
+        let mut ls = learners(4, Some(400));
+        ls.iter_mut()
+            .for_each(|l| l.step_delay = Duration::from_micros(200));
+        let cluster = Cluster::start(with_faults(algorithm, faults), ls).unwrap();
+        let events = cluster.subscribe();
+        let outcome = cluster.wait().unwrap();
+        let report = &outcome.report;
+        assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
+        // Every example trained: an injected failure strikes before the batch is read.
+        assert_eq!(report.examples, 4 * 400 * 64, "{algorithm}");
+        // Errors at 20, 50, ..., 380 (13) and panics at 35, 95, ..., 395 (7).
+        let recoveries: Vec<u64> = report.trainer_stats.iter().map(|s| s.recoveries).collect();
+        assert_eq!(recoveries, vec![0, 20, 0, 0], "{algorithm}");
+        assert_eq!(recoveries_reported(&events, 4), recoveries, "{algorithm}");
+        for (i, learner) in outcome.learners.iter().enumerate() {
+            let loss = learner.loss_of(&learner.dense());
+            assert!(
+                loss < 0.2,
+                "{algorithm}: trainer {i} is {loss} from the truth"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_diverged_replica_is_never_averaged_into_the_others() {
+    let _serial = exclusive();
+    for algorithm in [
+        "none",
+        "fr-ma:5",
+        "fr-bmuf:5",
+        "shadow-ma",
+        "shadow-easgd",
+        "shadow-bmuf",
+    ] {
+        // An infinite learning rate on trainer 2 at steps 50, 150, 250, 350.
+        let faults = vec![fault(2, FaultKind::Diverge, 50, 100)];
+        let mut ls = learners(4, Some(400));
+        ls.iter_mut()
+            .for_each(|l| l.step_delay = Duration::from_micros(200));
+        let cluster = Cluster::start(with_faults(algorithm, faults), ls).unwrap();
+        let outcome = cluster.wait().unwrap();
+        let report = &outcome.report;
+        assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
+        // Four divergences: its shadow loop may overwrite one with the group's
+        // average before the trainer's own check sees it, and a write-back
+        // racing a reload may leave NaN for one more recovery.
+        let recoveries = assert_only_trainer_2_harmed(algorithm, &outcome);
+        assert!(
+            (1..=8).contains(&recoveries[2]),
+            "{algorithm}: {recoveries:?}"
+        );
+    }
+}
+
+#[test]
+fn a_replica_that_stays_diverged_sits_out_its_groups_averages() {
+    let _serial = exclusive();
+    for algorithm in ["shadow-ma", "shadow-easgd", "shadow-bmuf"] {
+        let mut ls = learners(4, Some(400));
+        ls.iter_mut()
+            .for_each(|l| l.step_delay = Duration::from_micros(200));
+        // NaN for 1.5 s from its step 100, longer than a shadow loop waits for
+        // steps: it snapshots NaN.
+        ls[2].poison_at = Some(100);
+        ls[2].poison_hold = Duration::from_millis(1500);
+        let cluster = Cluster::start(with_faults(algorithm, Vec::new()), ls).unwrap();
+        let events = cluster.subscribe();
+        let outcome = cluster.wait().unwrap();
+        let report = &outcome.report;
+        assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
+        let abstentions: Vec<u64> = report.trainer_stats.iter().map(|s| s.abstentions).collect();
+        assert!(abstentions[2] >= 1, "{algorithm}: {abstentions:?}");
+        assert_eq!(
+            abstentions.iter().sum::<u64>(),
+            abstentions[2],
+            "{algorithm}"
+        );
+        assert!(
+            events
+                .try_iter()
+                .any(|e| matches!(e, Event::Abstained { trainer: 2, .. })),
+            "{algorithm}: not reported"
+        );
+        assert_only_trainer_2_harmed(algorithm, &outcome);
+    }
+}
+
+#[test]
+fn a_hung_trainer_does_not_stall_its_groups_syncs() {
+    let _serial = exclusive();
+    let hang = Duration::from_millis(3000);
+    let faults = vec![fault(
+        3,
+        FaultKind::Hang {
+            ms: hang.as_millis() as u64,
+        },
+        30,
+        0,
+    )];
+    let mut ls = learners(4, None);
+    ls.iter_mut()
+        .for_each(|l| l.step_delay = Duration::from_micros(500));
+    let cluster = Cluster::start(with_faults("shadow-ma", faults), ls).unwrap();
+    // Trainer 3 hangs from its step 30 (a few ms in) for 3 s.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cluster.stats();
+    std::thread::sleep(Duration::from_millis(2000));
+    let after = cluster.stats();
+    assert_eq!(before[3].steps, 30, "trainer 3 should be hung at step 30");
+    assert_eq!(after[3].steps, 30, "trainer 3 should still be hung");
+    for trainer in 0..3 {
+        assert!(
+            after[trainer].steps > before[trainer].steps,
+            "trainer {trainer} stopped stepping"
+        );
+        // Its group's rounds go on, each waiting a second at most for the hung
+        // trainer's shadow loop.
+        assert!(
+            after[trainer].syncs > before[trainer].syncs,
+            "trainer {trainer} stopped syncing: {} then {}",
+            before[trainer].syncs,
+            after[trainer].syncs
+        );
+    }
+    let asked = Instant::now();
+    cluster.stop();
+    let outcome = cluster.wait().unwrap();
+    // Stopping waits for the hang to end at most.
+    assert!(asked.elapsed() < hang, "stop took {:?}", asked.elapsed());
+    assert!(
+        outcome.report.errors.is_empty(),
+        "{:?}",
+        outcome.report.errors
+    );
+}
+
+#[test]
+fn a_trainer_that_keeps_failing_is_given_up_without_stalling_the_others() {
+    let _serial = exclusive();
+    for algorithm in ["shadow-ma", "none"] {
+        let mut ls = learners(4, Some(300));
+        ls[1].broken_after = Some(50);
+        let cluster = Cluster::start(config(algorithm), ls).unwrap();
+        let events = cluster.subscribe();
+        let outcome = cluster.wait().unwrap();
+        let report = &outcome.report;
+        assert_eq!(report.errors.len(), 1, "{algorithm}: {:?}", report.errors);
+        assert!(
+            report.errors[0].contains("trainer 1 failed 6 steps in a row")
+                && report.errors[0].contains("this learner is broken"),
+            "{algorithm}: {}",
+            report.errors[0]
+        );
+        let steps: Vec<u64> = report.trainer_stats.iter().map(|s| s.steps).collect();
+        assert_eq!(steps, vec![300, 50, 300, 300], "{algorithm}");
+        assert_eq!(report.trainer_stats[1].recoveries, 5, "{algorithm}");
+        assert!(
+            events
+                .try_iter()
+                .any(|e| matches!(e, Event::TrainerFailed { trainer: 1, .. })),
+            "{algorithm}: no failure event"
+        );
+    }
+}
