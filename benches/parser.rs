@@ -35,6 +35,7 @@ fn read_pipeline(path: &Path, shards: usize) -> usize {
         shards,
         policy: BadLinePolicy::Fail,
         capacity: 64,
+        skip: Vec::new(),
     };
     let layout = TableLayout::uniform(100_000).unwrap_or_else(|e| panic!("{e}"));
     let Ok(mut pipeline) = Pipeline::spawn(path, layout, &config) else {

@@ -30,6 +30,7 @@ fn main() -> anyhow::Result<()> {
         shards: 3,
         policy: config.data.bad_lines,
         capacity: 64,
+        skip: Vec::new(),
     };
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &pipeline_config)?;
     let learners = CtrLearner::replicas(

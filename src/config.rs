@@ -29,6 +29,11 @@
 //! schedule = "random"        # global | fixed | alternating | random | hypercube
 //! link = { latency_us = 200, bandwidth_gbps = 1 }   # simulated network
 //!
+//! [checkpoint]
+//! dir = "ckpt"               # where checkpoints go (none: no checkpoints)
+//! every_steps = 2000         # each trainer's steps between two; 0 = only on SIGINT/SIGTERM and at the end
+//! keep = 3                   # the last K are kept
+//!
 //! # For testing fault containment only: inject failures into a trainer.
 //! # kind: "error" | "panic" | "diverge" | { hang = { ms = 1500 } }
 //! [[faults]]
@@ -62,8 +67,33 @@ pub struct Config {
     pub train: TrainConfig,
     /// Synchronization between trainers (see `shadowsync_actors::sync`).
     pub sync: SyncConfig,
+    /// Checkpoints to resume from.
+    pub checkpoint: CheckpointConfig,
     /// Faults to inject, for testing that the runtime contains them.
     pub faults: Vec<Fault>,
+}
+
+/// Where and how often a run saves its state (see [`crate::checkpoint`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointConfig {
+    /// Directory of the checkpoints; none: no checkpoints.
+    pub dir: Option<PathBuf>,
+    /// Each trainer's steps between two checkpoints; 0: only when the run is
+    /// interrupted (SIGINT, SIGTERM) and at its end.
+    pub every_steps: u64,
+    /// How many checkpoints to keep (the newest).
+    pub keep: usize,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            every_steps: 0,
+            keep: 3,
+        }
+    }
 }
 
 /// Where examples come from and how they are hashed.
@@ -315,6 +345,12 @@ impl Config {
             ));
         }
         GroupPlan::new(self.sync.schedule, n, self.sync.group_size_for(n))?;
+        if self.checkpoint.keep == 0 {
+            return Err(Error::config(
+                "checkpoint.keep",
+                "must be at least 1 (the newest checkpoint)",
+            ));
+        }
         if self.train.threads == 0 {
             return Err(Error::config("train.threads", "must be at least 1"));
         }

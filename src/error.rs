@@ -46,6 +46,14 @@ pub enum Error {
     /// A worker thread of the data pipeline died.
     #[error("data pipeline: {0}")]
     Pipeline(String),
+    /// A checkpoint cannot be written or used.
+    #[error("checkpoint {}: {reason}", path.display())]
+    Checkpoint {
+        /// The checkpoint (or checkpoint directory).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// Scoring a model on the test data failed.
     #[error("evaluation: {0}")]
     Evaluation(String),

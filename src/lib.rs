@@ -23,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod checkpoint;
 pub mod config;
 pub mod data;
 mod error;

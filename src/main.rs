@@ -7,7 +7,10 @@ use shadowsync::config::{Config, ModelKind, OptimizerKind};
 use shadowsync::data::{BadLinePolicy, SyntheticData, SyntheticSpec};
 use shadowsync::runtime::sync::{Algorithm, Schedule, WriteBack};
 use shadowsync::train::{self, EvalPoint, Observer, TrainReport};
+use signal_hook::consts::{SIGINT, SIGTERM};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -32,92 +35,108 @@ enum Command {
 
 /// Flags override the config file's values.
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("setup").multiple(true)))]
 struct TrainArgs {
     /// TOML configuration file.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     config: Option<PathBuf>,
     /// Training file (Criteo TSV, plain or gzip).
-    #[arg(long, requires = "test")]
+    #[arg(long, requires = "test", group = "setup")]
     train: Option<PathBuf>,
     /// Test file (Criteo TSV, plain or gzip).
-    #[arg(long, requires = "train")]
+    #[arg(long, requires = "train", group = "setup")]
     test: Option<PathBuf>,
     /// Model architecture.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, group = "setup")]
     model: Option<ModelKind>,
     /// Examples per step.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     batch_size: Option<usize>,
     /// Dense optimizer.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, group = "setup")]
     optimizer: Option<OptimizerKind>,
     /// Dense learning rate.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     lr: Option<f64>,
     /// Embedding optimizer (sgd or adagrad).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, group = "setup")]
     sparse_optimizer: Option<OptimizerKind>,
     /// Embedding learning rate.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     sparse_lr: Option<f64>,
     /// Rows of every field's hash table.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     table_size: Option<u32>,
     /// What to do with malformed lines.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, group = "setup")]
     bad_lines: Option<BadLinePolicy>,
     /// Examples between evaluations (0 = only at the end).
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     eval_every: Option<u64>,
     /// libtorch intra-op threads.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     threads: Option<usize>,
     /// Seed of parameter initialization.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     seed: Option<u64>,
     /// Trainers, each on 1/N of the data.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     trainers: Option<usize>,
     /// Hogwild worker threads per trainer (with none and shadow-*).
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     workers: Option<usize>,
     /// Synchronization: none, sync-sgd, fr-ma:K, fr-easgd:K, fr-bmuf:K, shadow-ma,
     /// shadow-easgd, shadow-bmuf.
-    #[arg(long, value_parser = parse::<Algorithm>)]
+    #[arg(long, value_parser = parse::<Algorithm>, group = "setup")]
     sync: Option<Algorithm>,
     /// Trainers per DS-Sync group (0 = all).
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     group_size: Option<usize>,
     /// Group schedule: global, fixed, alternating, random, hypercube.
-    #[arg(long, value_parser = parse::<Schedule>)]
+    #[arg(long, value_parser = parse::<Schedule>, group = "setup")]
     schedule: Option<Schedule>,
     /// Write-back of an average: overwrite or delta.
-    #[arg(long, value_parser = parse_write_back)]
+    #[arg(long, value_parser = parse_write_back, group = "setup")]
     write_back: Option<WriteBack>,
     /// EASGD's elasticity α in (0, 1].
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     alpha: Option<f32>,
     /// Minimum milliseconds between two rounds of a shadow loop.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     min_interval_ms: Option<f64>,
     /// Minimum steps of its trainer between two rounds of a shadow loop.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     min_steps: Option<u64>,
     /// Shards of the EASGD parameter server.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     server_shards: Option<usize>,
     /// Simulated link latency in microseconds.
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     link_latency_us: Option<f64>,
     /// Simulated link bandwidth in Gbit/s (0 = unlimited).
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     link_gbps: Option<f64>,
     /// Synthetic training rows (built-in data).
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     rows: Option<u64>,
     /// Synthetic test rows (built-in data).
-    #[arg(long)]
+    #[arg(long, group = "setup")]
     test_rows: Option<u64>,
+    /// Save checkpoints to this directory (SIGINT/SIGTERM and the end of the
+    /// run save one too).
+    #[arg(long, group = "setup")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Each trainer's steps between two checkpoints (0 = only on
+    /// SIGINT/SIGTERM and at the end).
+    #[arg(long, group = "setup")]
+    checkpoint_every: Option<u64>,
+    /// Checkpoints to keep (the newest).
+    #[arg(long, group = "setup")]
+    keep_checkpoints: Option<usize>,
+    /// Continue the run checkpointed in this directory, from its newest whole
+    /// checkpoint, with that run's configuration.
+    #[arg(long, conflicts_with = "setup")]
+    resume: Option<PathBuf>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     results: Option<PathBuf>,
@@ -193,7 +212,12 @@ impl TrainArgs {
             server_shards => sync.server_shards,
             link_latency_us => sync.link.latency_us,
             link_gbps => sync.link.bandwidth_gbps,
+            checkpoint_every => checkpoint.every_steps,
+            keep_checkpoints => checkpoint.keep,
         );
+        if self.checkpoint_dir.is_some() {
+            c.checkpoint.dir.clone_from(&self.checkpoint_dir);
+        }
         if let Some(algorithm) = self.sync {
             c.sync.algorithm = algorithm;
         }
@@ -210,15 +234,27 @@ struct Progress {
     bar: ProgressBar,
     last_log: Instant,
     started: Instant,
+    /// Raised by SIGINT or SIGTERM.
+    interrupt: Arc<AtomicBool>,
 }
 
 impl Progress {
-    fn new() -> Self {
-        Self {
+    /// Progress of a run that SIGINT and SIGTERM stop gracefully (a second one
+    /// ends the process at once).
+    fn new() -> Result<Self> {
+        let interrupt = Arc::new(AtomicBool::new(false));
+        for signal in [SIGINT, SIGTERM] {
+            signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&interrupt))
+                .context("installing a signal handler")?;
+            signal_hook::flag::register(signal, Arc::clone(&interrupt))
+                .context("installing a signal handler")?;
+        }
+        Ok(Self {
             bar: ProgressBar::hidden(),
             last_log: Instant::now(),
             started: Instant::now(),
-        }
+            interrupt,
+        })
     }
 }
 
@@ -247,6 +283,14 @@ impl Observer for Progress {
             self.last_log = Instant::now();
             tracing::info!(examples, examples_per_sec = rate.round(), "training");
         }
+    }
+
+    fn interrupted(&mut self) -> bool {
+        let interrupted = self.interrupt.load(Ordering::Relaxed);
+        if interrupted {
+            self.bar.set_message("interrupted: stopping");
+        }
+        interrupted
     }
 
     fn evaluated(&mut self, point: &EvalPoint) {
@@ -302,6 +346,19 @@ fn print_summary(report: &TrainReport) {
             o.ne, o.logloss
         );
     }
+    if let Some(resumed) = &report.resumed {
+        println!(
+            "resumed from {} ({} examples trained before it)",
+            resumed.checkpoint.display(),
+            resumed.examples
+        );
+        for rejected in &resumed.rejected {
+            println!("  unusable newer checkpoint: {rejected}");
+        }
+    }
+    if let Some(path) = &report.checkpoint {
+        println!("checkpoint: {}", path.display());
+    }
     for (name, read) in [
         ("train", &report.data.train_read),
         ("test", &report.data.test_read),
@@ -328,8 +385,11 @@ fn main() -> Result<()> {
         .init();
     match Cli::parse().command {
         Command::Train(args) => {
-            let config = args.config()?;
-            let report = train::train(&config, &mut Progress::new())?;
+            let mut progress = Progress::new()?;
+            let report = match &args.resume {
+                Some(dir) => train::resume(dir, &mut progress)?,
+                None => train::train(&args.config()?, &mut progress)?,
+            };
             if let Some(path) = &args.results {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir)
@@ -345,6 +405,15 @@ fn main() -> Result<()> {
             }
             if let Some(error) = report.error {
                 anyhow::bail!("training stopped early: {error}");
+            }
+            if report.interrupted {
+                match &report.config.checkpoint.dir {
+                    Some(dir) => anyhow::bail!(
+                        "interrupted; continue with: shadowsync train --resume {}",
+                        dir.display()
+                    ),
+                    None => anyhow::bail!("interrupted (no checkpoint: --checkpoint-dir not set)"),
+                }
             }
         }
         Command::GenData(args) => {

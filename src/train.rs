@@ -15,15 +15,24 @@
 //!
 //! A failure mid-run (a malformed line under `fail`, a read error) stops every
 //! trainer but loses nothing already computed: the report keeps the history, the
-//! final evaluation of the model trained so far, and the error.
+//! final evaluation of the model trained so far, and the error; the last
+//! checkpoint stays as it was.
+//!
+//! With `checkpoint.dir` set, the run saves its whole state there (see
+//! [`crate::checkpoint`]) every `checkpoint.every_steps` steps of each trainer,
+//! when the observer reports an interruption (the CLI's SIGINT/SIGTERM), and at
+//! the end. [`resume`] continues a run from its newest whole checkpoint: each
+//! trainer's data goes on from the batches it had trained, so that over both
+//! runs every example is trained exactly once.
 
+use crate::checkpoint::{Checkpoint, CheckpointStore, Reason};
 use crate::config::Config;
 use crate::data::{
     BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, SyntheticData,
     TableLayout,
 };
 use crate::metrics::{evaluate, Metrics};
-use crate::model::CtrLearner;
+use crate::model::{CtrLearner, EmbeddingTable};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
@@ -72,13 +81,13 @@ pub struct TrainReport {
     pub config: Config,
     /// The data it used.
     pub data: DataSummary,
-    /// Training examples consumed.
+    /// Training examples consumed (with those of the run it resumed).
     pub examples: u64,
     /// Optimizer steps taken.
     pub steps: u64,
     /// Training wall-clock seconds (evaluations excluded).
     pub train_seconds: f64,
-    /// `examples / train_seconds`.
+    /// Examples this run trained per second.
     pub examples_per_sec: f64,
     /// Evaluations during training, in order.
     pub history: Vec<EvalPoint>,
@@ -92,6 +101,23 @@ pub struct TrainReport {
     /// The runtime's figures: per-trainer examples/s, syncs, sync gap,
     /// staleness, consensus distance over time.
     pub cluster: ClusterReport,
+    /// The checkpoint this run resumed from, if it did.
+    pub resumed: Option<Resumed>,
+    /// The last checkpoint written, if any.
+    pub checkpoint: Option<PathBuf>,
+    /// Whether the run was interrupted before the end of its data.
+    pub interrupted: bool,
+}
+
+/// Where a resumed run started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resumed {
+    /// The checkpoint.
+    pub checkpoint: PathBuf,
+    /// Examples it had trained (counted in [`TrainReport::examples`]).
+    pub examples: u64,
+    /// Newer checkpoints that could not be used, with why.
+    pub rejected: Vec<String>,
 }
 
 /// Receives progress from a running training loop.
@@ -105,6 +131,13 @@ pub trait Observer {
     /// The trainers' cluster started; `events` receives what happens in it
     /// (every sync written back, every trainer finishing).
     fn cluster_started(&mut self, _events: crossbeam_channel::Receiver<Event>) {}
+    /// A checkpoint was written.
+    fn checkpointed(&mut self, _path: &Path) {}
+    /// Whether to stop the run now (asked every progress tick), keeping what
+    /// it trained: it is evaluated and, with checkpoints, saved.
+    fn interrupted(&mut self) -> bool {
+        false
+    }
 }
 
 /// An observer that ignores everything.
@@ -229,6 +262,45 @@ fn metrics_of(evaluation: Evaluation<Metrics>) -> Result<Metrics> {
 /// Trains `config.train.trainers` replicas for one pass over the data (each on
 /// its shard, synchronized by `config.sync`) and evaluates the result.
 pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport> {
+    run(config, None, observer)
+}
+
+/// Continues the run whose checkpoints are in `dir` from the newest whole one,
+/// with that run's configuration (writing further checkpoints to `dir`).
+pub fn resume(dir: &Path, observer: &mut dyn Observer) -> Result<TrainReport> {
+    let store = CheckpointStore::open(dir, 1)?;
+    let (path, checkpoint, rejected) = store.load_latest()?;
+    let mut config = checkpoint.config.clone();
+    config.checkpoint.dir = Some(dir.to_path_buf());
+    tracing::info!(checkpoint = %path.display(), examples = checkpoint.examples(), "resuming");
+    let resumed = Resumed {
+        checkpoint: path,
+        examples: checkpoint.examples(),
+        rejected: rejected
+            .iter()
+            .map(|r| format!("{}: {}", r.path.display(), r.reason))
+            .collect(),
+    };
+    run(&config, Some((resumed, checkpoint)), observer)
+}
+
+/// The shared table's arrays, by name.
+fn table_arrays(table: &EmbeddingTable) -> Result<Vec<(String, Vec<f32>)>> {
+    table
+        .state()
+        .into_iter()
+        .map(|(name, tensor)| {
+            let flat = tensor.f_flatten(0, -1)?;
+            Ok((name.to_string(), Vec::<f32>::try_from(&flat)?))
+        })
+        .collect()
+}
+
+fn run(
+    config: &Config,
+    resumed: Option<(Resumed, Checkpoint)>,
+    observer: &mut dyn Observer,
+) -> Result<TrainReport> {
     config.validate()?;
     tch::set_num_threads(config.train.threads as i32);
     tch::manual_seed(config.train.seed as i64);
@@ -263,6 +335,14 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
             shards: trainers * workers,
             policy: config.data.bad_lines,
             capacity: 64,
+            // A learner that had finished its data skips all of it.
+            skip: resumed.as_ref().map_or_else(Vec::new, |(_, c)| {
+                c.cluster
+                    .learners
+                    .iter()
+                    .map(|l| l.as_ref().map_or(u64::MAX, |l| l.position))
+                    .collect()
+            }),
         },
     )?;
     let learners = CtrLearner::replicas(
@@ -276,6 +356,28 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         .first()
         .map(|l| l.table().share())
         .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
+    if let Some((_, checkpoint)) = &resumed {
+        shared_table.load_state(|name| {
+            checkpoint
+                .table
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, values)| values.clone())
+                .ok_or_else(|| {
+                    Error::config(
+                        "resume",
+                        format!("the checkpoint has no embedding table {name:?} (another sparse optimizer?)"),
+                    )
+                })
+        })?;
+    }
+    let store = config
+        .checkpoint
+        .dir
+        .as_deref()
+        .map(|dir| CheckpointStore::open(dir, config.checkpoint.keep))
+        .transpose()?;
+    let saved_table = shared_table.share();
     let mut evaluator = Evaluator::start(CtrScorer {
         model: CtrLearner::with_table(&config.model, &config.optim, shared_table, None)?,
         test: test_batches,
@@ -296,9 +398,30 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         intra_op_threads: config.train.threads,
         workers,
         faults: config.faults.clone(),
+        checkpoint_every: match store {
+            Some(_) => config.checkpoint.every_steps,
+            None => 0,
+        },
         ..ClusterConfig::default()
     };
-    let cluster = Cluster::start(cluster_config, learners)?;
+    let cluster = match &resumed {
+        Some((_, checkpoint)) => Cluster::start_from(cluster_config, learners, &checkpoint.cluster)?,
+        None => Cluster::start(cluster_config, learners)?,
+    };
+    let save = |reason, cluster_state, table| -> Result<PathBuf> {
+        let store = store.as_ref().ok_or_else(|| Error::config("checkpoint.dir", "not set"))?;
+        let checkpoint = Checkpoint {
+            reason,
+            config: config.clone(),
+            cluster: cluster_state,
+            table,
+        };
+        let path = store.save(&checkpoint)?;
+        tracing::info!(checkpoint = %path.display(), examples = checkpoint.examples(), ?reason, "checkpoint written");
+        Ok(path)
+    };
+    let mut last_checkpoint = None;
+    let mut interrupted = false;
     let events = cluster.subscribe();
     let started = Instant::now();
     observer.cluster_started(cluster.subscribe());
@@ -309,9 +432,20 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
     // (the evaluator answers in order).
     let mut requested_at = VecDeque::new();
     let every = config.train.eval_every;
-    let mut next_eval = every;
+    let resumed_examples = resumed.as_ref().map_or(0, |(r, _)| r.examples);
+    let mut next_eval = resumed_examples - resumed_examples % every.max(1) + every;
     loop {
         std::thread::sleep(PROGRESS_EVERY);
+        if store.is_some() && cluster.parked() {
+            let (state, table) = cluster.checkpoint(|| table_arrays(&saved_table))?;
+            let path = save(Reason::Periodic, state, table?)?;
+            observer.checkpointed(&path);
+            last_checkpoint = Some(path);
+        }
+        if !interrupted && observer.interrupted() {
+            interrupted = true;
+            cluster.stop();
+        }
         if events
             .try_iter()
             .any(|e| matches!(e, Event::TrainerFailed { .. }))
@@ -340,6 +474,14 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         }
     }
     let outcome = cluster.wait()?;
+    // The state as it ended, unless a trainer failed (the last checkpoint
+    // stays the one to resume from then).
+    if store.is_some() && outcome.report.errors.is_empty() {
+        let reason = if interrupted { Reason::Interrupted } else { Reason::End };
+        let path = save(reason, outcome.state(workers)?, table_arrays(&saved_table)?)?;
+        observer.checkpointed(&path);
+        last_checkpoint = Some(path);
+    }
     record_live(
         evaluator.wait_all()?,
         &mut requested_at,
@@ -394,5 +536,8 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
         replica_metrics,
         error: cluster_report.errors.first().cloned(),
         cluster: cluster_report,
+        resumed: resumed.map(|(r, _)| r),
+        checkpoint: last_checkpoint,
+        interrupted,
     })
 }

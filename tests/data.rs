@@ -142,6 +142,7 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
         shards: 3,
         policy: BadLinePolicy::Fail,
         capacity: 2,
+        skip: Vec::new(),
     };
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
     let shards = pipeline.take_shards();
@@ -189,6 +190,7 @@ fn the_pipeline_reports_bad_lines_by_policy() {
             shards: 1,
             policy,
             capacity: 4,
+            skip: Vec::new(),
         };
         let mut pipeline = Pipeline::spawn(&path, layout.clone(), &config).unwrap();
         let rx = pipeline.take_shards().pop().unwrap();

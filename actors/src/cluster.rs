@@ -30,7 +30,8 @@ use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{mesh, Algorithm, Endpoint, GroupPlan, ServerClient, SyncConfig, SyncPeer};
 use crate::system::spawn_system;
-use crate::trainer::{Control, Foreground, TrainerActor, TrainerCore, TrainerExit};
+use crate::checkpoint::ClusterState;
+use crate::trainer::{Control, Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, Receiver};
@@ -57,6 +58,10 @@ pub struct ClusterConfig {
     pub workers: usize,
     /// Faults to inject, for testing that they are contained (none normally).
     pub faults: Vec<Fault>,
+    /// Trainer steps between two points where every trainer parks so that
+    /// [`Cluster::checkpoint`] can save the whole state (0 = never); rounded
+    /// up to a multiple of a foreground algorithm's sync period.
+    pub checkpoint_every: u64,
 }
 
 impl Default for ClusterConfig {
@@ -68,6 +73,7 @@ impl Default for ClusterConfig {
             intra_op_threads: 1,
             workers: 1,
             faults: Vec::new(),
+            checkpoint_every: 0,
         }
     }
 }
@@ -92,9 +98,9 @@ pub struct ClusterReport {
     pub group_size: usize,
     /// Wall-clock seconds from start to the last trainer's end.
     pub seconds: f64,
-    /// Examples trained, all trainers.
+    /// Examples trained, all trainers (with those of a run it resumes).
     pub examples: u64,
-    /// `examples / seconds`.
+    /// Examples trained by this run per second.
     pub examples_per_sec: f64,
     /// Per trainer.
     pub trainer_stats: Vec<TrainerStats>,
@@ -120,8 +126,8 @@ pub struct ClusterOutcome<L> {
     pub report: ClusterReport,
 }
 
-struct Running<L: Learner> {
-    trainers: Vec<Addr<TrainerActor<L>>>,
+pub(crate) struct Running<L: Learner> {
+    pub(crate) trainers: Vec<Addr<TrainerActor<L>>>,
     trainer_exits: Receiver<TrainerExit<L>>,
     shadow_exits: Receiver<(usize, Option<String>)>,
     system: System,
@@ -129,21 +135,27 @@ struct Running<L: Learner> {
     monitor: Option<JoinHandle<Vec<ConsensusPoint>>>,
 }
 
-struct Inner<L: Learner> {
+pub(crate) struct Inner<L: Learner> {
     config: ClusterConfig,
     group_size: usize,
-    counters: Vec<Arc<TrainerCounters>>,
+    pub(crate) counters: Vec<Arc<TrainerCounters>>,
     stop: Arc<AtomicBool>,
     events: EventBus,
-    server: Option<ServerClient>,
+    pub(crate) server: Option<ServerClient>,
     bytes_sent: Vec<Arc<AtomicU64>>,
     started: Instant,
-    running: Mutex<Option<Running<L>>>,
+    pub(crate) running: Mutex<Option<Running<L>>>,
+    /// Where trainers park for checkpoints.
+    pub(crate) parking: Parking,
+    /// Each trainer's replica, read for checkpoints.
+    pub(crate) replicas: Vec<ParamAlias>,
+    /// Examples trained before this cluster started (by the run it resumes).
+    resumed_examples: u64,
 }
 
 /// A cloneable handle on a running cluster.
 pub struct Cluster<L: Learner> {
-    inner: Arc<Inner<L>>,
+    pub(crate) inner: Arc<Inner<L>>,
 }
 
 impl<L: Learner> Clone for Cluster<L> {
@@ -158,7 +170,24 @@ impl<L: Learner> Cluster<L> {
     /// Starts training `learners` under `config`: one per trainer, or with
     /// `config.workers = W`, W consecutive learners per trainer whose dense
     /// parameters are one buffer (built with [`FlatParams::adopt_shared`]).
+    /// Every replica starts from the first one's parameters.
     pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
+        Self::launch(config, learners, None)
+    }
+
+    /// Starts training `learners` from `state`, saved by [`Cluster::checkpoint`]
+    /// of a cluster with the same trainers and workers: each replica, each
+    /// learner's state, the trainers' counters and EASGD's centre are restored.
+    /// (The learners' data must go on from the positions in `state`.)
+    pub fn start_from(
+        config: ClusterConfig,
+        learners: Vec<L>,
+        state: &ClusterState,
+    ) -> Result<Self> {
+        Self::launch(config, learners, Some(state))
+    }
+
+    fn launch(config: ClusterConfig, mut learners: Vec<L>, resumed: Option<&ClusterState>) -> Result<Self> {
         let workers = config.workers.max(1);
         let sync = &config.sync;
         sync.validate()?;
@@ -166,24 +195,53 @@ impl<L: Learner> Cluster<L> {
         let n = learners.len() / workers;
         let group_size = sync.group_size_for(n);
         let plan = GroupPlan::new(sync.schedule, n, group_size)?.with_seed(sync.seed);
-        let initial = {
-            let first = learners.first().ok_or_else(|| Error::Config {
-                key: "trainers".into(),
-                reason: "must be at least 1".into(),
-            })?;
-            let mut values = vec![0.0; first.dense_params().numel()];
-            first.dense_params().copy_to(&mut values)?;
-            values
+        let first = learners.first().ok_or_else(|| Error::Config {
+            key: "trainers".into(),
+            reason: "must be at least 1".into(),
+        })?;
+        let mut initial = vec![0.0; first.dense_params().numel()];
+        let counters: Vec<_> = match resumed {
+            Some(state) => {
+                state.restore(&mut learners, workers)?;
+                initial.copy_from_slice(state.center.as_deref().unwrap_or(&state.trainers[0].dense));
+                state
+                    .trainers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        Arc::new(
+                            TrainerCounters::with_workers(i, workers)
+                                .resumed_from(t.steps, t.examples),
+                        )
+                    })
+                    .collect()
+            }
+            None => {
+                first.dense_params().copy_to(&mut initial)?;
+                // Every replica starts from the same point.
+                for learner in learners.iter().step_by(workers).skip(1) {
+                    learner.dense_params().load_from(&initial)?;
+                }
+                (0..n)
+                    .map(|i| Arc::new(TrainerCounters::with_workers(i, workers)))
+                    .collect()
+            }
         };
-        // Every replica starts from the same point.
-        for learner in learners.iter().step_by(workers).skip(1) {
-            learner.dense_params().load_from(&initial)?;
-        }
+        let replicas = learners
+            .iter()
+            .step_by(workers)
+            .map(|l| ParamAlias::new(l.dense_params()))
+            .collect::<Result<Vec<_>>>()?;
+        let parking = Parking {
+            every: match (config.checkpoint_every, sync.algorithm) {
+                (0, _) => 0,
+                (every, Algorithm::Foreground { every: k, .. }) => every.div_ceil(k) * k,
+                (every, _) => every,
+            },
+            parked: Arc::default(),
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let endpoints = mesh(n, sync.link, Arc::clone(&stop));
-        let counters: Vec<_> = (0..n)
-            .map(|i| Arc::new(TrainerCounters::with_workers(i, workers)))
-            .collect();
         let events = EventBus::default();
         let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
         // The actor system, with the group coordinator and, for EASGD, the
@@ -228,15 +286,18 @@ impl<L: Learner> Cluster<L> {
         };
         let shadow = matches!(sync.algorithm, Algorithm::Shadow { .. });
         {
-            let events = events.clone();
-            let stop = Arc::clone(&stop);
+            let (events, stop, parking) = (events.clone(), Arc::clone(&stop), parking.clone());
             let launched = system.arbiter().spawn_fn(move || {
                 let addrs: Vec<_> = cores
                     .into_iter()
                     .enumerate()
                     .map(|(worker, core)| {
-                        let (exits, events, stop) =
-                            (trainer_exit_tx.clone(), events.clone(), Arc::clone(&stop));
+                        let (exits, events, stop, parking) = (
+                            trainer_exit_tx.clone(),
+                            events.clone(),
+                            Arc::clone(&stop),
+                            parking.clone(),
+                        );
                         let on_finish: Box<dyn Fn() + Send> = if shadow {
                             Box::new(|| {})
                         } else {
@@ -245,7 +306,7 @@ impl<L: Learner> Cluster<L> {
                         TrainerActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
                             // OpenMP teams are per thread: size this one.
                             tch::set_num_threads(threads as i32);
-                            TrainerActor::new(worker, core, chunk, exits, events, on_finish)
+                            TrainerActor::new(worker, core, chunk, parking, exits, events, on_finish)
                         })
                     })
                     .collect();
@@ -294,6 +355,10 @@ impl<L: Learner> Cluster<L> {
                 server,
                 bytes_sent,
                 started,
+                parking,
+                replicas,
+                resumed_examples: resumed
+                    .map_or(0, |state| state.trainers.iter().map(|t| t.examples).sum()),
                 running: Mutex::new(Some(Running {
                     trainers: addrs,
                     trainer_exits,
@@ -321,7 +386,7 @@ impl<L: Learner> Cluster<L> {
         self.inner.events.subscribe()
     }
 
-    fn control(&self, message: Control) {
+    pub(crate) fn control(&self, message: Control) {
         if let Ok(running) = self.inner.running.lock() {
             for trainer in running.iter().flat_map(|r| &r.trainers) {
                 trainer.do_send(message);
@@ -403,7 +468,8 @@ impl<L: Learner> Cluster<L> {
         let _ = running.system_thread.join();
         let center = center?;
         let trainer_stats = self.stats();
-        let examples = trainer_stats.iter().map(|s| s.examples).sum();
+        let examples: u64 = trainer_stats.iter().map(|s| s.examples).sum();
+        let trained_here = examples - self.inner.resumed_examples;
         let learners = learners
             .into_iter()
             .collect::<Option<Vec<_>>>()
@@ -417,7 +483,7 @@ impl<L: Learner> Cluster<L> {
                 group_size: self.inner.group_size,
                 seconds,
                 examples,
-                examples_per_sec: examples as f64 / seconds.max(1e-9),
+                examples_per_sec: trained_here as f64 / seconds.max(1e-9),
                 trainer_stats,
                 consensus,
                 bytes_sent: self

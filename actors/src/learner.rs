@@ -11,6 +11,17 @@ pub struct StepOutcome {
     pub loss: f64,
 }
 
+/// What a learner needs, besides its dense parameters, to continue exactly
+/// where it stopped (what a checkpoint keeps of it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LearnerState {
+    /// Named arrays: optimizer state, for instance.
+    pub arrays: Vec<(String, Vec<f32>)>,
+    /// How far into its data the learner is, in units it chooses (consumed
+    /// batches, for instance); it starts from there when restored.
+    pub position: u64,
+}
+
 /// A model replica with its optimizer and its shard of the data.
 ///
 /// A step is split in two so that synchronous SGD can all-reduce the gradients in
@@ -56,6 +67,17 @@ pub trait Learner: Send + Unpin + 'static {
     /// the replica (the default); bad input data, for instance, cannot.
     fn is_recoverable(_error: &Self::Error) -> bool {
         true
+    }
+
+    /// Its state besides the dense parameters (nothing, by default).
+    fn save_state(&self) -> Result<LearnerState, Self::Error> {
+        Ok(LearnerState::default())
+    }
+
+    /// Takes back a state [`Learner::save_state`] gave (nothing to do, by
+    /// default).
+    fn restore_state(&mut self, _state: &LearnerState) -> Result<(), Self::Error> {
+        Ok(())
     }
 
     /// One whole step; `Ok(None)` once the data is exhausted.

@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod checkpoint;
 pub mod cluster;
 pub mod coordinator;
 mod error;
@@ -38,8 +39,9 @@ pub mod sync;
 mod system;
 pub mod trainer;
 
+pub use checkpoint::{ClusterState, TrainerState};
 pub use cluster::{Cluster, ClusterConfig, ClusterOutcome, ClusterReport};
 pub use error::{Error, Result};
 pub use hogwild::ParamAlias;
-pub use learner::{Learner, StepOutcome};
+pub use learner::{Learner, LearnerState, StepOutcome};
 pub use params::FlatParams;

@@ -49,6 +49,8 @@ pub struct TrainerCounters {
     finished: AtomicBool,
     recoveries: AtomicU64,
     abstentions: AtomicU64,
+    /// Steps and examples trained before this run (by the run it resumes).
+    resumed_from: (u64, u64),
 }
 
 /// A snapshot of one trainer's counters.
@@ -106,7 +108,18 @@ impl TrainerCounters {
             finished: AtomicBool::new(false),
             recoveries: AtomicU64::new(0),
             abstentions: AtomicU64::new(0),
+            resumed_from: (0, 0),
         }
+    }
+
+    /// Counters that go on from `steps` and `examples` trained before (by a run
+    /// this one resumes): the totals include them, the rates do not.
+    pub fn resumed_from(mut self, steps: u64, examples: u64) -> Self {
+        self.steps = AtomicU64::new(steps);
+        self.examples = AtomicU64::new(examples);
+        self.steps_at_last_sync = AtomicU64::new(steps);
+        self.resumed_from = (steps, examples);
+        self
     }
 
     /// The trainer's index.
@@ -144,6 +157,11 @@ impl TrainerCounters {
         let steps = self.steps();
         let previous = self.steps_at_last_sync.swap(steps, Relaxed);
         self.gaps.record(steps.saturating_sub(previous));
+    }
+
+    /// Its workers still training.
+    pub fn running_workers(&self) -> usize {
+        self.running_workers.load(Relaxed)
     }
 
     /// Whether the trainer has finished.
@@ -189,12 +207,14 @@ impl TrainerCounters {
             steps,
             examples,
             syncs,
-            mean_sync_gap: per_sync(self.steps_at_last_sync.load(Relaxed)),
+            mean_sync_gap: per_sync(
+                self.steps_at_last_sync.load(Relaxed) - self.resumed_from.0,
+            ),
             mean_staleness: per_sync(self.staleness_sum.load(Relaxed)),
             max_staleness: self.staleness_max.load(Relaxed),
             sync_gap_histogram: self.gaps.counts(),
             staleness_histogram: self.stalenesses.counts(),
-            examples_per_sec: examples as f64 / seconds.max(1e-9),
+            examples_per_sec: (examples - self.resumed_from.1) as f64 / seconds.max(1e-9),
             finished,
             recoveries: self.recoveries.load(Relaxed),
             abstentions: self.abstentions.load(Relaxed),

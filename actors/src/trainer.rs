@@ -18,10 +18,11 @@ use crate::faults::{faults_due, Fault, FaultKind};
 use crate::recovery::{all_finite, RecoveryPoint};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{Payload, SyncPeer};
-use crate::{Error, Learner, Result};
+use crate::{Error, Learner, LearnerState, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -344,6 +345,46 @@ pub enum Control {
     SetLearningRate(f64),
     /// Stop and hand the learner back.
     Stop,
+    /// Go on after a checkpoint (see [`Parking`]).
+    Unpark,
+}
+
+/// Where trainers stop for checkpoints: every `every` steps (0: never), a
+/// trainer parks, stepping no more until [`Control::Unpark`], and counts itself
+/// in `parked`. All trainers park at the same step counts, so none of them can
+/// wait in a foreground sync for one already parked (`every` is a multiple of
+/// the sync period), and the cluster is still while its state is saved.
+#[derive(Debug, Clone, Default)]
+pub struct Parking {
+    /// Steps between two parkings; 0 = never.
+    pub every: u64,
+    /// Workers parked right now, all trainers.
+    pub parked: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Parking {
+    /// The first step count after `steps` at which to park.
+    fn next_after(&self, steps: u64) -> u64 {
+        match self.every {
+            0 => u64::MAX,
+            every => (steps / every + 1) * every,
+        }
+    }
+}
+
+/// Asks a trainer's worker for its state (sent on `reply`); answered while it
+/// is parked or between chunks.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct SaveState(pub Sender<WorkerState>);
+
+/// A worker's part of a checkpoint.
+#[derive(Debug)]
+pub struct WorkerState {
+    /// The worker's position among the cluster's learners.
+    pub worker: usize,
+    /// Its learner's state.
+    pub learner: Result<LearnerState>,
 }
 
 /// Asks a trainer for its [`TrainerStats`].
@@ -361,6 +402,9 @@ pub struct TrainerActor<L: Learner> {
     worker: usize,
     counters: Arc<TrainerCounters>,
     paused: bool,
+    parking: Parking,
+    next_park: u64,
+    parked: bool,
     chunk: Duration,
     exits: Sender<TrainerExit<L>>,
     events: EventBus,
@@ -370,11 +414,13 @@ pub struct TrainerActor<L: Learner> {
 
 impl<L: Learner> TrainerActor<L> {
     /// An actor that steps `core` (learner number `worker` of the cluster) in
-    /// chunks of about `chunk` and reports its end on `exits`.
+    /// chunks of about `chunk`, parks as `parking` says, and reports its end on
+    /// `exits`.
     pub fn new(
         worker: usize,
         core: TrainerCore<L>,
         chunk: Duration,
+        parking: Parking,
         exits: Sender<TrainerExit<L>>,
         events: EventBus,
         on_finish: Box<dyn Fn() + Send>,
@@ -383,8 +429,11 @@ impl<L: Learner> TrainerActor<L> {
         Self {
             core: Some(core),
             worker,
+            next_park: parking.next_after(counters.steps()),
             counters,
             paused: false,
+            parking,
+            parked: false,
             chunk,
             exits,
             events,
@@ -394,6 +443,7 @@ impl<L: Learner> TrainerActor<L> {
 
     fn finish(&mut self, ctx: &mut Context<Self>, error: Option<String>) {
         let Some(core) = self.core.take() else { return };
+        self.unpark();
         let last_worker = self.counters.finish();
         (self.on_finish)();
         let stats = self.counters.stats();
@@ -416,6 +466,12 @@ impl<L: Learner> TrainerActor<L> {
         });
         ctx.stop();
     }
+
+    fn unpark(&mut self) {
+        if std::mem::take(&mut self.parked) {
+            self.parking.parked.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 impl<L: Learner> Actor for TrainerActor<L> {
@@ -430,7 +486,7 @@ impl<L: Learner> Handler<Chunk> for TrainerActor<L> {
     type Result = ();
 
     fn handle(&mut self, _: Chunk, ctx: &mut Context<Self>) {
-        if self.paused {
+        if self.paused || self.parked {
             return;
         }
         let Some(core) = self.core.as_mut() else {
@@ -439,7 +495,15 @@ impl<L: Learner> Handler<Chunk> for TrainerActor<L> {
         let start = Instant::now();
         while start.elapsed() < self.chunk {
             match core.step() {
-                Ok(Stepped::Trained) => {}
+                Ok(Stepped::Trained) => {
+                    let steps = core.counters().steps();
+                    if steps >= self.next_park {
+                        self.next_park = self.parking.next_after(steps);
+                        self.parked = true;
+                        self.parking.parked.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                }
                 Ok(Stepped::Recovered { cause }) => {
                     let trainer = core.counters().trainer();
                     let step = core.counters().steps();
@@ -475,6 +539,26 @@ impl<L: Learner> Handler<Control> for TrainerActor<L> {
                 }
             }
             Control::Stop => self.finish(ctx, None),
+            Control::Unpark => {
+                if self.parked {
+                    self.unpark();
+                    ctx.notify(Chunk);
+                }
+            }
+        }
+    }
+}
+
+impl<L: Learner> Handler<SaveState> for TrainerActor<L> {
+    type Result = ();
+
+    fn handle(&mut self, SaveState(reply): SaveState, _: &mut Context<Self>) {
+        if let Some(core) = &self.core {
+            let learner = core.learner().save_state().map_err(Error::learner);
+            let _ = reply.send(WorkerState {
+                worker: self.worker,
+                learner,
+            });
         }
     }
 }

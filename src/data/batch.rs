@@ -14,6 +14,10 @@ pub struct Batch {
     pub sparse: Tensor,
     /// Click labels.
     pub labels: Tensor,
+    /// Where the batch comes from in its consumer's share of the pass: the
+    /// index of its chunk there (see [`Pipeline`](crate::data::Pipeline)); 0
+    /// outside a pipeline.
+    pub chunk: u64,
 }
 
 impl Batch {
@@ -32,6 +36,7 @@ impl Batch {
             dense: Tensor::f_from_slice(&dense)?.f_view([n, NUM_DENSE as i64])?,
             sparse: Tensor::f_from_slice(&sparse)?.f_view([n, NUM_SPARSE as i64])?,
             labels: Tensor::f_from_slice(&labels)?,
+            chunk: 0,
         })
     }
 

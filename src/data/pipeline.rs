@@ -9,6 +9,11 @@
 //! parsers keep up. Bounded channels give backpressure: memory stays flat however
 //! large the file.
 //!
+//! A pipeline can start part-way through a pass ([`PipelineConfig::skip`]):
+//! each shard's first chunks are read past, unparsed, so a resumed run trains
+//! exactly the batches its checkpoint had not (each [`Batch::chunk`] is its
+//! chunk's index within the shard).
+//!
 //! A malformed line either arrives as an `Err` on its shard (policy `fail`) or is
 //! counted (policy `skip`); [`Pipeline::finish`] returns the counts.
 
@@ -34,10 +39,14 @@ pub struct PipelineConfig {
     pub policy: BadLinePolicy,
     /// Batches buffered per consumer.
     pub capacity: usize,
+    /// Chunks to skip at the start of each shard (none for a shard not listed).
+    pub skip: Vec<u64>,
 }
 
 /// A chunk of consecutive raw lines.
 struct Chunk {
+    /// Its index within its shard.
+    index: u64,
     first_line: u64,
     bytes: Vec<u8>,
 }
@@ -86,10 +95,12 @@ impl Pipeline {
         let reader = {
             let path = path.to_path_buf();
             let stop = Arc::clone(&stop);
-            let lines_per_chunk = config.batch_size;
+            let (lines_per_chunk, skip) = (config.batch_size, config.skip.clone());
             std::thread::Builder::new()
                 .name("read".into())
-                .spawn(move || read_chunks(&path, input, lines_per_chunk, chunk_senders, &stop))
+                .spawn(move || {
+                    read_chunks(&path, input, lines_per_chunk, &skip, chunk_senders, &stop)
+                })
                 .map_err(|e| Error::Pipeline(format!("cannot start the reader thread: {e}")))?
         };
         Ok(Self {
@@ -154,23 +165,32 @@ fn send_until_stopped<T>(tx: &Sender<T>, mut item: T, stop: &AtomicBool) -> bool
     }
 }
 
-/// The reader thread: cuts the input into chunks and deals them; returns lines read.
+/// The reader thread: cuts the input into chunks and deals them, past the
+/// first `skip[s]` of each shard `s`; returns lines read.
 fn read_chunks(
     path: &Path,
     mut input: Box<dyn BufRead + Send>,
     lines_per_chunk: usize,
+    skip: &[u64],
     senders: Vec<Sender<Result<Chunk>>>,
     stop: &AtomicBool,
 ) -> u64 {
     let mut line = 0u64;
-    for k in 0.. {
-        let target = &senders[k % senders.len()];
+    for k in 0u64.. {
+        let shard = (k % senders.len() as u64) as usize;
+        let target = &senders[shard];
+        let index = k / senders.len() as u64;
+        let skipped = index < skip.get(shard).copied().unwrap_or(0);
         let mut chunk = Chunk {
+            index,
             first_line: line + 1,
             bytes: Vec::with_capacity(lines_per_chunk * 256),
         };
         let mut taken = 0;
         while taken < lines_per_chunk {
+            if skipped {
+                chunk.bytes.clear();
+            }
             match input.read_until(b'\n', &mut chunk.bytes) {
                 Ok(0) => break,
                 Ok(_) => taken += 1,
@@ -181,7 +201,7 @@ fn read_chunks(
             }
         }
         line += taken as u64;
-        if taken == 0 || !send_until_stopped(target, Ok(chunk), stop) {
+        if taken == 0 || (!skipped && !send_until_stopped(target, Ok(chunk), stop)) {
             return line;
         }
     }
@@ -233,6 +253,8 @@ impl Parser {
                 }
             }
         }
-        Batch::from_examples(examples, &self.layout)
+        let mut batch = Batch::from_examples(examples, &self.layout)?;
+        batch.chunk = chunk.index;
+        Ok(batch)
     }
 }

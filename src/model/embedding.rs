@@ -110,6 +110,37 @@ impl EmbeddingTable {
         &self.weight
     }
 
+    /// The table and its optimizer state, by name (`weight`, Adagrad's `sum`).
+    pub fn state(&self) -> Vec<(&'static str, &Tensor)> {
+        let mut state = vec![("weight", &self.weight)];
+        if let SparseOptimizer::Adagrad { sum } = &self.optimizer {
+            state.push(("sum", sum));
+        }
+        state
+    }
+
+    /// Overwrites the table and its optimizer state with `values` of the names
+    /// [`EmbeddingTable::state`] gives (every handle sees them).
+    pub fn load_state(&self, values: impl Fn(&str) -> Result<Vec<f32>>) -> Result<()> {
+        for (name, tensor) in self.state() {
+            let values = values(name)?;
+            if values.len() as i64 != tensor.numel() as i64 {
+                return Err(Error::config(
+                    "resume",
+                    format!(
+                        "the embedding table's {name:?} has {} values in the checkpoint, {} in the model (another table size or width?)",
+                        values.len(),
+                        tensor.numel()
+                    ),
+                ));
+            }
+            let source = Tensor::f_from_slice(&values)?.f_view_as(tensor)?;
+            let mut target = tensor.shallow_clone();
+            tch::no_grad(|| target.f_copy_(&source))?;
+        }
+        Ok(())
+    }
+
     /// Rows for `[B, F]` indices, as `[B, F, width]` (no gradient tracking).
     pub fn lookup(&self, rows: &Tensor) -> Result<Tensor> {
         let size = rows.size();

@@ -5,7 +5,7 @@ use crate::data::{Batch, TableLayout};
 use crate::model::{build, CtrModel, DenseOptimizer, EmbeddingTable};
 use crate::{Error, Result};
 use crossbeam_channel::Receiver;
-use shadowsync_actors::{FlatParams, Learner, StepOutcome};
+use shadowsync_actors::{FlatParams, Learner, LearnerState, StepOutcome};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
 /// Model, dense optimizer, embedding table with its sparse optimizer, and data.
@@ -21,6 +21,9 @@ pub struct CtrLearner {
     /// Rows looked up by the last forward pass and their leaf (holding the
     /// gradient), until [`CtrLearner::apply`].
     pending: Option<(Tensor, Tensor)>,
+    /// Chunks of its data shard consumed (the next batch's [`Batch::chunk`]
+    /// is at least this).
+    position: u64,
 }
 
 impl CtrLearner {
@@ -104,6 +107,7 @@ impl CtrLearner {
             table,
             data,
             pending: None,
+            position: 0,
         })
     }
 
@@ -181,6 +185,7 @@ impl Learner for CtrLearner {
             return Ok(None);
         };
         let batch = batch?;
+        self.position = batch.chunk + 1;
         let loss = self.backward_on(&batch)?;
         Ok(Some(StepOutcome {
             examples: batch.len(),
@@ -209,6 +214,20 @@ impl Learner for CtrLearner {
     fn reset_optimizer(&mut self) -> Result<()> {
         self.pending = None;
         self.dense_optimizer.reset()
+    }
+
+    /// The dense optimizer's state and the chunks of the shard consumed.
+    fn save_state(&self) -> Result<LearnerState> {
+        Ok(LearnerState {
+            arrays: self.dense_optimizer.state()?,
+            position: self.position,
+        })
+    }
+
+    fn restore_state(&mut self, state: &LearnerState) -> Result<()> {
+        self.dense_optimizer.load_state(&state.arrays)?;
+        self.position = state.position;
+        Ok(())
     }
 
     /// Bad or unreadable data ends the trainer; anything else is retried.

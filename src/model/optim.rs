@@ -2,7 +2,7 @@
 //! parameter and gradient buffers of [`FlatParams`].
 
 use crate::config::OptimizerKind;
-use crate::Result;
+use crate::{Error, Result};
 use shadowsync_actors::FlatParams;
 use tch::Tensor;
 
@@ -81,6 +81,58 @@ impl DenseOptimizer {
                 let _ = m.f_zero_()?;
                 let _ = v.f_zero_()?;
                 *t = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// The accumulated state as named arrays (none for SGD).
+    pub fn state(&self) -> Result<Vec<(String, Vec<f32>)>> {
+        let array = |name: &str, t: &Tensor| -> Result<(String, Vec<f32>)> {
+            Ok((name.to_string(), Vec::<f32>::try_from(t)?))
+        };
+        Ok(match self {
+            Self::Sgd { .. } => Vec::new(),
+            Self::Adagrad { sum, .. } => vec![array("sum", sum)?],
+            Self::Adam { m, v, t, .. } => vec![
+                array("m", m)?,
+                array("v", v)?,
+                ("t".to_string(), vec![*t as f32]),
+            ],
+        })
+    }
+
+    /// Takes back a state from [`DenseOptimizer::state`]; an error naming the
+    /// array that is missing or of the wrong size.
+    pub fn load_state(&mut self, arrays: &[(String, Vec<f32>)]) -> Result<()> {
+        let find = |name: &str, len: i64| -> Result<&Vec<f32>> {
+            match arrays.iter().find(|(n, _)| n == name) {
+                Some((_, values)) if values.len() as i64 == len => Ok(values),
+                Some((_, values)) => Err(Error::config(
+                    "resume",
+                    format!(
+                        "the dense optimizer's {name:?} has {} values in the checkpoint, {len} in the model",
+                        values.len()
+                    ),
+                )),
+                None => Err(Error::config(
+                    "resume",
+                    format!("the checkpoint has no dense optimizer state {name:?} (another optimizer?)"),
+                )),
+            }
+        };
+        let load = |target: &mut Tensor, name: &str| -> Result<()> {
+            let values = find(name, target.numel() as i64)?;
+            let _ = target.f_copy_(&Tensor::f_from_slice(values)?)?;
+            Ok(())
+        };
+        match self {
+            Self::Sgd { .. } => {}
+            Self::Adagrad { sum, .. } => load(sum, "sum")?,
+            Self::Adam { m, v, t, .. } => {
+                load(m, "m")?;
+                load(v, "v")?;
+                *t = find("t", 1)?[0] as i32;
             }
         }
         Ok(())

@@ -1,0 +1,558 @@
+//! Checkpoints on disk, to resume a run where it stopped.
+//!
+//! A checkpoint is a directory `ckpt-NNNNNN` inside the run's checkpoint
+//! directory, holding two files:
+//! * `state.safetensors`: every array of the run — each trainer's dense
+//!   replica (`dense/T`), each learner's optimizer state (`learner/W/NAME`),
+//!   the shared embedding table and its optimizer state (`table/NAME`), EASGD's
+//!   centre (`center`);
+//! * `manifest.json` ([`Manifest`]): the run's configuration, each trainer's
+//!   steps and examples, each learner's position in its data, and the size and
+//!   SHA-256 of the state file.
+//!
+//! [`CheckpointStore::save`] writes atomically: into `.tmp-ckpt-NNNNNN`, each
+//! file synced, the directory renamed into place and its parent synced; then
+//! only the newest `keep` checkpoints stay. [`CheckpointStore::load_latest`]
+//! takes the newest checkpoint whose manifest parses, whose state file has the
+//! recorded size and checksum and holds every array the manifest implies; each
+//! one passed over is returned with the reason ([`Rejected`]). Only safetensors
+//! is ever read: no pickled objects, no code.
+
+use crate::config::Config;
+use crate::{Error, Result};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use shadowsync_actors::{ClusterState, LearnerState, TrainerState};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The manifest format this version writes and reads.
+const VERSION: u32 = 1;
+const STATE_FILE: &str = "state.safetensors";
+const MANIFEST_FILE: &str = "manifest.json";
+const PREFIX: &str = "ckpt-";
+const TMP_PREFIX: &str = ".tmp-ckpt-";
+
+/// Why a checkpoint was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// Every `checkpoint.every_steps` steps.
+    Periodic,
+    /// The run was interrupted (SIGINT, SIGTERM).
+    Interrupted,
+    /// The run finished.
+    End,
+}
+
+/// One trainer's counts in a [`Manifest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainerCounts {
+    /// Steps taken.
+    pub steps: u64,
+    /// Examples trained.
+    pub examples: u64,
+}
+
+/// What a checkpoint holds besides its arrays.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Format version.
+    pub version: u32,
+    /// Why it was taken.
+    pub reason: Reason,
+    /// Seconds since the Unix epoch when it was written.
+    pub created_unix: u64,
+    /// The configuration of the run.
+    pub config: Config,
+    /// Per trainer.
+    pub trainers: Vec<TrainerCounts>,
+    /// Per learner: chunks of its data shard consumed, or `None` if it had
+    /// finished its data.
+    pub positions: Vec<Option<u64>>,
+    /// Bytes of the state file.
+    pub state_bytes: u64,
+    /// SHA-256 of the state file, in hex.
+    pub state_sha256: String,
+}
+
+/// A checkpoint's contents.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Why it was taken.
+    pub reason: Reason,
+    /// The configuration of the run.
+    pub config: Config,
+    /// The runtime's state.
+    pub cluster: ClusterState,
+    /// The shared embedding table's arrays, by name.
+    pub table: Vec<(String, Vec<f32>)>,
+}
+
+impl Checkpoint {
+    /// Examples trained, all trainers.
+    pub fn examples(&self) -> u64 {
+        self.cluster.trainers.iter().map(|t| t.examples).sum()
+    }
+
+    /// Every array, by its name in the state file.
+    fn arrays(&self) -> Vec<(String, &[f32])> {
+        let mut arrays: Vec<(String, &[f32])> = Vec::new();
+        for (t, trainer) in self.cluster.trainers.iter().enumerate() {
+            arrays.push((format!("dense/{t}"), &trainer.dense));
+        }
+        for (w, learner) in self.cluster.learners.iter().enumerate() {
+            for (name, values) in learner.iter().flat_map(|l| &l.arrays) {
+                arrays.push((format!("learner/{w}/{name}"), values));
+            }
+        }
+        if let Some(center) = &self.cluster.center {
+            arrays.push(("center".into(), center));
+        }
+        for (name, values) in &self.table {
+            arrays.push((format!("table/{name}"), values));
+        }
+        arrays
+    }
+
+    /// Rebuilds a checkpoint from its manifest and its state file's arrays.
+    fn from_parts(manifest: Manifest, state: &SafeTensors) -> Result<Self, String> {
+        let read = |name: &str| -> Result<Vec<f32>, String> {
+            let view = state
+                .tensor(name)
+                .map_err(|e| format!("array {name:?}: {e}"))?;
+            if view.dtype() != Dtype::F32 {
+                return Err(format!("array {name:?} is {:?}, not F32", view.dtype()));
+            }
+            Ok(view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect())
+        };
+        let names = state.names();
+        let with_prefix = |prefix: &str| -> Vec<String> {
+            let mut found: Vec<String> = names
+                .iter()
+                .filter_map(|n| n.strip_prefix(prefix).map(str::to_string))
+                .collect();
+            found.sort();
+            found
+        };
+        let trainers = manifest
+            .trainers
+            .iter()
+            .enumerate()
+            .map(|(t, counts)| {
+                Ok(TrainerState {
+                    steps: counts.steps,
+                    examples: counts.examples,
+                    dense: read(&format!("dense/{t}"))?,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let learners = manifest
+            .positions
+            .iter()
+            .enumerate()
+            .map(|(w, position)| {
+                let Some(position) = *position else {
+                    return Ok(None);
+                };
+                let prefix = format!("learner/{w}/");
+                let arrays = with_prefix(&prefix)
+                    .into_iter()
+                    .map(|name| Ok((name.clone(), read(&format!("{prefix}{name}"))?)))
+                    .collect::<Result<Vec<_>, String>>()?;
+                Ok(Some(LearnerState { arrays, position }))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let center = names
+            .iter()
+            .any(|n| *n == "center")
+            .then(|| read("center"))
+            .transpose()?;
+        let table = with_prefix("table/")
+            .into_iter()
+            .map(|name| Ok((name.clone(), read(&format!("table/{name}"))?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Self {
+            reason: manifest.reason,
+            config: manifest.config,
+            cluster: ClusterState {
+                trainers,
+                learners,
+                center,
+            },
+            table,
+        })
+    }
+}
+
+/// A checkpoint [`CheckpointStore::load_latest`] passed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// Its directory.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// The checkpoints of a run, in one directory.
+#[derive(Debug, Clone)]
+pub struct CheckpointStore {
+    dir: PathBuf,
+    keep: usize,
+}
+
+impl CheckpointStore {
+    /// The store in `dir` (created if missing), keeping the newest `keep`.
+    pub fn open(dir: &Path, keep: usize) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            keep: keep.max(1),
+        })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes `checkpoint` as the newest, atomically, and removes all but the
+    /// newest `keep`; returns its directory.
+    pub fn save(&self, checkpoint: &Checkpoint) -> Result<PathBuf> {
+        let number = self.numbered()?.last().map_or(1, |(n, _)| n + 1);
+        let name = format!("{PREFIX}{number:06}");
+        let tmp = self.dir.join(format!("{TMP_PREFIX}{number:06}"));
+        let fail = |e: std::io::Error| Error::io(&tmp, e);
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(fail)?;
+        }
+        std::fs::create_dir(&tmp).map_err(fail)?;
+        let state = serialize(&checkpoint.arrays()).map_err(|reason| Error::Checkpoint {
+            path: tmp.clone(),
+            reason,
+        })?;
+        write_synced(&tmp.join(STATE_FILE), &state)?;
+        let manifest = Manifest {
+            version: VERSION,
+            reason: checkpoint.reason,
+            created_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            config: checkpoint.config.clone(),
+            trainers: checkpoint
+                .cluster
+                .trainers
+                .iter()
+                .map(|t| TrainerCounts {
+                    steps: t.steps,
+                    examples: t.examples,
+                })
+                .collect(),
+            positions: checkpoint
+                .cluster
+                .learners
+                .iter()
+                .map(|l| l.as_ref().map(|l| l.position))
+                .collect(),
+            state_bytes: state.len() as u64,
+            state_sha256: sha256_hex(&state),
+        };
+        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Checkpoint {
+            path: tmp.clone(),
+            reason: format!("cannot write the manifest: {e}"),
+        })?;
+        write_synced(&tmp.join(MANIFEST_FILE), &json)?;
+        sync_dir(&tmp)?;
+        let path = self.dir.join(name);
+        std::fs::rename(&tmp, &path).map_err(fail)?;
+        sync_dir(&self.dir)?;
+        self.prune()?;
+        Ok(path)
+    }
+
+    /// The newest checkpoint that is whole, and those newer than it that were
+    /// not (with why); an error if there is none to resume from.
+    pub fn load_latest(&self) -> Result<(PathBuf, Checkpoint, Vec<Rejected>)> {
+        let mut rejected = Vec::new();
+        for (_, path) in self.numbered()?.into_iter().rev() {
+            match load(&path) {
+                Ok(checkpoint) => return Ok((path, checkpoint, rejected)),
+                Err(reason) => {
+                    tracing::warn!(checkpoint = %path.display(), %reason, "checkpoint rejected");
+                    rejected.push(Rejected { path, reason });
+                }
+            }
+        }
+        let reason = match rejected.is_empty() {
+            true => "no checkpoint in it".to_string(),
+            false => format!(
+                "no usable checkpoint in it: {}",
+                rejected
+                    .iter()
+                    .map(|r| format!("{}: {}", r.path.display(), r.reason))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        };
+        Err(Error::Checkpoint {
+            path: self.dir.clone(),
+            reason,
+        })
+    }
+
+    /// The checkpoint directories, oldest first, with their numbers.
+    fn numbered(&self) -> Result<Vec<(u64, PathBuf)>> {
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let mut numbered = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&self.dir, e))?;
+            let name = entry.file_name();
+            let number = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(PREFIX))
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(number) = number {
+                numbered.push((number, entry.path()));
+            }
+        }
+        numbered.sort();
+        Ok(numbered)
+    }
+
+    /// Removes all but the newest `keep` checkpoints, and unfinished writes.
+    fn prune(&self) -> Result<()> {
+        let numbered = self.numbered()?;
+        let old = numbered.len().saturating_sub(self.keep);
+        for (_, path) in &numbered[..old] {
+            std::fs::remove_dir_all(path).map_err(|e| Error::io(path, e))?;
+        }
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+                let path = entry.path();
+                std::fs::remove_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads and checks the checkpoint in `path`; the reason it is unusable.
+fn load(path: &Path) -> Result<Checkpoint, String> {
+    let manifest_path = path.join(MANIFEST_FILE);
+    let text = std::fs::read(&manifest_path).map_err(|e| format!("{MANIFEST_FILE}: {e}"))?;
+    let manifest: Manifest =
+        serde_json::from_slice(&text).map_err(|e| format!("{MANIFEST_FILE}: {e}"))?;
+    if manifest.version != VERSION {
+        return Err(format!(
+            "{MANIFEST_FILE}: format version {} (this build reads {VERSION})",
+            manifest.version
+        ));
+    }
+    let state = std::fs::read(path.join(STATE_FILE)).map_err(|e| format!("{STATE_FILE}: {e}"))?;
+    if state.len() as u64 != manifest.state_bytes {
+        return Err(format!(
+            "{STATE_FILE}: {} bytes, the manifest says {} (truncated?)",
+            state.len(),
+            manifest.state_bytes
+        ));
+    }
+    let digest = sha256_hex(&state);
+    if digest != manifest.state_sha256 {
+        return Err(format!(
+            "{STATE_FILE}: SHA-256 {digest}, the manifest says {} (corrupted)",
+            manifest.state_sha256
+        ));
+    }
+    let tensors = SafeTensors::deserialize(&state).map_err(|e| format!("{STATE_FILE}: {e}"))?;
+    Checkpoint::from_parts(manifest, &tensors).map_err(|e| format!("{STATE_FILE}: {e}"))
+}
+
+/// The safetensors file of `arrays` (1-D F32 each).
+fn serialize(arrays: &[(String, &[f32])]) -> Result<Vec<u8>, String> {
+    let bytes: Vec<(String, Vec<u8>)> = arrays
+        .iter()
+        .map(|(name, values)| (name.clone(), values.iter().flat_map(|v| v.to_le_bytes()).collect()))
+        .collect();
+    let views = bytes
+        .iter()
+        .map(|(name, data)| {
+            TensorView::new(Dtype::F32, vec![data.len() / 4], data)
+                .map(|view| (name.as_str(), view))
+                .map_err(|e| format!("array {name:?}: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    safetensors::tensor::serialize(views, &None).map_err(|e| e.to_string())
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Writes `bytes` to `path` and syncs it to disk.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let fail = |e| Error::io(path, e);
+    let mut file = File::create(path).map_err(fail)?;
+    file.write_all(bytes).map_err(fail)?;
+    file.sync_all().map_err(fail)
+}
+
+/// Syncs a directory's entries to disk.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(examples: u64) -> Checkpoint {
+        Checkpoint {
+            reason: Reason::Periodic,
+            config: Config::default(),
+            cluster: ClusterState {
+                trainers: vec![
+                    TrainerState {
+                        steps: 3,
+                        examples,
+                        dense: vec![1.0, -2.5, f32::MIN_POSITIVE],
+                    },
+                    TrainerState {
+                        steps: 4,
+                        examples: 7,
+                        dense: vec![0.5, 0.25, 1e30],
+                    },
+                ],
+                learners: vec![
+                    Some(LearnerState {
+                        arrays: vec![("sum".into(), vec![0.1, 0.2, 0.3])],
+                        position: 3,
+                    }),
+                    None,
+                ],
+                center: Some(vec![9.0, 8.0, 7.0]),
+            },
+            table: vec![
+                ("sum".into(), vec![0.0; 8]),
+                ("weight".into(), (0..8).map(|i| i as f32 / 3.0).collect()),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_reads_back_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path(), 2).unwrap();
+        let saved = sample(5);
+        let path = store.save(&saved).unwrap();
+        assert!(path.ends_with("ckpt-000001"));
+        let (latest, loaded, rejected) = store.load_latest().unwrap();
+        assert_eq!((latest, rejected), (path, Vec::new()));
+        assert_eq!(loaded, saved);
+        assert_eq!(loaded.examples(), 12);
+    }
+
+    #[test]
+    fn only_the_newest_are_kept_and_unfinished_writes_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path(), 2).unwrap();
+        std::fs::create_dir(dir.path().join(".tmp-ckpt-000009")).unwrap();
+        for examples in 1..=4 {
+            store.save(&sample(examples)).unwrap();
+        }
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["ckpt-000003", "ckpt-000004"]);
+        assert_eq!(store.load_latest().unwrap().1, sample(4));
+    }
+
+    /// Damages the newest checkpoint's `file` with `damage`; the previous one
+    /// must be loaded, and the newest reported with `expected` in the reason.
+    fn falls_back(file: &str, damage: impl Fn(&Path), expected: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path(), 3).unwrap();
+        store.save(&sample(1)).unwrap();
+        let newest = store.save(&sample(2)).unwrap();
+        damage(&newest.join(file));
+        let (path, loaded, rejected) = store.load_latest().unwrap();
+        assert!(path.ends_with("ckpt-000001"));
+        assert_eq!(loaded, sample(1));
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].path, newest);
+        assert!(
+            rejected[0].reason.contains(expected),
+            "{}",
+            rejected[0].reason
+        );
+    }
+
+    #[test]
+    fn a_corrupted_state_file_is_caught_by_its_checksum() {
+        falls_back(
+            STATE_FILE,
+            |path| {
+                let mut bytes = std::fs::read(path).unwrap();
+                let last = bytes.len() - 3;
+                bytes[last] ^= 0x40;
+                std::fs::write(path, bytes).unwrap();
+            },
+            "corrupted",
+        );
+    }
+
+    #[test]
+    fn a_truncated_state_file_is_caught_by_its_size() {
+        falls_back(
+            STATE_FILE,
+            |path| {
+                let bytes = std::fs::read(path).unwrap();
+                std::fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
+            },
+            "truncated",
+        );
+    }
+
+    #[test]
+    fn a_damaged_or_missing_manifest_is_reported() {
+        falls_back(
+            MANIFEST_FILE,
+            |path| std::fs::write(path, b"{\"version\": 1,").unwrap(),
+            MANIFEST_FILE,
+        );
+        falls_back(
+            MANIFEST_FILE,
+            |path| std::fs::remove_file(path).unwrap(),
+            MANIFEST_FILE,
+        );
+    }
+
+    #[test]
+    fn no_usable_checkpoint_is_an_error_naming_the_directory_and_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path(), 3).unwrap();
+        let message = store.load_latest().unwrap_err().to_string();
+        assert!(message.contains("no checkpoint"), "{message}");
+        let only = store.save(&sample(1)).unwrap();
+        std::fs::remove_file(only.join(STATE_FILE)).unwrap();
+        let message = store.load_latest().unwrap_err().to_string();
+        assert!(
+            message.contains(&dir.path().display().to_string()) && message.contains(STATE_FILE),
+            "{message}"
+        );
+    }
+}
