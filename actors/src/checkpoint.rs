@@ -117,11 +117,12 @@ impl<L: Learner> Cluster<L> {
     const SAVE_TIMEOUT: Duration = Duration::from_secs(30);
 
     /// Whether every trainer still training has parked for a checkpoint (and
-    /// at least one is parked).
+    /// at least one is training). A trainer stopped while parked stays
+    /// counted, hence `>=`.
     pub fn parked(&self) -> bool {
         let parked = self.inner.parking.parked.load(Ordering::SeqCst);
         let running: usize = self.inner.counters.iter().map(|c| c.running_workers()).sum();
-        parked > 0 && parked == running
+        running > 0 && parked >= running
     }
 
     /// The whole state, once [`Cluster::parked`], and what `while_parked`
@@ -151,12 +152,9 @@ impl<L: Learner> Cluster<L> {
         let learners = self.save_learners();
         let center = self.inner.server.as_ref().map(|s| s.center()).transpose();
         let shared = while_parked();
+        // Nobody parks again before it is unparked: `parked` counts afresh.
+        self.inner.parking.parked.store(0, Ordering::SeqCst);
         self.control(Control::Unpark);
-        // Once they have all gone on, `parked` is false until the next time.
-        let deadline = Instant::now() + Self::SAVE_TIMEOUT;
-        while self.inner.parking.parked.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
         let state = ClusterState {
             trainers,
             learners: learners?,

@@ -351,9 +351,10 @@ pub enum Control {
 
 /// Where trainers stop for checkpoints: every `every` steps (0: never), a
 /// trainer parks, stepping no more until [`Control::Unpark`], and counts itself
-/// in `parked`. All trainers park at the same step counts, so none of them can
-/// wait in a foreground sync for one already parked (`every` is a multiple of
-/// the sync period), and the cluster is still while its state is saved.
+/// in `parked` (which the checkpoint resets before unparking them). All
+/// trainers park at the same step counts, so none of them can wait in a
+/// foreground sync for one already parked (`every` is a multiple of the sync
+/// period), and the cluster is still while its state is saved.
 #[derive(Debug, Clone, Default)]
 pub struct Parking {
     /// Steps between two parkings; 0 = never.
@@ -443,7 +444,6 @@ impl<L: Learner> TrainerActor<L> {
 
     fn finish(&mut self, ctx: &mut Context<Self>, error: Option<String>) {
         let Some(core) = self.core.take() else { return };
-        self.unpark();
         let last_worker = self.counters.finish();
         (self.on_finish)();
         let stats = self.counters.stats();
@@ -467,11 +467,6 @@ impl<L: Learner> TrainerActor<L> {
         ctx.stop();
     }
 
-    fn unpark(&mut self) {
-        if std::mem::take(&mut self.parked) {
-            self.parking.parked.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
 }
 
 impl<L: Learner> Actor for TrainerActor<L> {
@@ -540,8 +535,7 @@ impl<L: Learner> Handler<Control> for TrainerActor<L> {
             }
             Control::Stop => self.finish(ctx, None),
             Control::Unpark => {
-                if self.parked {
-                    self.unpark();
+                if std::mem::take(&mut self.parked) {
                     ctx.notify(Chunk);
                 }
             }

@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each test binary uses its own part
 
 use shadowsync_actors::sync::SyncConfig;
-use shadowsync_actors::{ClusterConfig, FlatParams, Learner, StepOutcome};
+use shadowsync_actors::{ClusterConfig, FlatParams, Learner, LearnerState, StepOutcome};
 use std::time::Duration;
 use tch::{nn, nn::Module, Device, Kind, Tensor};
 
@@ -36,7 +36,8 @@ pub struct LeastSquares {
     /// a while before its trainer notices.
     pub poison_at: Option<u64>,
     pub poison_hold: Duration,
-    steps_taken: u64,
+    /// Steps taken (its position in its data, for checkpoints).
+    pub steps_taken: u64,
 }
 
 impl LeastSquares {
@@ -136,6 +137,20 @@ impl Learner for LeastSquares {
 
     fn scale_shared_gradients(&mut self, factor: f64) -> Result<(), tch::TchError> {
         self.shared_scales.push(factor);
+        Ok(())
+    }
+
+    /// The learning rate, and the steps taken as the position.
+    fn save_state(&self) -> Result<LearnerState, tch::TchError> {
+        Ok(LearnerState {
+            arrays: vec![("lr".into(), vec![self.lr as f32])],
+            position: self.steps_taken,
+        })
+    }
+
+    fn restore_state(&mut self, state: &LearnerState) -> Result<(), tch::TchError> {
+        self.lr = f64::from(state.arrays[0].1[0]);
+        self.steps_taken = state.position;
         Ok(())
     }
 }

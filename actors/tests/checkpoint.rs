@@ -1,0 +1,109 @@
+//! Checkpoints of a running cluster: every trainer parks at the same step
+//! count, under every kind of algorithm, and a cluster started from the state
+//! goes on from it.
+
+mod common;
+
+use common::{config, exclusive, learners, LeastSquares};
+use shadowsync_actors::{Cluster, ClusterState};
+use std::time::{Duration, Instant};
+
+const TRAINERS: usize = 4;
+const STEPS: u64 = 200;
+
+/// Runs `algorithm` to the end with a checkpoint every `every` steps; returns
+/// the checkpoints taken.
+fn checkpoints(algorithm: &str, every: u64) -> (Vec<ClusterState>, Cluster<LeastSquares>) {
+    let mut c = config(algorithm);
+    c.checkpoint_every = every;
+    let cluster = Cluster::start(c, learners(TRAINERS, Some(STEPS))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut states = Vec::new();
+    while !cluster.stats().iter().all(|s| s.finished) {
+        assert!(Instant::now() < deadline, "{algorithm}: stuck at {:?}", cluster.stats());
+        if cluster.parked() {
+            states.push(cluster.checkpoint(|| ()).unwrap().0);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (states, cluster)
+}
+
+#[test]
+fn every_algorithm_parks_all_trainers_at_the_same_step_and_goes_on() {
+    let _serial = exclusive();
+    for (algorithm, period) in [
+        ("none", 25),
+        ("shadow-ma", 25),
+        ("shadow-easgd", 25),
+        ("fr-ma:3", 27), // 25 rounded up to a multiple of 3
+        ("fr-bmuf:5", 25),
+        ("sync-sgd", 25),
+    ] {
+        let (states, cluster) = checkpoints(algorithm, 25);
+        let outcome = cluster.wait().unwrap();
+        assert!(outcome.report.errors.is_empty(), "{:?}", outcome.report.errors);
+        assert_eq!(outcome.report.examples, TRAINERS as u64 * STEPS * 64);
+        let expected: Vec<u64> = (1..).map(|k| k * period).take_while(|&s| s <= STEPS).collect();
+        let taken: Vec<u64> = states.iter().map(|s| s.trainers[0].steps).collect();
+        assert_eq!(taken, expected, "{algorithm}");
+        for state in &states {
+            let steps = state.trainers[0].steps;
+            assert!(
+                state.trainers.iter().all(|t| t.steps == steps && t.examples == steps * 64),
+                "{algorithm}: {:?}",
+                state.trainers.iter().map(|t| t.steps).collect::<Vec<_>>()
+            );
+            // Each learner's own record of its position agrees.
+            assert!(state
+                .learners
+                .iter()
+                .all(|l| l.as_ref().is_some_and(|l| l.position == steps)));
+            assert_eq!(state.center.is_some(), algorithm.contains("easgd"));
+        }
+    }
+}
+
+#[test]
+fn a_cluster_started_from_a_checkpoint_goes_on_from_it() {
+    let _serial = exclusive();
+    let (states, cluster) = checkpoints("shadow-ma", 50);
+    cluster.wait().unwrap();
+    let state = &states[1];
+    let done = state.trainers[0].steps;
+    assert_eq!(done, 100);
+    // Fresh learners (other initial weights, another learning rate) with the
+    // steps left: the state overrides their weights and learning rate.
+    let mut fresh = learners(TRAINERS, Some(STEPS - done));
+    for learner in &mut fresh {
+        learner.lr = 1.0;
+    }
+    let resumed = Cluster::start_from(config("none"), fresh, state).unwrap();
+    let outcome = resumed.wait().unwrap();
+    for (learner, (trainer, saved)) in outcome
+        .learners
+        .iter()
+        .zip(state.trainers.iter().zip(&state.learners))
+    {
+        let saved = saved.as_ref().unwrap();
+        assert_eq!(learner.lr, f64::from(saved.arrays[0].1[0]));
+        assert_eq!(learner.steps_taken, STEPS);
+        // Trained on from the saved replica: closer to the truth than it was.
+        assert!(learner.loss_of(&learner.dense()) < learner.loss_of(&trainer.dense));
+    }
+    let stats = &outcome.report.trainer_stats;
+    assert!(stats.iter().all(|s| s.steps == STEPS && s.examples == STEPS * 64), "{stats:?}");
+    assert_eq!(outcome.report.examples, TRAINERS as u64 * STEPS * 64);
+}
+
+#[test]
+fn a_checkpoint_that_does_not_fit_the_learners_is_refused() {
+    let _serial = exclusive();
+    let (states, cluster) = checkpoints("none", 50);
+    cluster.wait().unwrap();
+    let error = Cluster::start_from(config("none"), learners(TRAINERS - 1, Some(1)), &states[0])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("resume") && error.contains("4 trainers"), "{error}");
+}
