@@ -274,6 +274,15 @@ impl<L: Learner> Cluster<L> {
             learners, &counters, endpoints, &groups, &config, &initial, &server,
         )
         .map_err(stop_system)?;
+        // A resumed foreground algorithm syncs again once every trainer is
+        // past the furthest one.
+        let catch_up = resumed.map_or(0, |state| {
+            state.trainers.iter().map(|t| t.steps).max().unwrap_or(0)
+        });
+        let cores: Vec<_> = cores
+            .into_iter()
+            .map(|core| core.catching_up_to(catch_up))
+            .collect();
 
         let (trainer_exit_tx, trainer_exits) = bounded(cores.len());
         let (shadow_exit_tx, shadow_exits) = bounded(n);

@@ -85,6 +85,9 @@ pub struct TrainerCore<L> {
     faults: Vec<Fault>,
     /// The step count at which faults were last injected (each step's once).
     injected_at: Option<u64>,
+    /// Steps up to which the foreground algorithms do not sync (see
+    /// [`TrainerCore::catching_up_to`]).
+    catch_up: u64,
     consecutive_faults: u32,
 }
 
@@ -107,6 +110,7 @@ impl<L: Learner> TrainerCore<L> {
             keeps_own_state,
             faults: Vec::new(),
             injected_at: None,
+            catch_up: 0,
             consecutive_faults: 0,
         })
     }
@@ -117,6 +121,17 @@ impl<L: Learner> TrainerCore<L> {
     pub fn with_recovery(mut self, recovery: Arc<RecoveryPoint>, keeps_own_state: bool) -> Self {
         self.recovery = recovery;
         self.keeps_own_state = keeps_own_state;
+        self
+    }
+
+    /// Takes the steps up to `steps` without foreground syncs. A resumed
+    /// cluster's trainers may have stopped a few steps apart (an interrupted
+    /// run stops each between two of its chunks); the foreground rounds pair
+    /// trainers by count, so they start once all of them are past the furthest
+    /// one, at the same step counts for everyone, and none waits for a round
+    /// another has already taken.
+    pub fn catching_up_to(mut self, steps: u64) -> Self {
+        self.catch_up = steps;
         self
     }
 
@@ -241,7 +256,8 @@ impl<L: Learner> TrainerCore<L> {
                 outcome.loss
             )));
         }
-        if let Foreground::SyncSgd(peer) = &mut self.foreground {
+        let catching_up = self.counters.steps() < self.catch_up;
+        if let (Foreground::SyncSgd(peer), false) = (&mut self.foreground, catching_up) {
             let params = self.learner.dense_params();
             self.buffer.refill(|b| params.copy_grad_to(b))?;
             let contribute = all_finite(self.buffer.values());
@@ -278,7 +294,7 @@ impl<L: Learner> TrainerCore<L> {
                 .map_err(Error::from)?;
         }
         self.counters.record_step(outcome.examples);
-        if let Foreground::Every { every, peer } = &mut self.foreground {
+        if let (Foreground::Every { every, peer }, false) = (&mut self.foreground, catching_up) {
             if self.counters.steps() % *every == 0 {
                 let params = self.learner.dense_params();
                 self.buffer.refill(|b| params.copy_to(b))?;

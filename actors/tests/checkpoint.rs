@@ -17,6 +17,12 @@ fn checkpoints(algorithm: &str, every: u64) -> (Vec<ClusterState>, Cluster<Least
     let mut c = config(algorithm);
     c.checkpoint_every = every;
     let cluster = Cluster::start(c, learners(TRAINERS, Some(STEPS))).unwrap();
+    (run_to_end(&cluster, algorithm), cluster)
+}
+
+/// Checkpoints `cluster` whenever it parks until its trainers finish (within
+/// a minute).
+fn run_to_end(cluster: &Cluster<LeastSquares>, algorithm: &str) -> Vec<ClusterState> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut states = Vec::new();
     while !cluster.stats().iter().all(|s| s.finished) {
@@ -26,7 +32,7 @@ fn checkpoints(algorithm: &str, every: u64) -> (Vec<ClusterState>, Cluster<Least
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    (states, cluster)
+    states
 }
 
 #[test]
@@ -106,4 +112,35 @@ fn a_checkpoint_that_does_not_fit_the_learners_is_refused() {
         .unwrap()
         .to_string();
     assert!(error.contains("resume") && error.contains("4 trainers"), "{error}");
+}
+
+#[test]
+fn foreground_trainers_resumed_a_few_steps_apart_sync_again_without_waiting_on_each_other() {
+    let _serial = exclusive();
+    let (states, cluster) = checkpoints("none", 50);
+    cluster.wait().unwrap();
+    // As an interrupted run leaves them: each stopped between its own chunks.
+    let mut state = states[0].clone();
+    for (trainer, steps) in state.trainers.iter_mut().zip([50, 47, 53, 49]) {
+        trainer.steps = steps;
+        trainer.examples = steps * 64;
+    }
+    for algorithm in ["fr-ma:4", "sync-sgd"] {
+        // Parked at 60, 80, 100: a trainer that had taken a round more than
+        // another before parking would wait on it for ever.
+        let mut c = config(algorithm);
+        c.checkpoint_every = 20;
+        let cluster = Cluster::start_from(c, learners(TRAINERS, Some(60)), &state).unwrap();
+        let parked_at: Vec<u64> = run_to_end(&cluster, algorithm)
+            .iter()
+            .map(|s| s.trainers[0].steps)
+            .collect();
+        assert_eq!(parked_at, [60, 80, 100], "{algorithm}");
+        let outcome = cluster.wait().unwrap();
+        assert!(outcome.report.errors.is_empty(), "{:?}", outcome.report.errors);
+        let syncs: Vec<u64> = outcome.report.trainer_stats.iter().map(|s| s.syncs).collect();
+        // From step 54 on, everyone syncs at the same counts until the first
+        // trainer (47 + 60 = 107) finishes.
+        assert!(syncs.iter().all(|&s| s > 0), "{algorithm}: {syncs:?}");
+    }
 }

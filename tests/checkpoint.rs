@@ -1,0 +1,225 @@
+//! Checkpoints as a user meets them: a run killed with SIGKILL, or stopped by
+//! SIGTERM, is resumed with `shadowsync train --resume DIR` and ends as an
+//! uninterrupted run would, every example trained exactly once; a damaged
+//! newest checkpoint is reported and the one before it used.
+
+use rand::Rng;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const ROWS: u64 = 640_000;
+
+/// The quality test's setup (`tests/cluster.rs`): DeepFM, Adagrad, four
+/// trainers with batches of 32, checkpoints every 200 steps of each.
+fn write_config(dir: &Path, trainers: usize, sync: &str) -> PathBuf {
+    let path = dir.join(format!("{trainers}-{sync}.toml"));
+    let batch = 128 / trainers;
+    std::fs::write(
+        &path,
+        format!(
+            "[data]\ntable_size = 20000\n[data.synthetic]\ntrain_rows = {ROWS}\ntest_rows = 20000\nseed = 3\ndir = {:?}\n\
+             [model]\nkind = \"deepfm\"\nembedding_dim = 8\ndeep_mlp = [64, 64]\n\
+             [optim]\ndense = \"adagrad\"\ndense_lr = 0.02\nsparse = \"adagrad\"\nsparse_lr = 0.05\n\
+             [train]\neval_every = 0\ntrainers = {trainers}\nbatch_size = {batch}\n\
+             [sync]\nalgorithm = \"{sync}\"\nmin_interval_ms = 0.0\n\
+             [checkpoint]\nevery_steps = 200\nkeep = 3\n",
+            dir.join("data")
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn shadowsync(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shadowsync"));
+    command.args(args).env("RUST_LOG", "warn");
+    command
+}
+
+fn results(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn ne(results: &Value) -> f64 {
+    results["final_metrics"]["ne"].as_f64().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `config` to the end, checkpointing into `checkpoints`.
+fn uninterrupted(config: &Path, checkpoints: &Path, results: &Path) -> Value {
+    let out = shadowsync(&["train", "--config", config.to_str().unwrap()])
+        .args(["--checkpoint-dir", checkpoints.to_str().unwrap()])
+        .args(["--results", results.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    self::results(results)
+}
+
+/// Starts `config` in the background, checkpointing into `checkpoints`.
+fn start(config: &Path, checkpoints: &Path) -> Child {
+    shadowsync(&["train", "--config", config.to_str().unwrap()])
+        .args(["--checkpoint-dir", checkpoints.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The checkpoint directories in `dir`, oldest first.
+fn checkpoints_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("ckpt-"))
+        .collect();
+    found.sort();
+    found
+}
+
+fn manifest(checkpoint: &Path) -> Value {
+    results(&checkpoint.join("manifest.json"))
+}
+
+fn resume(checkpoints: &Path, results: &Path) -> (Value, String) {
+    let out = shadowsync(&["train", "--resume", checkpoints.to_str().unwrap()])
+        .args(["--results", results.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    (self::results(results), text(&out))
+}
+
+/// Every learner ended at the last chunk of its shard, and every trainer took
+/// exactly one step per chunk: across the interruption no chunk was trained
+/// twice or skipped.
+fn assert_each_chunk_trained_once(end: &Value, trainers: u64) {
+    assert_eq!(end["reason"], "end");
+    let batch = 128 / trainers;
+    let chunks = ROWS / batch;
+    for (t, (counts, position)) in end["trainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(end["positions"].as_array().unwrap())
+        .enumerate()
+    {
+        let shard = chunks / trainers + u64::from((t as u64) < chunks % trainers);
+        assert_eq!(position.as_u64(), Some(shard), "trainer {t}");
+        assert_eq!(counts["steps"].as_u64(), Some(shard), "trainer {t}");
+        assert_eq!(counts["examples"].as_u64(), Some(shard * batch), "trainer {t}");
+    }
+}
+
+#[test]
+fn one_trainer_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 1, "none");
+    let clean = uninterrupted(&config, &dir.path().join("clean"), &dir.path().join("clean.json"));
+    let checkpoints = dir.path().join("killed");
+    let mut child = start(&config, &checkpoints);
+    // Killed at a random moment once at least one checkpoint is written.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while checkpoints_in(&checkpoints).is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(rand::rng().random_range(0..1500)));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let last = checkpoints_in(&checkpoints);
+    let killed_at = manifest(last.last().unwrap());
+    assert_eq!(killed_at["reason"], "periodic", "the run ended before the kill");
+    let (resumed, _) = resume(&checkpoints, &dir.path().join("resumed.json"));
+    assert_eq!(resumed["examples"], ROWS);
+    assert!(resumed["resumed"]["examples"].as_u64().unwrap() > 0);
+    // One trainer alone is deterministic: the resumed model is the same model.
+    assert!(
+        (ne(&resumed) - ne(&clean)).abs() < 1e-4,
+        "resumed NE {} vs uninterrupted {}",
+        ne(&resumed),
+        ne(&clean)
+    );
+    assert_each_chunk_trained_once(&manifest(checkpoints_in(&checkpoints).last().unwrap()), 1);
+}
+
+#[test]
+fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_match_an_uninterrupted_run(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 4, "shadow-ma");
+    let clean = uninterrupted(&config, &dir.path().join("clean"), &dir.path().join("clean.json"));
+    let checkpoints = dir.path().join("killed");
+    let mut child = start(&config, &checkpoints);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while checkpoints_in(&checkpoints).len() < 2 {
+        assert!(Instant::now() < deadline, "fewer than two checkpoints written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(rand::rng().random_range(0..1000)));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The newest checkpoint is damaged (as a disk error would): one byte flipped.
+    let all = checkpoints_in(&checkpoints);
+    let (newest, previous) = (&all[all.len() - 1], &all[all.len() - 2]);
+    let state = newest.join("state.safetensors");
+    let mut bytes = std::fs::read(&state).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&state, bytes).unwrap();
+    let (resumed, output) = resume(&checkpoints, &dir.path().join("resumed.json"));
+    assert_eq!(
+        resumed["resumed"]["checkpoint"].as_str(),
+        previous.to_str(),
+        "{output}"
+    );
+    let rejected = resumed["resumed"]["rejected"][0].as_str().unwrap();
+    assert!(rejected.contains("corrupted"), "{rejected}");
+    assert!(output.contains("unusable newer checkpoint"), "{output}");
+    assert_eq!(resumed["examples"], ROWS);
+    assert!(
+        (ne(&resumed) - ne(&clean)).abs() <= 0.005,
+        "resumed NE {} vs uninterrupted {}",
+        ne(&resumed),
+        ne(&clean)
+    );
+    assert_each_chunk_trained_once(&manifest(checkpoints_in(&checkpoints).last().unwrap()), 4);
+}
+
+#[test]
+fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, "fr-ma:4");
+    let checkpoints = dir.path().join("stopped");
+    let mut child = start(&config, &checkpoints);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while checkpoints_in(&checkpoints).is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id().to_string();
+    let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(term.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert!(
+        said.contains("interrupted; continue with: shadowsync train --resume"),
+        "{said}"
+    );
+    let stopped = manifest(checkpoints_in(&checkpoints).last().unwrap());
+    assert_eq!(stopped["reason"], "interrupted");
+    let (resumed, _) = resume(&checkpoints, &dir.path().join("resumed.json"));
+    assert_eq!(resumed["examples"], ROWS);
+    assert_each_chunk_trained_once(&manifest(checkpoints_in(&checkpoints).last().unwrap()), 2);
+}
