@@ -127,6 +127,58 @@ fn labels_of(batch: &Batch) -> Vec<f32> {
     Vec::<f32>::try_from(&batch.labels).unwrap()
 }
 
+/// Each shard's batches as (chunk index within the shard, labels).
+fn drain(data: &Path, skip: Vec<u64>) -> Vec<Vec<(u64, Vec<f32>)>> {
+    let config = PipelineConfig {
+        batch_size: 64,
+        shards: 3,
+        policy: BadLinePolicy::Fail,
+        capacity: 2,
+        skip,
+    };
+    let mut pipeline = Pipeline::spawn(data, TableLayout::uniform(1000).unwrap(), &config).unwrap();
+    let shards = pipeline.take_shards();
+    let batches = std::thread::scope(|s| {
+        let handles: Vec<_> = shards
+            .into_iter()
+            .map(|rx| {
+                s.spawn(move || {
+                    rx.into_iter()
+                        .map(|b| b.map(|b| (b.chunk, labels_of(&b))).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(pipeline.finish().unwrap().lines, 1000, "every line is read");
+    batches
+}
+
+#[test]
+fn a_pipeline_started_part_way_gives_each_shard_the_rest_of_its_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = SyntheticSpec {
+        train_rows: 1000,
+        test_rows: 1,
+        seed: 9,
+    };
+    let data = SyntheticData::generate(spec, dir.path()).unwrap();
+    // 16 chunks of 64 lines (the last of 40): 6, 5 and 5 per shard.
+    let whole = drain(&data.train, Vec::new());
+    let counts: Vec<usize> = whole.iter().map(Vec::len).collect();
+    assert_eq!(counts, [6, 5, 5]);
+    for shard in &whole {
+        let indices: Vec<u64> = shard.iter().map(|(chunk, _)| *chunk).collect();
+        assert_eq!(indices, (0..shard.len() as u64).collect::<Vec<_>>());
+    }
+    // Shard 0 had trained 2 chunks, shard 1 none, shard 2 all of its own.
+    let rest = drain(&data.train, vec![2, 0, u64::MAX]);
+    assert_eq!(rest[0], whole[0][2..]);
+    assert_eq!(rest[1], whole[1]);
+    assert!(rest[2].is_empty());
+}
+
 #[test]
 fn the_pipeline_deals_every_example_exactly_once_across_shards() {
     let dir = tempfile::tempdir().unwrap();
