@@ -379,7 +379,12 @@ fn load(path: &Path) -> Result<Checkpoint, String> {
 fn serialize(arrays: &[(String, &[f32])]) -> Result<Vec<u8>, String> {
     let bytes: Vec<(String, Vec<u8>)> = arrays
         .iter()
-        .map(|(name, values)| (name.clone(), values.iter().flat_map(|v| v.to_le_bytes()).collect()))
+        .map(|(name, values)| {
+            (
+                name.clone(),
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            )
+        })
         .collect();
     let views = bytes
         .iter()

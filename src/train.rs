@@ -405,11 +405,15 @@ fn run(
         ..ClusterConfig::default()
     };
     let cluster = match &resumed {
-        Some((_, checkpoint)) => Cluster::start_from(cluster_config, learners, &checkpoint.cluster)?,
+        Some((_, checkpoint)) => {
+            Cluster::start_from(cluster_config, learners, &checkpoint.cluster)?
+        }
         None => Cluster::start(cluster_config, learners)?,
     };
     let save = |reason, cluster_state, table| -> Result<PathBuf> {
-        let store = store.as_ref().ok_or_else(|| Error::config("checkpoint.dir", "not set"))?;
+        let store = store
+            .as_ref()
+            .ok_or_else(|| Error::config("checkpoint.dir", "not set"))?;
         let checkpoint = Checkpoint {
             reason,
             config: config.clone(),
@@ -477,7 +481,11 @@ fn run(
     // The state as it ended, unless a trainer failed (the last checkpoint
     // stays the one to resume from then).
     if store.is_some() && outcome.report.errors.is_empty() {
-        let reason = if interrupted { Reason::Interrupted } else { Reason::End };
+        let reason = if interrupted {
+            Reason::Interrupted
+        } else {
+            Reason::End
+        };
         let path = save(reason, outcome.state(workers)?, table_arrays(&saved_table)?)?;
         observer.checkpointed(&path);
         last_checkpoint = Some(path);

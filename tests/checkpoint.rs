@@ -91,7 +91,12 @@ fn checkpoints_in(dir: &Path) -> Vec<PathBuf> {
         .into_iter()
         .flatten()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("ckpt-"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("ckpt-")
+        })
         .collect();
     found.sort();
     found
@@ -127,7 +132,11 @@ fn assert_each_chunk_trained_once(end: &Value, rows: u64, trainers: u64) {
         let shard = chunks / trainers + u64::from((t as u64) < chunks % trainers);
         assert_eq!(position.as_u64(), Some(shard), "trainer {t}");
         assert_eq!(counts["steps"].as_u64(), Some(shard), "trainer {t}");
-        assert_eq!(counts["examples"].as_u64(), Some(shard * batch), "trainer {t}");
+        assert_eq!(
+            counts["examples"].as_u64(),
+            Some(shard * batch),
+            "trainer {t}"
+        );
     }
 }
 
@@ -136,7 +145,11 @@ fn one_trainer_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), FEWER_ROWS, 1, "none");
-    let clean = uninterrupted(&config, &dir.path().join("clean"), &dir.path().join("clean.json"));
+    let clean = uninterrupted(
+        &config,
+        &dir.path().join("clean"),
+        &dir.path().join("clean.json"),
+    );
     let checkpoints = dir.path().join("killed");
     let mut child = start(&config, &checkpoints);
     // Killed at a random moment once at least one checkpoint is written.
@@ -150,7 +163,10 @@ fn one_trainer_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
     child.wait().unwrap();
     let last = checkpoints_in(&checkpoints);
     let killed_at = manifest(last.last().unwrap());
-    assert_eq!(killed_at["reason"], "periodic", "the run ended before the kill");
+    assert_eq!(
+        killed_at["reason"], "periodic",
+        "the run ended before the kill"
+    );
     let (resumed, _) = resume(&checkpoints, &dir.path().join("resumed.json"));
     assert_eq!(resumed["examples"], FEWER_ROWS);
     assert!(resumed["resumed"]["examples"].as_u64().unwrap() > 0);
@@ -166,17 +182,24 @@ fn one_trainer_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
 }
 
 #[test]
-fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_match_an_uninterrupted_run(
-) {
+fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_match_an_uninterrupted_run()
+{
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), ROWS, 4, "shadow-ma");
-    let clean = uninterrupted(&config, &dir.path().join("clean"), &dir.path().join("clean.json"));
+    let clean = uninterrupted(
+        &config,
+        &dir.path().join("clean"),
+        &dir.path().join("clean.json"),
+    );
     let checkpoints = dir.path().join("killed");
     let mut child = start(&config, &checkpoints);
     let deadline = Instant::now() + Duration::from_secs(120);
     while checkpoints_in(&checkpoints).len() < 2 {
-        assert!(Instant::now() < deadline, "fewer than two checkpoints written");
+        assert!(
+            Instant::now() < deadline,
+            "fewer than two checkpoints written"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(rand::rng().random_range(0..1000)));
@@ -243,4 +266,50 @@ fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
     assert_eq!(resumed["examples"], FEWER_ROWS);
     let end = manifest(checkpoints_in(&checkpoints).last().unwrap());
     assert_each_chunk_trained_once(&end, FEWER_ROWS, 2);
+}
+
+#[test]
+fn a_data_file_truncated_mid_run_is_a_clear_error_and_the_last_checkpoint_stays() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), FEWER_ROWS, 2, "shadow-ma");
+    let checkpoints = dir.path().join("checkpoints");
+    let mut child = start(&config, &checkpoints);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while checkpoints_in(&checkpoints).is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let train = std::fs::read_dir(dir.path().join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("train.tsv"))
+        .find(|p| p.exists())
+        .unwrap();
+    let size = std::fs::metadata(&train).unwrap().len();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&train)
+        .unwrap();
+    file.set_len(size / 2).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert!(
+        said.contains(&format!(
+            "{}: the file was truncated while it was read",
+            train.display()
+        )),
+        "{said}"
+    );
+    // Nothing written after the failure: the newest checkpoint is a periodic
+    // one, whole, to resume from once the data is back.
+    let newest = manifest(checkpoints_in(&checkpoints).last().unwrap());
+    assert_eq!(newest["reason"], "periodic");
+    let examples: u64 = newest["trainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["examples"].as_u64().unwrap())
+        .sum();
+    assert!(examples > 0 && examples < FEWER_ROWS / 2, "{examples}");
 }

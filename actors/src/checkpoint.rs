@@ -121,7 +121,12 @@ impl<L: Learner> Cluster<L> {
     /// counted, hence `>=`.
     pub fn parked(&self) -> bool {
         let parked = self.inner.parking.parked.load(Ordering::SeqCst);
-        let running: usize = self.inner.counters.iter().map(|c| c.running_workers()).sum();
+        let running: usize = self
+            .inner
+            .counters
+            .iter()
+            .map(|c| c.running_workers())
+            .sum();
         running > 0 && parked >= running
     }
 
@@ -182,7 +187,12 @@ impl<L: Learner> Cluster<L> {
         };
         let mut learners: Vec<Option<LearnerState>> = vec![None; total];
         let deadline = Instant::now() + Self::SAVE_TIMEOUT;
-        let expected: usize = self.inner.counters.iter().map(|c| c.running_workers()).sum();
+        let expected: usize = self
+            .inner
+            .counters
+            .iter()
+            .map(|c| c.running_workers())
+            .sum();
         for _ in 0..expected {
             let state = states
                 .recv_deadline(deadline)

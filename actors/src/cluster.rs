@@ -21,6 +21,7 @@
 //! nothing can hang, and [`Cluster::wait`] hands back the learners with a
 //! [`ClusterReport`].
 
+use crate::checkpoint::ClusterState;
 use crate::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::events::{Event, EventBus};
 use crate::faults::Fault;
@@ -30,7 +31,6 @@ use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{mesh, Algorithm, Endpoint, GroupPlan, ServerClient, SyncConfig, SyncPeer};
 use crate::system::spawn_system;
-use crate::checkpoint::ClusterState;
 use crate::trainer::{Control, Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
@@ -187,7 +187,11 @@ impl<L: Learner> Cluster<L> {
         Self::launch(config, learners, Some(state))
     }
 
-    fn launch(config: ClusterConfig, mut learners: Vec<L>, resumed: Option<&ClusterState>) -> Result<Self> {
+    fn launch(
+        config: ClusterConfig,
+        mut learners: Vec<L>,
+        resumed: Option<&ClusterState>,
+    ) -> Result<Self> {
         let workers = config.workers.max(1);
         let sync = &config.sync;
         sync.validate()?;
@@ -203,7 +207,8 @@ impl<L: Learner> Cluster<L> {
         let counters: Vec<_> = match resumed {
             Some(state) => {
                 state.restore(&mut learners, workers)?;
-                initial.copy_from_slice(state.center.as_deref().unwrap_or(&state.trainers[0].dense));
+                initial
+                    .copy_from_slice(state.center.as_deref().unwrap_or(&state.trainers[0].dense));
                 state
                     .trainers
                     .iter()
@@ -315,7 +320,9 @@ impl<L: Learner> Cluster<L> {
                         TrainerActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
                             // OpenMP teams are per thread: size this one.
                             tch::set_num_threads(threads as i32);
-                            TrainerActor::new(worker, core, chunk, parking, exits, events, on_finish)
+                            TrainerActor::new(
+                                worker, core, chunk, parking, exits, events, on_finish,
+                            )
                         })
                     })
                     .collect();

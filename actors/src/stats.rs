@@ -207,9 +207,7 @@ impl TrainerCounters {
             steps,
             examples,
             syncs,
-            mean_sync_gap: per_sync(
-                self.steps_at_last_sync.load(Relaxed) - self.resumed_from.0,
-            ),
+            mean_sync_gap: per_sync(self.steps_at_last_sync.load(Relaxed) - self.resumed_from.0),
             mean_staleness: per_sync(self.staleness_sum.load(Relaxed)),
             max_staleness: self.staleness_max.load(Relaxed),
             sync_gap_histogram: self.gaps.counts(),

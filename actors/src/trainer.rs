@@ -482,7 +482,6 @@ impl<L: Learner> TrainerActor<L> {
         });
         ctx.stop();
     }
-
 }
 
 impl<L: Learner> Actor for TrainerActor<L> {

@@ -26,7 +26,11 @@ fn run_to_end(cluster: &Cluster<LeastSquares>, algorithm: &str) -> Vec<ClusterSt
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut states = Vec::new();
     while !cluster.stats().iter().all(|s| s.finished) {
-        assert!(Instant::now() < deadline, "{algorithm}: stuck at {:?}", cluster.stats());
+        assert!(
+            Instant::now() < deadline,
+            "{algorithm}: stuck at {:?}",
+            cluster.stats()
+        );
         if cluster.parked() {
             states.push(cluster.checkpoint(|| ()).unwrap().0);
         }
@@ -48,15 +52,25 @@ fn every_algorithm_parks_all_trainers_at_the_same_step_and_goes_on() {
     ] {
         let (states, cluster) = checkpoints(algorithm, 25);
         let outcome = cluster.wait().unwrap();
-        assert!(outcome.report.errors.is_empty(), "{:?}", outcome.report.errors);
+        assert!(
+            outcome.report.errors.is_empty(),
+            "{:?}",
+            outcome.report.errors
+        );
         assert_eq!(outcome.report.examples, TRAINERS as u64 * STEPS * 64);
-        let expected: Vec<u64> = (1..).map(|k| k * period).take_while(|&s| s <= STEPS).collect();
+        let expected: Vec<u64> = (1..)
+            .map(|k| k * period)
+            .take_while(|&s| s <= STEPS)
+            .collect();
         let taken: Vec<u64> = states.iter().map(|s| s.trainers[0].steps).collect();
         assert_eq!(taken, expected, "{algorithm}");
         for state in &states {
             let steps = state.trainers[0].steps;
             assert!(
-                state.trainers.iter().all(|t| t.steps == steps && t.examples == steps * 64),
+                state
+                    .trainers
+                    .iter()
+                    .all(|t| t.steps == steps && t.examples == steps * 64),
                 "{algorithm}: {:?}",
                 state.trainers.iter().map(|t| t.steps).collect::<Vec<_>>()
             );
@@ -98,7 +112,12 @@ fn a_cluster_started_from_a_checkpoint_goes_on_from_it() {
         assert!(learner.loss_of(&learner.dense()) < learner.loss_of(&trainer.dense));
     }
     let stats = &outcome.report.trainer_stats;
-    assert!(stats.iter().all(|s| s.steps == STEPS && s.examples == STEPS * 64), "{stats:?}");
+    assert!(
+        stats
+            .iter()
+            .all(|s| s.steps == STEPS && s.examples == STEPS * 64),
+        "{stats:?}"
+    );
     assert_eq!(outcome.report.examples, TRAINERS as u64 * STEPS * 64);
 }
 
@@ -111,7 +130,10 @@ fn a_checkpoint_that_does_not_fit_the_learners_is_refused() {
         .err()
         .unwrap()
         .to_string();
-    assert!(error.contains("resume") && error.contains("4 trainers"), "{error}");
+    assert!(
+        error.contains("resume") && error.contains("4 trainers"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -137,8 +159,17 @@ fn foreground_trainers_resumed_a_few_steps_apart_sync_again_without_waiting_on_e
             .collect();
         assert_eq!(parked_at, [60, 80, 100], "{algorithm}");
         let outcome = cluster.wait().unwrap();
-        assert!(outcome.report.errors.is_empty(), "{:?}", outcome.report.errors);
-        let syncs: Vec<u64> = outcome.report.trainer_stats.iter().map(|s| s.syncs).collect();
+        assert!(
+            outcome.report.errors.is_empty(),
+            "{:?}",
+            outcome.report.errors
+        );
+        let syncs: Vec<u64> = outcome
+            .report
+            .trainer_stats
+            .iter()
+            .map(|s| s.syncs)
+            .collect();
         // From step 54 on, everyone syncs at the same counts until the first
         // trainer (47 + 60 = 107) finishes.
         assert!(syncs.iter().all(|&s| s > 0), "{algorithm}: {syncs:?}");

@@ -157,12 +157,14 @@ fn parse_hex(raw: &[u8]) -> Result<u32, &'static str> {
     })
 }
 
-/// Opens a data file, plain or gzip, for buffered reading.
+/// Opens a data file, plain or gzip, for buffered reading. Reaching its end
+/// is an error if the file shrank or was removed or replaced meanwhile (see
+/// [`WatchedFile`]).
 pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
     let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut magic = [0u8; 2];
     let n = file.read(&mut magic).map_err(|e| Error::io(path, e))?;
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let file = WatchedFile::open(path).map_err(|e| Error::io(path, e))?;
     const CAPACITY: usize = 1 << 20;
     Ok(if n == 2 && magic == [0x1f, 0x8b] {
         Box::new(BufReader::with_capacity(
@@ -172,6 +174,70 @@ pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
     } else {
         Box::new(BufReader::with_capacity(CAPACITY, file))
     })
+}
+
+/// A file that, at its end, checks it is still the whole file it opened: one
+/// truncated, removed or replaced while a run read it (its data is not what
+/// the run was meant to train on) ends the read with an error saying so,
+/// rather than passing for a shorter file.
+struct WatchedFile {
+    file: File,
+    path: PathBuf,
+    /// Size and (device, inode) when opened.
+    size: u64,
+    identity: (u64, u64),
+    read: u64,
+}
+
+impl WatchedFile {
+    fn open(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let file = File::open(path)?;
+        let meta = file.metadata()?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            size: meta.len(),
+            identity: (meta.dev(), meta.ino()),
+            read: 0,
+        })
+    }
+
+    /// Whether the file read to its end is the one opened, whole.
+    fn check_at_end(&self) -> std::io::Result<()> {
+        use std::io::{Error, ErrorKind};
+        use std::os::unix::fs::MetadataExt;
+        if self.read < self.size {
+            return Err(Error::new(
+                ErrorKind::UnexpectedEof,
+                format!(
+                    "the file was truncated while it was read: it ended after {} of its {} bytes",
+                    self.read, self.size
+                ),
+            ));
+        }
+        match std::fs::metadata(&self.path) {
+            Ok(meta) if (meta.dev(), meta.ino()) == self.identity => Ok(()),
+            Ok(_) => Err(Error::other(
+                "the file was replaced while it was read (another file has its name now)",
+            )),
+            Err(e) => Err(Error::new(
+                e.kind(),
+                format!("the file was removed while it was read ({e})"),
+            )),
+        }
+    }
+}
+
+impl Read for WatchedFile {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.read += n as u64;
+        if n == 0 && !buf.is_empty() {
+            self.check_at_end()?;
+        }
+        Ok(n)
+    }
 }
 
 /// Counts of a finished read.
@@ -352,5 +418,54 @@ mod tests {
         assert_eq!(field_name(14), "C1");
         assert_eq!(field_name(39), "C26");
         assert_eq!(field_name(40), "extra");
+    }
+
+    /// A file of `lines` valid lines, and a reader that has read its first.
+    fn opened(dir: &Path, lines: usize) -> (PathBuf, CriteoReader) {
+        let path = dir.join("day.tsv");
+        let mut row = vec!["1"; 14];
+        row.extend(["05db9164"; 26]);
+        let text = format!("{}\n", row.join("\t")).repeat(lines);
+        std::fs::write(&path, text).unwrap();
+        let mut reader = CriteoReader::open(&path, BadLinePolicy::Fail).unwrap();
+        assert!(reader.next().unwrap().is_ok());
+        (path, reader)
+    }
+
+    /// The error that ended a read of `reader`, naming `path`.
+    fn end_error(reader: CriteoReader, path: &Path) -> String {
+        let error = reader
+            .filter_map(Result::err)
+            .next()
+            .expect("the read ends with an error")
+            .to_string();
+        assert!(error.starts_with(&path.display().to_string()), "{error}");
+        error
+    }
+
+    #[test]
+    fn a_file_truncated_while_read_is_an_error_not_a_shorter_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, reader) = opened(dir.path(), 100_000);
+        let size = std::fs::metadata(&path).unwrap().len();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(size / 3).unwrap();
+        let error = end_error(reader, &path);
+        assert!(error.contains("truncated while it was read"), "{error}");
+        assert!(error.contains(&format!("of its {size} bytes")), "{error}");
+    }
+
+    #[test]
+    fn a_file_removed_or_replaced_while_read_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, reader) = opened(dir.path(), 10);
+        std::fs::remove_file(&path).unwrap();
+        let error = end_error(reader, &path);
+        assert!(error.contains("removed while it was read"), "{error}");
+        let (path, reader) = opened(dir.path(), 10);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        let error = end_error(reader, &path);
+        assert!(error.contains("replaced while it was read"), "{error}");
     }
 }
