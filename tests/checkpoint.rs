@@ -244,7 +244,7 @@ fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), FEWER_ROWS, 2, "fr-ma:4");
     let checkpoints = dir.path().join("stopped");
-    let mut child = start(&config, &checkpoints);
+    let child = start(&config, &checkpoints);
     let deadline = Instant::now() + Duration::from_secs(120);
     while checkpoints_in(&checkpoints).is_empty() {
         assert!(Instant::now() < deadline, "no checkpoint written");
@@ -274,7 +274,7 @@ fn a_data_file_truncated_mid_run_is_a_clear_error_and_the_last_checkpoint_stays(
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), FEWER_ROWS, 2, "shadow-ma");
     let checkpoints = dir.path().join("checkpoints");
-    let mut child = start(&config, &checkpoints);
+    let child = start(&config, &checkpoints);
     let deadline = Instant::now() + Duration::from_secs(120);
     while checkpoints_in(&checkpoints).is_empty() {
         assert!(Instant::now() < deadline, "no checkpoint written");

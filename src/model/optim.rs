@@ -123,7 +123,7 @@ impl DenseOptimizer {
         };
         let load = |target: &mut Tensor, name: &str| -> Result<()> {
             let values = find(name, target.numel() as i64)?;
-            let _ = target.f_copy_(&Tensor::f_from_slice(values)?)?;
+            target.f_copy_(&Tensor::f_from_slice(values)?)?;
             Ok(())
         };
         match self {
