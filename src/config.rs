@@ -344,6 +344,15 @@ impl Config {
                 format!("{} names no trainer; trainers are 0..{n}", fault.trainer),
             ));
         }
+        if self.sync.group_size > n {
+            return Err(Error::config(
+                "sync.group_size",
+                format!(
+                    "{} is more than the {n} trainers; must be 0 (all of them) or 1..={n}",
+                    self.sync.group_size
+                ),
+            ));
+        }
         GroupPlan::new(self.sync.schedule, n, self.sync.group_size_for(n))?;
         if self.checkpoint.keep == 0 {
             return Err(Error::config(
@@ -482,6 +491,11 @@ mod tests {
             ),
             ("[sync]\nalpha = 2.0", "sync.alpha"),
             ("[sync]\nalgorithm = \"fr-ma:0\"", "sync.algorithm"),
+            (
+                "[train]\ntrainers = 2\n[sync]\ngroup_size = 4",
+                "sync.group_size",
+            ),
+            ("[checkpoint]\nkeep = 0", "checkpoint.keep"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err().to_string();

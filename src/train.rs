@@ -47,6 +47,8 @@ use std::time::{Duration, Instant};
 const EVAL_BATCH: usize = 8192;
 /// How often the progress (and the need for an evaluation) is checked.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+/// How often trainers parked for a checkpoint are looked for.
+const PARKED_EVERY: Duration = Duration::from_millis(2);
 
 /// One evaluation during training.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -410,7 +412,9 @@ fn run(
         }
         None => Cluster::start(cluster_config, learners)?,
     };
-    let save = |reason, cluster_state, table| -> Result<PathBuf> {
+    // `held`: how long the trainers stood still for it.
+    let save = |reason, cluster_state, table, held: Duration| -> Result<PathBuf> {
+        let writing = Instant::now();
         let store = store
             .as_ref()
             .ok_or_else(|| Error::config("checkpoint.dir", "not set"))?;
@@ -421,7 +425,14 @@ fn run(
             table,
         };
         let path = store.save(&checkpoint)?;
-        tracing::info!(checkpoint = %path.display(), examples = checkpoint.examples(), ?reason, "checkpoint written");
+        tracing::info!(
+            checkpoint = %path.display(),
+            examples = checkpoint.examples(),
+            ?reason,
+            trainers_held_ms = held.as_millis() as u64,
+            write_ms = writing.elapsed().as_millis() as u64,
+            "checkpoint written"
+        );
         Ok(path)
     };
     let mut last_checkpoint = None;
@@ -439,10 +450,15 @@ fn run(
     let resumed_examples = resumed.as_ref().map_or(0, |(r, _)| r.examples);
     let mut next_eval = resumed_examples - resumed_examples % every.max(1) + every;
     loop {
-        std::thread::sleep(PROGRESS_EVERY);
+        // Parked trainers wait for the checkpoint: look for them more often.
+        let tick = Instant::now();
+        while tick.elapsed() < PROGRESS_EVERY && !(store.is_some() && cluster.parked()) {
+            std::thread::sleep(PARKED_EVERY);
+        }
         if store.is_some() && cluster.parked() {
+            let holding = Instant::now();
             let (state, table) = cluster.checkpoint(|| table_arrays(&saved_table))?;
-            let path = save(Reason::Periodic, state, table?)?;
+            let path = save(Reason::Periodic, state, table?, holding.elapsed())?;
             observer.checkpointed(&path);
             last_checkpoint = Some(path);
         }
@@ -486,7 +502,12 @@ fn run(
         } else {
             Reason::End
         };
-        let path = save(reason, outcome.state(workers)?, table_arrays(&saved_table)?)?;
+        let path = save(
+            reason,
+            outcome.state(workers)?,
+            table_arrays(&saved_table)?,
+            Duration::ZERO,
+        )?;
         observer.checkpointed(&path);
         last_checkpoint = Some(path);
     }
