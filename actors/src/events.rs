@@ -1,14 +1,17 @@
 //! Events of a running cluster, broadcast to whoever subscribed.
 //!
 //! Every subscriber gets its own bounded channel; a subscriber that does not keep
-//! up misses events (counted) rather than slowing a trainer down. Every event is
+//! up misses events (counted) rather than slowing a trainer down. Publishing
+//! takes no lock: the list of subscribers is an atomically swapped snapshot
+//! (`arc-swap`), replaced only when someone subscribes or a closed one goes. Every event is
 //! also a `tracing` event (`RUST_LOG=shadowsync_actors=debug` shows the groups of
 //! each round and the trainers finishing, `trace` every sync).
 
+use arc_swap::ArcSwap;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Something that happened in the cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,7 +103,7 @@ const CAPACITY: usize = 4096;
 /// A cloneable broadcaster of [`Event`]s.
 #[derive(Debug, Clone, Default)]
 pub struct EventBus {
-    subscribers: Arc<Mutex<Vec<Sender<Event>>>>,
+    subscribers: Arc<ArcSwap<Vec<Sender<Event>>>>,
     dropped: Arc<AtomicU64>,
 }
 
@@ -108,30 +111,79 @@ impl EventBus {
     /// A new receiver of every event from now on.
     pub fn subscribe(&self) -> Receiver<Event> {
         let (tx, rx) = bounded(CAPACITY);
-        if let Ok(mut subscribers) = self.subscribers.lock() {
-            subscribers.push(tx);
-        }
+        self.subscribers.rcu(|subscribers| {
+            let mut with = Vec::clone(subscribers);
+            with.push(tx.clone());
+            with
+        });
         rx
     }
 
     /// Sends `event` to every subscriber that has room; forgets closed ones.
     pub fn publish(&self, event: Event) {
         trace(&event);
-        let Ok(mut subscribers) = self.subscribers.lock() else {
-            return;
-        };
-        subscribers.retain(|tx| match tx.try_send(event.clone()) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                true
+        let mut closed = Vec::new();
+        for tx in self.subscribers.load().iter() {
+            match tx.try_send(event.clone()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(TrySendError::Disconnected(_)) => closed.push(tx.clone()),
             }
-            Err(TrySendError::Disconnected(_)) => false,
-        });
+        }
+        if !closed.is_empty() {
+            self.subscribers.rcu(|subscribers| {
+                let open: Vec<_> = subscribers
+                    .iter()
+                    .filter(|tx| !closed.iter().any(|c| c.same_channel(tx)))
+                    .cloned()
+                    .collect();
+                open
+            });
+        }
     }
 
     /// Events that subscribers missed because they were full.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synced(round: u64) -> Event {
+        Event::Synced {
+            trainer: 0,
+            round,
+            staleness: 0,
+        }
+    }
+
+    #[test]
+    fn subscribers_get_events_from_then_on_and_closed_ones_are_forgotten() {
+        let bus = EventBus::default();
+        bus.publish(synced(0)); // nobody listens yet
+        let kept = bus.subscribe();
+        let gone = bus.subscribe();
+        bus.publish(synced(1));
+        drop(gone);
+        bus.publish(synced(2));
+        assert_eq!(bus.subscribers.load().len(), 1);
+        assert_eq!(kept.try_iter().collect::<Vec<_>>(), [synced(1), synced(2)]);
+        assert_eq!(bus.dropped(), 0);
+    }
+
+    #[test]
+    fn a_full_subscriber_misses_events_counted_without_blocking() {
+        let bus = EventBus::default();
+        let slow = bus.subscribe();
+        for round in 0..CAPACITY as u64 + 3 {
+            bus.publish(synced(round));
+        }
+        assert_eq!(bus.dropped(), 3);
+        assert_eq!(slow.try_iter().count(), CAPACITY);
     }
 }
