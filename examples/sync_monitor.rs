@@ -31,6 +31,8 @@ struct Monitor {
     rounds: u64,
     /// Failed or diverged steps the trainers recovered from.
     recoveries: u64,
+    /// Group members timed out of a round.
+    timeouts: u64,
     finished: usize,
 }
 
@@ -48,8 +50,9 @@ impl Monitor {
                 self.worst_staleness[trainer] = self.worst_staleness[trainer].max(staleness);
             }
             Event::Regrouped { .. } => self.rounds += 1,
-            Event::TrainerRecovered { .. } => self.recoveries += 1,
-            Event::Abstained { .. } => {}
+            Event::TrainerRecovered { .. } | Event::SyncRecovered { .. } => self.recoveries += 1,
+            Event::PeerTimedOut { .. } => self.timeouts += 1,
+            Event::Abstained { .. } | Event::PeerRejoined { .. } => {}
             Event::TrainerFinished { .. } | Event::TrainerFailed { .. } => self.finished += 1,
         }
     }
@@ -97,8 +100,8 @@ fn main() -> anyhow::Result<()> {
         report.examples, report.final_metrics.ne
     );
     println!(
-        "final syncs per trainer {:?}, worst staleness {:?}, recoveries {}",
-        monitor.syncs, monitor.worst_staleness, monitor.recoveries
+        "final syncs per trainer {:?}, worst staleness {:?}, recoveries {}, peers timed out {}",
+        monitor.syncs, monitor.worst_staleness, monitor.recoveries, monitor.timeouts
     );
     Ok(())
 }

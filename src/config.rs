@@ -28,6 +28,7 @@
 //! group_size = 2             # DS-Sync groups (0 = all trainers)
 //! schedule = "random"        # global | fixed | alternating | random | hypercube
 //! link = { latency_us = 200, bandwidth_gbps = 1 }   # simulated network
+//! peer_timeout_ms = 5000     # a member silent this long is left out of the round (0 = wait)
 //!
 //! [checkpoint]
 //! dir = "ckpt"               # where checkpoints go (none: no checkpoints)
@@ -36,6 +37,8 @@
 //!
 //! # For testing fault containment only: inject failures into a trainer.
 //! # kind: "error" | "panic" | "diverge" | { hang = { ms = 1500 } }
+//! #   or, for the trainer's shadow-sync loop (at_step/every count its rounds):
+//! #   "sync-panic" | { sync-hang = { ms = 1500 } }
 //! [[faults]]
 //! trainer = 1
 //! kind = "panic"
@@ -496,6 +499,7 @@ mod tests {
                 "sync.group_size",
             ),
             ("[checkpoint]\nkeep = 0", "checkpoint.keep"),
+            ("[sync]\npeer_timeout_ms = -1.0", "sync.peer_timeout_ms"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err().to_string();

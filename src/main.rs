@@ -107,6 +107,10 @@ struct TrainArgs {
     /// Minimum steps of its trainer between two rounds of a shadow loop.
     #[arg(long, group = "setup")]
     min_steps: Option<u64>,
+    /// Milliseconds a group member is waited for in a round before the round
+    /// goes on without it (0 = for ever).
+    #[arg(long, group = "setup")]
+    peer_timeout_ms: Option<f64>,
     /// Shards of the EASGD parameter server.
     #[arg(long, group = "setup")]
     server_shards: Option<usize>,
@@ -209,6 +213,7 @@ impl TrainArgs {
             write_back => sync.write_back,
             min_interval_ms => sync.min_interval_ms,
             min_steps => sync.min_steps,
+            peer_timeout_ms => sync.peer_timeout_ms,
             server_shards => sync.server_shards,
             link_latency_us => sync.link.latency_us,
             link_gbps => sync.link.bandwidth_gbps,

@@ -246,7 +246,10 @@ impl<L: Learner> Cluster<L> {
             parked: Arc::default(),
         };
         let stop = Arc::new(AtomicBool::new(false));
-        let endpoints = mesh(n, sync.link, Arc::clone(&stop));
+        let mut endpoints = mesh(n, sync.link, Arc::clone(&stop));
+        for endpoint in &mut endpoints {
+            endpoint.set_timeout(sync.peer_timeout());
+        }
         let events = EventBus::default();
         let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
         // The actor system, with the group coordinator and, for EASGD, the
@@ -571,13 +574,16 @@ fn build_parts<L: Learner>(
             Algorithm::Foreground { every, .. } => Foreground::Every { every, peer },
             Algorithm::Shadow { .. } => {
                 let replica = ParamAlias::new(learner.dense_params())?;
-                parts.shadows.push(ShadowLoop::new(
-                    replica,
-                    peer,
-                    sync.write_back,
-                    Arc::clone(&counters),
-                    Arc::clone(&recovery),
-                ));
+                parts.shadows.push(
+                    ShadowLoop::new(
+                        replica,
+                        peer,
+                        sync.write_back,
+                        Arc::clone(&counters),
+                        Arc::clone(&recovery),
+                    )
+                    .with_faults(&config.faults),
+                );
                 Foreground::Nothing
             }
         };

@@ -7,22 +7,51 @@
 //! [`Event::Regrouped`]; sync peers ask it through a [`CoordinatorClient`] and wait
 //! for the answer on a channel of their own (they run on blocking threads). The
 //! schedules are deterministic, so trainers could derive their groups alone; one
-//! coordinator is what lets the grouping react to the cluster (for example leave
-//! out a trainer that stopped answering).
+//! coordinator is what lets the grouping react to the cluster: a trainer its
+//! group timed out of a round ([`CoordinatorClient::report_unresponsive`]) is
+//! left out of every group from the first round nobody has been handed yet
+//! (so that all members of a round always get the same groups), until it asks
+//! for a group again — then it is told to go on from the first round not yet
+//! handed out, in the groups again ([`Assignment::round`]).
 
 use crate::events::{Event, EventBus};
 use crate::sync::GroupPlan;
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// Hands out the groups of a [`GroupPlan`], round by round.
+/// A trainer's group for a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The round: the one asked for, or a later one for a trainer coming back
+    /// after it was left out (it skips to it).
+    pub round: u64,
+    /// The members, the trainer among them.
+    pub group: Vec<usize>,
+}
+
+/// What [`Coordinator::group_for`] answers, and what the cluster should hear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The requester's group.
+    pub assignment: Assignment,
+    /// The partition of a round handed out for the first time.
+    pub announced: Option<(u64, Vec<Vec<usize>>)>,
+    /// The requester was left out and is back from this round.
+    pub rejoined: Option<u64>,
+}
+
+/// Hands out the groups of a [`GroupPlan`], round by round, leaving out the
+/// trainers that stopped answering.
 #[derive(Debug, Clone)]
 pub struct Coordinator {
     plan: GroupPlan,
     /// The latest round whose partition was handed out.
     announced: Option<u64>,
+    /// From which round which trainers are left out, oldest first.
+    left_out: Vec<(u64, BTreeSet<usize>)>,
 }
 
 impl Coordinator {
@@ -31,22 +60,90 @@ impl Coordinator {
         Self {
             plan,
             announced: None,
+            left_out: Vec::new(),
         }
     }
 
-    /// `trainer`'s group in `round`, with the round's whole partition the first
-    /// time a round later than every one before is asked about.
-    pub fn group_for(
-        &mut self,
-        trainer: usize,
-        round: u64,
-    ) -> (Vec<usize>, Option<Vec<Vec<usize>>>) {
-        let group = self.plan.group_of(trainer, round);
+    /// The first round nobody has been handed yet.
+    fn next_round(&self) -> u64 {
+        self.announced.map_or(0, |latest| latest + 1)
+    }
+
+    /// The trainers left out of `round`.
+    fn left_out_of(&self, round: u64) -> BTreeSet<usize> {
+        self.left_out
+            .iter()
+            .rev()
+            .find(|(from, _)| *from <= round)
+            .map(|(_, out)| out.clone())
+            .unwrap_or_default()
+    }
+
+    /// Changes who is left out from round `from` on (never earlier than a
+    /// change before: `from` is at least the first round not handed out).
+    fn change_from(&mut self, from: u64, change: impl FnOnce(&mut BTreeSet<usize>)) {
+        let mut out = self.left_out_of(from);
+        change(&mut out);
+        match self.left_out.last_mut() {
+            Some((last, set)) if *last == from => *set = out,
+            _ => self.left_out.push((from, out)),
+        }
+    }
+
+    /// `round`'s partition without the trainers left out of it.
+    fn groups(&self, round: u64) -> Vec<Vec<usize>> {
+        let out = self.left_out_of(round);
+        self.plan
+            .groups(round)
+            .into_iter()
+            .map(|g| g.into_iter().filter(|t| !out.contains(t)).collect())
+            .filter(|g: &Vec<usize>| !g.is_empty())
+            .collect()
+    }
+
+    /// `trainer`'s group in `round` (or, if it had been left out, in the
+    /// first round not handed out yet, where it is back), with the round's
+    /// whole partition the first time a round later than every one before is
+    /// asked about.
+    pub fn group_for(&mut self, trainer: usize, round: u64) -> Answer {
+        let mut round = round;
+        let mut rejoined = None;
+        if self.left_out_of(round).contains(&trainer) {
+            let back = self.next_round().max(round);
+            self.change_from(back, |out| {
+                out.remove(&trainer);
+            });
+            (round, rejoined) = (back, Some(back));
+        }
+        let groups = self.groups(round);
+        let group = groups
+            .iter()
+            .find(|g| g.contains(&trainer))
+            .cloned()
+            .unwrap_or_else(|| vec![trainer]);
         let new_round = self.announced.is_none_or(|latest| round > latest);
         if new_round {
             self.announced = Some(round);
         }
-        (group, new_round.then(|| self.plan.groups(round)))
+        Answer {
+            assignment: Assignment { round, group },
+            announced: new_round.then_some((round, groups)),
+            rejoined,
+        }
+    }
+
+    /// `trainer` did not answer its group in `round`: it is left out from the
+    /// first round not handed out yet; returns that round, or `None` if it is
+    /// left out already.
+    pub fn report_unresponsive(&mut self, trainer: usize, round: u64) -> Option<u64> {
+        let from = self.next_round().max(round + 1);
+        if self.left_out_of(from).contains(&trainer) {
+            return None;
+        }
+        self.change_from(from, |out| {
+            out.insert(trainer);
+        });
+        Some(from)
     }
 }
 
@@ -56,7 +153,16 @@ impl Coordinator {
 struct GroupRequest {
     trainer: usize,
     round: u64,
-    reply: Sender<Vec<usize>>,
+    reply: Sender<Assignment>,
+}
+
+/// `trainer` did not answer `by` in `round`.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct Unresponsive {
+    trainer: usize,
+    round: u64,
+    by: usize,
 }
 
 /// The actor running a [`Coordinator`].
@@ -83,15 +189,36 @@ impl Handler<GroupRequest> for GroupCoordinator {
     type Result = ();
 
     fn handle(&mut self, request: GroupRequest, _: &mut Context<Self>) {
-        let (group, partition) = self.coordinator.group_for(request.trainer, request.round);
-        if let Some(groups) = partition {
-            self.events.publish(Event::Regrouped {
-                round: request.round,
-                groups,
+        let answer = self.coordinator.group_for(request.trainer, request.round);
+        if let Some(round) = answer.rejoined {
+            self.events.publish(Event::PeerRejoined {
+                trainer: request.trainer,
+                round,
             });
         }
+        if let Some((round, groups)) = answer.announced {
+            self.events.publish(Event::Regrouped { round, groups });
+        }
         // A requester that gave up (the cluster is stopping) no longer listens.
-        let _ = request.reply.send(group);
+        let _ = request.reply.send(answer.assignment);
+    }
+}
+
+impl Handler<Unresponsive> for GroupCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, report: Unresponsive, _: &mut Context<Self>) {
+        if let Some(from) = self
+            .coordinator
+            .report_unresponsive(report.trainer, report.round)
+        {
+            self.events.publish(Event::PeerTimedOut {
+                trainer: report.trainer,
+                round: report.round,
+                by: report.by,
+                left_out_from: from,
+            });
+        }
     }
 }
 
@@ -126,14 +253,20 @@ impl CoordinatorClient {
         self.group_size
     }
 
-    /// `trainer`'s group in `round`; `Ok(None)` if `stopped()` turns true while
-    /// waiting.
+    /// Tells the coordinator that `trainer` did not answer `by` in `round`.
+    pub fn report_unresponsive(&self, trainer: usize, round: u64, by: usize) {
+        // A full mailbox drops the report: another member's will do.
+        let _ = self.addr.try_send(Unresponsive { trainer, round, by });
+    }
+
+    /// `trainer`'s group in `round` (or a later round, see [`Assignment`]);
+    /// `Ok(None)` if `stopped()` turns true while waiting.
     pub fn group_of(
         &self,
         trainer: usize,
         round: u64,
         stopped: impl Fn() -> bool,
-    ) -> Result<Option<Vec<usize>>> {
+    ) -> Result<Option<Assignment>> {
         let (reply, answer) = bounded(1);
         self.addr
             .try_send(GroupRequest {
@@ -167,12 +300,58 @@ mod tests {
     fn each_round_is_announced_once_and_groups_follow_the_plan() {
         let plan = GroupPlan::new(Schedule::Random, 4, 2).unwrap().with_seed(9);
         let mut c = Coordinator::new(plan);
-        let (group, partition) = c.group_for(1, 0);
-        assert_eq!(group, plan.group_of(1, 0));
-        assert_eq!(partition, Some(plan.groups(0)));
-        assert_eq!(c.group_for(2, 0).1, None, "round 0 was announced");
-        assert_eq!(c.group_for(0, 1).1, Some(plan.groups(1)));
-        assert_eq!(c.group_for(3, 0), (plan.group_of(3, 0), None));
+        let answer = c.group_for(1, 0);
+        assert_eq!(answer.assignment.group, plan.group_of(1, 0));
+        assert_eq!(answer.announced, Some((0, plan.groups(0))));
+        assert_eq!(c.group_for(2, 0).announced, None, "round 0 was announced");
+        assert_eq!(c.group_for(0, 1).announced, Some((1, plan.groups(1))));
+        let late = c.group_for(3, 0);
+        assert_eq!(
+            late.assignment,
+            Assignment {
+                round: 0,
+                group: plan.group_of(3, 0)
+            }
+        );
+        assert_eq!((late.announced, late.rejoined), (None, None));
+    }
+
+    #[test]
+    fn an_unresponsive_trainer_is_left_out_from_the_next_round_until_it_asks_again() {
+        let plan = GroupPlan::new(Schedule::Random, 6, 3).unwrap().with_seed(4);
+        let mut c = Coordinator::new(plan);
+        for trainer in 0..6 {
+            c.group_for(trainer, 0);
+        }
+        c.group_for(0, 1); // round 1 handed out: changes start at 2
+        assert_eq!(c.report_unresponsive(5, 0), Some(2));
+        assert_eq!(c.report_unresponsive(5, 1), None, "already left out");
+        // Rounds handed out before keep their groups: everyone agrees on them.
+        assert_eq!(c.group_for(1, 1).assignment.group, plan.group_of(1, 1));
+        for round in 2..5 {
+            let answer = c.group_for(0, round);
+            let groups = answer.announced.unwrap().1;
+            let members: Vec<usize> = groups.iter().flatten().copied().collect();
+            assert_eq!(members.len(), 5, "round {round}: {groups:?}");
+            assert!(!members.contains(&5));
+            let mut expected = plan.group_of(0, round);
+            expected.retain(|&t| t != 5);
+            assert_eq!(answer.assignment.group, expected);
+        }
+        // Trainer 5 catches up on rounds it was still in ...
+        assert_eq!(c.group_for(5, 1).assignment.group, plan.group_of(5, 1));
+        // ... and asking for one it is left out of brings it back from round 5.
+        let back = c.group_for(5, 2);
+        assert_eq!(back.rejoined, Some(5));
+        assert_eq!(
+            back.assignment,
+            Assignment {
+                round: 5,
+                group: plan.group_of(5, 5)
+            }
+        );
+        assert_eq!(c.group_for(0, 5).assignment.group, plan.group_of(0, 5));
+        assert!(c.group_for(3, 4).assignment.group.iter().all(|&t| t != 5));
     }
 
     #[test]
@@ -188,8 +367,14 @@ mod tests {
         assert_eq!((client.trainers(), client.group_size()), (4, 2));
         for round in 0..3 {
             for trainer in 0..4 {
-                let group = client.group_of(trainer, round, || false).unwrap();
-                assert_eq!(group, Some(plan.group_of(trainer, round)));
+                let assignment = client.group_of(trainer, round, || false).unwrap();
+                assert_eq!(
+                    assignment,
+                    Some(Assignment {
+                        round,
+                        group: plan.group_of(trainer, round)
+                    })
+                );
             }
         }
         let announced: Vec<_> = subscriber.try_iter().collect();

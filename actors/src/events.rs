@@ -49,12 +49,43 @@ pub enum Event {
         /// What went wrong.
         cause: String,
     },
+    /// A round of `trainer`'s shadow-sync loop failed; the loop goes on with
+    /// the next round.
+    SyncRecovered {
+        /// The trainer.
+        trainer: usize,
+        /// The round that failed.
+        round: u64,
+        /// What went wrong.
+        cause: String,
+    },
     /// `trainer`'s snapshot was not finite: it sat out `round`'s average (and
     /// took the group's).
     Abstained {
         /// The trainer.
         trainer: usize,
         /// Its sync round.
+        round: u64,
+    },
+    /// `trainer` did not answer `by` in `round`: the round went on without it,
+    /// and it is left out of the groups from round `left_out_from` until it
+    /// asks for a group again.
+    PeerTimedOut {
+        /// The trainer.
+        trainer: usize,
+        /// The round it missed.
+        round: u64,
+        /// The member that waited for it in vain.
+        by: usize,
+        /// The first round without it.
+        left_out_from: u64,
+    },
+    /// `trainer`, left out after a timeout, asked for a group again: it is in
+    /// the groups from `round` on.
+    PeerRejoined {
+        /// The trainer.
+        trainer: usize,
+        /// Its first round back.
         round: u64,
     },
     /// `trainer` failed; the message says why.
@@ -89,6 +120,30 @@ fn trace(event: &Event) {
                 trainer,
                 round,
                 "non-finite replica left out of its group's average"
+            )
+        }
+        Event::PeerTimedOut {
+            trainer,
+            round,
+            by,
+            left_out_from,
+        } => tracing::warn!(
+            trainer,
+            round,
+            by,
+            left_out_from,
+            "unresponsive sync peer timed out of its round and left out of the groups"
+        ),
+        Event::SyncRecovered {
+            trainer,
+            round,
+            cause,
+        } => tracing::warn!(trainer, round, %cause, "shadow sync round failed; the loop goes on"),
+        Event::PeerRejoined { trainer, round } => {
+            tracing::info!(
+                trainer,
+                round,
+                "sync peer answers again and is back in the groups"
             )
         }
         Event::TrainerFailed { trainer, error } => {

@@ -4,7 +4,9 @@
 //! step, or every `every` steps from that step on. The trainer consults
 //! [`faults_due`] before each step; the runtime then has to detect the fault,
 //! recover the trainer (see [`crate::recovery`]) and keep the cluster running.
-//! Nothing is injected unless a cluster is configured with faults.
+//! The `sync-*` kinds hit the trainer's shadow-sync loop instead, counting its
+//! rounds rather than steps. Nothing is injected unless a cluster is configured
+//! with faults.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -25,6 +27,22 @@ pub enum FaultKind {
     /// The step's dense update is taken with an infinite learning rate: the
     /// replica's parameters become NaN/Inf.
     Diverge,
+    /// The trainer's shadow-sync loop panics at the start of a round.
+    SyncPanic,
+    /// The trainer's shadow-sync loop hangs for `ms` milliseconds at the start
+    /// of a round (its group must not wait for it).
+    SyncHang {
+        /// How long.
+        ms: u64,
+    },
+}
+
+impl FaultKind {
+    /// Whether it hits the shadow-sync loop (counting rounds) rather than the
+    /// trainer's steps.
+    pub fn hits_sync_loop(&self) -> bool {
+        matches!(self, FaultKind::SyncPanic | FaultKind::SyncHang { .. })
+    }
 }
 
 /// One injected fault.
@@ -54,10 +72,10 @@ impl Fault {
         }
     }
 
-    /// How long a [`FaultKind::Hang`] lasts (zero for other kinds).
+    /// How long a hang lasts (zero for kinds that do not hang).
     pub fn hang(&self) -> Duration {
         match self.kind {
-            FaultKind::Hang { ms } => Duration::from_millis(ms),
+            FaultKind::Hang { ms } | FaultKind::SyncHang { ms } => Duration::from_millis(ms),
             _ => Duration::ZERO,
         }
     }
@@ -114,6 +132,8 @@ mod tests {
               { trainer = 0, kind = "panic", at_step = 3 },
               { trainer = 2, kind = { hang = { ms = 200 } }, at_step = 10, every = 50 },
               { trainer = 1, kind = "diverge", at_step = 7 },
+              { trainer = 3, kind = "sync-panic", at_step = 4 },
+              { trainer = 3, kind = { sync-hang = { ms = 900 } }, at_step = 9 },
             ]"#,
         )
         .unwrap();
@@ -121,6 +141,9 @@ mod tests {
         assert_eq!(plan.faults[1].kind, FaultKind::Hang { ms: 200 });
         assert_eq!(plan.faults[1].every, 50);
         assert_eq!(plan.faults[2].kind, FaultKind::Diverge);
+        assert_eq!(plan.faults[3].kind, FaultKind::SyncPanic);
+        assert_eq!(plan.faults[4].hang(), Duration::from_millis(900));
+        assert!(plan.faults[4].kind.hits_sync_loop() && !plan.faults[2].kind.hits_sync_loop());
         assert!(toml::from_str::<Plan>(
             r#"faults = [{ trainer = 0, kind = "melt", at_step = 1 }]"#
         )

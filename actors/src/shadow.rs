@@ -14,16 +14,22 @@
 //! A snapshot that is not finite (the trainer diverged) sits the round out: it
 //! is left out of the group's mean, and the mean overwrites the replica. The
 //! loop hands a group average to the trainer's [`RecoveryPoint`] every
-//! [`RecoveryPoint::OFFER_EVERY`] rounds.
+//! [`RecoveryPoint::OFFER_EVERY`] rounds. A round that fails (an error, a
+//! panic) is reported and the loop goes on with the next one (its group timed
+//! it out of the round meanwhile); [`ShadowActor::MAX_CONSECUTIVE_FAILURES`] in
+//! a row end syncing for everyone, loudly.
 
 use crate::events::{Event, EventBus};
+use crate::faults::{faults_due, Fault, FaultKind};
 use crate::hogwild::ParamAlias;
 use crate::recovery::{all_finite, RecoveryPoint};
 use crate::stats::TrainerCounters;
 use crate::sync::{Payload, SyncPeer, WriteBack};
+use crate::trainer::panic_message;
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +45,9 @@ pub struct ShadowLoop {
     snapshot: Payload,
     /// When the last snapshot was taken, and the trainer's steps then.
     last_snapshot: (Instant, u64),
+    /// Faults injected into this loop, and the round they last hit.
+    faults: Vec<Fault>,
+    injected_at: Option<u64>,
 }
 
 /// What a completed round did.
@@ -75,6 +84,39 @@ impl ShadowLoop {
             recovery,
             snapshot,
             last_snapshot,
+            faults: Vec::new(),
+            injected_at: None,
+        }
+    }
+
+    /// Injects the `sync-*` faults of `faults` that name this loop's trainer.
+    pub fn with_faults(mut self, faults: &[Fault]) -> Self {
+        let trainer = self.counters.trainer();
+        self.faults = faults
+            .iter()
+            .filter(|f| f.trainer == trainer && f.kind.hits_sync_loop())
+            .copied()
+            .collect();
+        self
+    }
+
+    /// The number of the next round.
+    pub fn next_round(&self) -> u64 {
+        self.peer.round()
+    }
+
+    /// Injects the faults due at the next round (each round's once).
+    fn inject(&mut self) {
+        let round = self.peer.round();
+        if self.injected_at == Some(round) {
+            return;
+        }
+        self.injected_at = Some(round);
+        for fault in faults_due(&self.faults, self.counters.trainer(), round) {
+            match fault.kind {
+                FaultKind::SyncPanic => panic!("injected sync panic at round {round}"),
+                _ => std::thread::sleep(fault.hang()),
+            }
         }
     }
 
@@ -94,22 +136,25 @@ impl ShadowLoop {
 
     /// One round; `Ok(None)` once syncing has stopped.
     pub fn round(&mut self) -> Result<Option<RoundOutcome>> {
+        self.inject();
         let steps_at_snapshot = self.counters.steps();
         self.last_snapshot = (Instant::now(), steps_at_snapshot);
         let replica = &self.replica;
         self.snapshot.refill(|out| replica.snapshot_into(out))?;
         let contributed = all_finite(self.snapshot.values());
-        let round = self.peer.round();
+        if !contributed {
+            self.counters.record_abstention();
+        }
+        let target = self.peer.target(&self.snapshot, contributed);
+        // The round just taken (the coordinator may have moved the peer on).
+        let round = self.peer.round().saturating_sub(1);
         let mut outcome = RoundOutcome {
             round,
             staleness: 0,
             contributed,
             written_back: false,
         };
-        if !contributed {
-            self.counters.record_abstention();
-        }
-        let mut target = match self.peer.target(&self.snapshot, contributed) {
+        let mut target = match target {
             Ok(Some(target)) => target,
             Ok(None) => return Ok(None),
             Err(Error::NonFinite { .. }) => return Ok(Some(outcome)),
@@ -190,9 +235,13 @@ pub struct ShadowActor {
     trainer: usize,
     /// Raised when this loop fails, so that no peer waits for it.
     stop: Arc<AtomicBool>,
+    consecutive_failures: u32,
 }
 
 impl ShadowActor {
+    /// Failed rounds in a row after which syncing ends.
+    pub const MAX_CONSECUTIVE_FAILURES: u32 = 5;
+
     /// An actor looping `shadow` for `trainer` as `pacing` allows; reports its
     /// end on `exits` and, if it fails, ends syncing for everyone through `stop`.
     pub fn new(
@@ -210,6 +259,7 @@ impl ShadowActor {
             exits,
             trainer,
             stop,
+            consecutive_failures: 0,
         }
     }
 
@@ -244,7 +294,17 @@ impl Handler<Round> for ShadowActor {
             ctx.run_later(wait, |_, ctx| ctx.notify(Round));
             return;
         }
-        match self.shadow.round() {
+        let round = self.shadow.next_round();
+        let attempt = catch_unwind(AssertUnwindSafe(|| self.shadow.round()));
+        let failure = match attempt {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(panic) => Err(format!("the round panicked: {}", panic_message(&panic))),
+        };
+        if failure.is_ok() {
+            self.consecutive_failures = 0;
+        }
+        match failure {
             Ok(Some(outcome)) => {
                 if !outcome.contributed {
                     self.events.publish(Event::Abstained {
@@ -262,7 +322,24 @@ impl Handler<Round> for ShadowActor {
                 ctx.notify(Round);
             }
             Ok(None) => self.end(ctx, None),
-            Err(e) => self.end(ctx, Some(e.to_string())),
+            Err(cause) => {
+                self.consecutive_failures += 1;
+                if self.consecutive_failures > Self::MAX_CONSECUTIVE_FAILURES {
+                    return self.end(
+                        ctx,
+                        Some(format!(
+                            "{} rounds failed in a row, the last: {cause}",
+                            self.consecutive_failures
+                        )),
+                    );
+                }
+                self.events.publish(Event::SyncRecovered {
+                    trainer: self.trainer,
+                    round,
+                    cause,
+                });
+                ctx.notify(Round);
+            }
         }
     }
 }

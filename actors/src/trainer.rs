@@ -236,6 +236,7 @@ impl<L: Learner> TrainerCore<L> {
                 FaultKind::Panic => panic!("injected panic at step {step}"),
                 FaultKind::Hang { .. } => std::thread::sleep(fault.hang()),
                 FaultKind::Diverge => diverge = Some(FaultKind::Diverge),
+                FaultKind::SyncPanic | FaultKind::SyncHang { .. } => {} // its sync loop's
             }
         }
         Ok(diverge)
@@ -299,9 +300,9 @@ impl<L: Learner> TrainerCore<L> {
                 let params = self.learner.dense_params();
                 self.buffer.refill(|b| params.copy_to(b))?;
                 let contribute = all_finite(self.buffer.values());
-                let round = peer.round();
                 match peer.target(&self.buffer, contribute) {
                     Ok(Some(target)) => {
+                        let round = peer.round().saturating_sub(1);
                         if round % RecoveryPoint::OFFER_EVERY == 0 {
                             self.recovery.offer(&target);
                         }
@@ -327,7 +328,7 @@ impl<L: Learner> TrainerCore<L> {
 }
 
 /// The message of a caught panic.
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     panic
         .downcast_ref::<String>()
         .cloned()

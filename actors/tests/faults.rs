@@ -221,6 +221,127 @@ fn a_hung_trainer_does_not_stall_its_groups_syncs() {
 }
 
 #[test]
+fn a_hung_member_of_foreground_rounds_is_timed_out_left_out_and_taken_back() {
+    let _serial = exclusive();
+    for algorithm in ["fr-ma:5", "sync-sgd"] {
+        let faults = vec![fault(3, FaultKind::Hang { ms: 2500 }, 30, 0)];
+        let mut c = with_faults(algorithm, faults);
+        c.sync.peer_timeout_ms = 200.0;
+        let mut ls = learners(4, None);
+        ls.iter_mut()
+            .for_each(|l| l.step_delay = Duration::from_micros(500));
+        let cluster = Cluster::start(c, ls).unwrap();
+        let events = cluster.subscribe();
+        // Trainer 3 hangs at its step 30 for 2.5 s; without a timeout the others
+        // would wait for it at their next round, a few steps later.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while cluster.stats()[3].steps < 30 {
+            assert!(
+                Instant::now() < deadline,
+                "{algorithm}: trainer 3 never got to step 30"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let before = cluster.stats();
+        std::thread::sleep(Duration::from_millis(1000));
+        let after = cluster.stats();
+        assert_eq!(after[3].steps, 30, "{algorithm}: trainer 3 should be hung");
+        for trainer in 0..3 {
+            assert!(
+                after[trainer].steps > before[trainer].steps + 10
+                    && after[trainer].syncs > before[trainer].syncs + 2,
+                "{algorithm}: trainer {trainer} waits for the hung one: {:?} then {:?}",
+                before[trainer],
+                after[trainer]
+            );
+        }
+        // Once it answers again it is back in the groups, and syncs again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (mut timed_out, mut rejoined) = (false, false);
+        while !rejoined && Instant::now() < deadline {
+            for event in events.try_iter() {
+                match event {
+                    Event::PeerTimedOut { trainer: 3, .. } => timed_out = true,
+                    Event::PeerRejoined { trainer: 3, .. } => rejoined = true,
+                    Event::PeerTimedOut { trainer, .. } | Event::PeerRejoined { trainer, .. } => {
+                        panic!("{algorithm}: trainer {trainer} was timed out")
+                    }
+                    _ => {}
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(timed_out && rejoined, "{algorithm}: {timed_out} {rejoined}");
+        let back = cluster.stats()[3].syncs;
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            cluster.stats()[3].syncs > back,
+            "{algorithm}: trainer 3 no longer syncs"
+        );
+        cluster.stop();
+        let outcome = cluster.wait().unwrap();
+        assert!(
+            outcome.report.errors.is_empty(),
+            "{:?}",
+            outcome.report.errors
+        );
+        assert_only_trainer_2_harmed(algorithm, &outcome);
+    }
+}
+
+#[test]
+fn a_failing_or_hung_shadow_sync_loop_is_contained() {
+    let _serial = exclusive();
+    let faults = vec![
+        fault(1, FaultKind::SyncPanic, 5, 20),
+        fault(2, FaultKind::SyncHang { ms: 1500 }, 10, 0),
+    ];
+    let mut c = with_faults("shadow-ma", faults);
+    c.sync.peer_timeout_ms = 200.0;
+    let mut ls = learners(4, None);
+    ls.iter_mut()
+        .for_each(|l| l.step_delay = Duration::from_micros(500));
+    let cluster = Cluster::start(c, ls).unwrap();
+    let events = cluster.subscribe();
+    std::thread::sleep(Duration::from_millis(3000));
+    let before = cluster.stats();
+    std::thread::sleep(Duration::from_millis(500));
+    let after = cluster.stats();
+    cluster.stop();
+    let outcome = cluster.wait().unwrap();
+    assert!(
+        outcome.report.errors.is_empty(),
+        "{:?}",
+        outcome.report.errors
+    );
+    let (mut panics, mut timed_out, mut rejoined) = (0, vec![false; 4], vec![false; 4]);
+    for event in events.try_iter() {
+        match event {
+            Event::SyncRecovered { trainer, cause, .. } => {
+                assert_eq!(trainer, 1, "{cause}");
+                assert!(cause.contains("injected sync panic"), "{cause}");
+                panics += 1;
+            }
+            Event::PeerTimedOut { trainer, .. } => timed_out[trainer] = true,
+            Event::PeerRejoined { trainer, .. } => rejoined[trainer] = true,
+            _ => {}
+        }
+    }
+    // Rounds 5, 25, 45, ... of trainer 1's loop panicked; it went on each time.
+    assert!(panics >= 2, "{panics} panics");
+    // Trainer 2's loop hung 1.5 s: timed out of its group, back once it asked.
+    assert!(timed_out[2] && rejoined[2], "{timed_out:?} {rejoined:?}");
+    assert!(!timed_out[0] && !timed_out[3], "{timed_out:?}");
+    for trainer in 0..4 {
+        assert!(
+            after[trainer].syncs > before[trainer].syncs,
+            "trainer {trainer} no longer syncs"
+        );
+    }
+    assert_only_trainer_2_harmed("shadow-ma", &outcome);
+}
+
+#[test]
 fn a_trainer_that_keeps_failing_is_given_up_without_stalling_the_others() {
     let _serial = exclusive();
     for algorithm in ["shadow-ma", "none"] {

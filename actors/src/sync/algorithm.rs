@@ -159,6 +159,10 @@ pub struct SyncConfig {
     /// the sync work a bounded share of the training work when trainers share
     /// cores (a round costs a few passes over the dense parameters).
     pub min_steps: u64,
+    /// How long a group member is waited for in a round, in milliseconds,
+    /// before the round completes without it and the coordinator leaves it out
+    /// of the groups until it asks again (0 = for ever).
+    pub peer_timeout_ms: f64,
     /// The simulated network.
     pub link: LinkModel,
 }
@@ -178,6 +182,7 @@ impl Default for SyncConfig {
             server_shards: 1,
             min_interval_ms: 20.0,
             min_steps: 4,
+            peer_timeout_ms: 5000.0,
             link: LinkModel::default(),
         }
     }
@@ -191,6 +196,12 @@ impl SyncConfig {
         } else {
             self.group_size
         }
+    }
+
+    /// How long a group member is waited for; `None` = for ever.
+    pub fn peer_timeout(&self) -> Option<std::time::Duration> {
+        (self.peer_timeout_ms > 0.0)
+            .then(|| std::time::Duration::from_secs_f64(self.peer_timeout_ms / 1000.0))
     }
 
     /// EASGD's α for `trainers`.
@@ -230,6 +241,9 @@ impl SyncConfig {
         }
         if self.server_shards == 0 {
             return bad("sync.server_shards", "must be at least 1");
+        }
+        if !(self.peer_timeout_ms >= 0.0 && self.peer_timeout_ms.is_finite()) {
+            return bad("sync.peer_timeout_ms", "must be ≥ 0 (0 = wait for ever)");
         }
         if !(self.min_interval_ms >= 0.0 && self.min_interval_ms.is_finite()) {
             return bad("sync.min_interval_ms", "must be ≥ 0");

@@ -13,4 +13,4 @@ pub use peer::SyncPeer;
 pub use rules::{elastic, mean_into, BmufParams, BmufState, WriteBack};
 pub use schedule::{GroupPlan, Schedule};
 pub use server::{shard_ranges, ServerClient, ServerShard, ServerShardActor};
-pub use transport::{mesh, Endpoint, LinkModel, Payload};
+pub use transport::{mesh, Endpoint, GroupMean, LinkModel, Payload};

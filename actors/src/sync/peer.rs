@@ -65,25 +65,37 @@ impl SyncPeer {
         self.endpoint.stopped()
     }
 
-    /// Rounds completed or attempted.
+    /// The number of the next round (a peer coming back after it was left
+    /// out skips to the round the coordinator names).
     pub fn round(&self) -> u64 {
         self.round
     }
 
     /// Mean of the payloads over this round's group; `None` once syncing has
     /// stopped. A peer that does not `contribute` (its values are not finite)
-    /// is left out of the mean but receives it.
+    /// is left out of the mean but receives it. Members that did not answer in
+    /// time are reported to the coordinator.
     pub fn group_mean(&mut self, payload: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
-        let round = self.round;
         let endpoint = &self.endpoint;
-        let Some(group) = self
+        let Some(assignment) = self
             .groups
-            .group_of(endpoint.id(), round, || endpoint.stopped())?
+            .group_of(endpoint.id(), self.round, || endpoint.stopped())?
         else {
             return Ok(None);
         };
-        self.round += 1;
-        self.endpoint.group_mean(round, &group, payload, contribute)
+        let round = assignment.round;
+        self.round = round + 1;
+        let Some(outcome) =
+            self.endpoint
+                .group_mean(round, &assignment.group, payload, contribute)?
+        else {
+            return Ok(None);
+        };
+        for &member in &outcome.unresponsive {
+            self.groups
+                .report_unresponsive(member, round, self.endpoint.id());
+        }
+        Ok(Some(outcome.mean))
     }
 
     /// One round of the rule: the target for `snapshot`; `None` once syncing has

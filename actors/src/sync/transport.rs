@@ -10,6 +10,13 @@
 //! the group size. Messages of later rounds or phases that arrive early are kept
 //! for later; no lock is shared between trainers.
 //!
+//! A member that does not answer within the endpoint's timeout
+//! ([`Endpoint::set_timeout`]) is left out of the round: the others average
+//! without its payload, compute the slice it owed them from the payloads they
+//! hold (every member receives every payload whole, as shared buffers), and
+//! name it in [`GroupMean::unresponsive`]. Its messages that arrive once their
+//! round is over are dropped.
+//!
 //! A [`LinkModel`] simulates the network a real cluster has: each message is
 //! delivered `latency + bytes / bandwidth` after it is sent (messages leaving one
 //! endpoint in one phase are serialized, as on one NIC), optionally slower on one
@@ -132,6 +139,16 @@ pub struct Endpoint {
     link: LinkModel,
     stop: Arc<AtomicBool>,
     bytes_sent: Arc<AtomicU64>,
+    timeout: Option<Duration>,
+}
+
+/// The outcome of [`Endpoint::group_mean`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupMean {
+    /// The mean over the members that contributed in time.
+    pub mean: Vec<f32>,
+    /// Members that did not answer in time.
+    pub unresponsive: Vec<usize>,
 }
 
 /// Connects `n` endpoints all-to-all; raising `stop` makes every pending
@@ -152,6 +169,7 @@ pub fn mesh(n: usize, link: LinkModel, stop: Arc<AtomicBool>) -> Vec<Endpoint> {
             link,
             stop: Arc::clone(&stop),
             bytes_sent: Arc::new(AtomicU64::new(0)),
+            timeout: None,
         })
         .collect()
 }
@@ -174,6 +192,11 @@ impl Endpoint {
         Arc::clone(&self.bytes_sent)
     }
 
+    /// Waits for each phase of a round at most `timeout` (`None`: for ever).
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.timeout = timeout;
+    }
+
     /// True once the mesh was stopped: no more rounds will complete.
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
@@ -184,14 +207,15 @@ impl Endpoint {
     ///
     /// A member that does not `contribute` (its parameters diverged) still takes
     /// part in the round and receives the mean of the others, but its payload is
-    /// left out of it; [`Error::NonFinite`] if nobody contributed.
+    /// left out of it; [`Error::NonFinite`] if nobody contributed. A member that
+    /// does not answer within the timeout is left out too, and named.
     pub fn group_mean(
         &mut self,
         round: u64,
         group: &[usize],
         payload: &Payload,
         contribute: bool,
-    ) -> Result<Option<Vec<f32>>> {
+    ) -> Result<Option<GroupMean>> {
         let Some(me) = group.iter().position(|&t| t == self.id) else {
             return Err(Error::Layout(format!(
                 "trainer {} is not in its group {group:?}",
@@ -205,7 +229,10 @@ impl Endpoint {
         let data = payload.values();
         let len = data.len();
         if len == 0 {
-            return Ok(Some(Vec::new()));
+            return Ok(Some(GroupMean {
+                mean: Vec::new(),
+                unresponsive: Vec::new(),
+            }));
         }
         // Reduce-scatter: every member gets every payload (shared, not copied;
         // empty from a member that abstains) and averages only its own slice ...
@@ -219,48 +246,40 @@ impl Endpoint {
         })? {
             return Ok(None);
         }
-        let Some(payloads) = self.collect(round, Phase::Scatter, group)? else {
+        let Some((payloads, mut unresponsive)) = self.collect(round, Phase::Scatter, group)? else {
             return Ok(None);
         };
-        let mine = slice(len, m, me);
-        let mut reduced: Vec<f32> = if contribute {
-            data[mine.clone()].to_vec()
-        } else {
-            vec![0.0; mine.len()]
-        };
-        let mut contributors = usize::from(contribute);
+        // The contributors' whole payloads, this member's first.
+        let mut contributions: Vec<&[f32]> = Vec::with_capacity(m);
+        if contribute {
+            contributions.push(data);
+        }
         for message in payloads.iter().filter(|m| !m.data.is_empty()) {
-            contributors += 1;
-            let theirs = message
-                .data
-                .get(mine.clone())
-                .filter(|_| message.data.len() == len);
-            let Some(theirs) = theirs else {
+            if message.data.len() != len {
                 return Err(Error::Layout(format!(
                     "trainer {} sent {} values, trainer {} has {len}",
                     message.from,
                     message.data.len(),
                     self.id
                 )));
-            };
-            reduced.iter_mut().zip(theirs).for_each(|(r, x)| *r += x);
+            }
+            contributions.push(&message.data);
         }
-        // Every member counts the same contributors: all or none of the slices
-        // are known.
-        if contributors == 0 {
+        // Every member that heard from the same members counts the same
+        // contributors: all or none of the slices are known.
+        if contributions.is_empty() {
             return Err(Error::NonFinite {
                 group: group.to_vec(),
             });
         }
-        let scale = 1.0 / contributors as f32;
-        reduced.iter_mut().for_each(|r| *r *= scale);
+        let mine = slice(len, m, me);
+        let reduced: Arc<[f32]> = Arc::from(slice_mean(&contributions, mine.clone()));
         // ... then all-gather: every member sends its reduced slice to the others.
-        let reduced: Arc<[f32]> = Arc::from(reduced);
         let reduced_len = reduced.len();
         if !self.broadcast(round, Phase::Gather, group, &reduced, |_| reduced_len)? {
             return Ok(None);
         }
-        let Some(slices) = self.collect(round, Phase::Gather, group)? else {
+        let Some((slices, late)) = self.collect(round, Phase::Gather, group)? else {
             return Ok(None);
         };
         let mut mean = vec![0f32; len];
@@ -276,7 +295,16 @@ impl Endpoint {
             }
             mean[range].copy_from_slice(&message.data);
         }
-        Ok(Some(mean))
+        // The slices of members that did not send theirs, from the payloads here.
+        for &member in &late {
+            let k = group.iter().position(|&t| t == member).unwrap_or(me);
+            let range = slice(len, m, k);
+            mean[range.clone()].copy_from_slice(&slice_mean(&contributions, range));
+            if !unresponsive.contains(&member) {
+                unresponsive.push(member);
+            }
+        }
+        Ok(Some(GroupMean { mean, unresponsive }))
     }
 
     /// Sends `payload` to every other member of `group`; the simulated link
@@ -327,15 +355,19 @@ impl Endpoint {
     }
 
     /// Waits for the `phase` messages of `round` from every other member of
-    /// `group`, until their simulated delivery time.
+    /// `group`, until their simulated delivery time, or until the timeout:
+    /// returns the messages and the members that did not send theirs.
     fn collect(
         &mut self,
         round: u64,
         phase: Phase,
         group: &[usize],
-    ) -> Result<Option<Vec<Message>>> {
+    ) -> Result<Option<(Vec<Message>, Vec<usize>)>> {
         let wanted = group.len() - 1;
         let fits = |m: &Message| m.round == round && m.phase == phase && group.contains(&m.from);
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        // Messages of rounds already over (from members timed out of them).
+        self.early.retain(|m| m.round >= round);
         let mut received = Vec::with_capacity(wanted);
         let mut i = 0;
         while i < self.early.len() {
@@ -346,27 +378,43 @@ impl Endpoint {
             }
         }
         while received.len() < wanted {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
             match self.inbox.recv_timeout(POLL) {
                 Ok(m) if fits(&m) => received.push(m),
                 Ok(m) if m.round >= round => self.early.push(m),
-                Ok(m) => {
-                    return Err(Error::Layout(format!(
-                        "trainer {} got a round-{} payload from trainer {} while in round {round}",
-                        self.id, m.round, m.from
-                    )))
-                }
+                Ok(_) => {} // a round already over: its sender was timed out of it
                 Err(RecvTimeoutError::Timeout) if !self.stopped() => {}
                 Err(_) => return Ok(None),
             }
         }
+        let missing = group
+            .iter()
+            .filter(|&&t| t != self.id && !received.iter().any(|m| m.from == t))
+            .copied()
+            .collect();
         if let Some(latest) = received.iter().map(|m| m.deliver_at).max() {
             let now = Instant::now();
             if latest > now {
                 std::thread::sleep(latest - now);
             }
         }
-        Ok(Some(received))
+        Ok(Some((received, missing)))
     }
+}
+
+/// The mean of `contributions` over `range`.
+fn slice_mean(contributions: &[&[f32]], range: std::ops::Range<usize>) -> Vec<f32> {
+    let mut sum = vec![0f32; range.len()];
+    for values in contributions {
+        sum.iter_mut()
+            .zip(&values[range.clone()])
+            .for_each(|(s, x)| *s += x);
+    }
+    let scale = 1.0 / contributions.len().max(1) as f32;
+    sum.iter_mut().for_each(|s| *s *= scale);
+    sum
 }
 
 /// The `k`-th of `m` near-equal contiguous slices of `0..len`.
@@ -398,6 +446,7 @@ mod tests {
                                 ep.group_mean(round, &group, &vec![value, -value].into(), true)
                                     .unwrap()
                                     .unwrap()
+                                    .mean
                             })
                             .collect()
                     })
@@ -438,7 +487,10 @@ mod tests {
                     let group = group.clone();
                     let payload: Payload = values[ep.id()].clone().into();
                     let contribute = !abstain[ep.id()];
-                    s.spawn(move || ep.group_mean(0, &group, &payload, contribute))
+                    s.spawn(move || {
+                        ep.group_mean(0, &group, &payload, contribute)
+                            .map(|mean| mean.map(|m| m.mean))
+                    })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -479,6 +531,7 @@ mod tests {
                             ep.group_mean(0, &group, &data.into(), true)
                                 .unwrap()
                                 .unwrap()
+                                .mean
                         })
                     })
                     .collect();
@@ -528,6 +581,52 @@ mod tests {
             }
         });
         assert!(start.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_silent_member_is_timed_out_and_named_and_its_late_messages_are_dropped() {
+        let mut endpoints = mesh(3, LinkModel::default(), Arc::new(AtomicBool::new(false)));
+        for ep in &mut endpoints {
+            ep.set_timeout(Some(Duration::from_millis(100)));
+        }
+        let group = [0, 1, 2];
+        let value = |id: usize, round: u64| vec![id as f32 + 10.0 * round as f32; 5];
+        let run = |endpoints: Vec<Endpoint>, round: u64| -> Vec<(Endpoint, GroupMean)> {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = endpoints
+                    .into_iter()
+                    .map(|mut ep| {
+                        s.spawn(move || {
+                            let payload = value(ep.id(), round).into();
+                            let mean = ep.group_mean(round, &group, &payload, true);
+                            (ep, mean.unwrap().unwrap())
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            })
+        };
+        let silent = endpoints.pop().unwrap();
+        // Round 0 without member 2: the others average over themselves.
+        let started = Instant::now();
+        let mut done = run(endpoints, 0);
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        for (_, outcome) in &done {
+            assert_eq!(outcome.mean, vec![0.5; 5]);
+            assert_eq!(outcome.unresponsive, [2]);
+        }
+        // Member 2 comes back: its round 0 finds the others' messages at once.
+        let started = Instant::now();
+        let (silent, late) = run(vec![silent], 0).pop().unwrap();
+        assert!(started.elapsed() < Duration::from_millis(100));
+        assert!(late.unresponsive.is_empty());
+        // Round 1 with everyone: member 2's round-0 messages are dropped.
+        let mut all: Vec<Endpoint> = done.drain(..).map(|(ep, _)| ep).collect();
+        all.push(silent);
+        for (_, outcome) in run(all, 1) {
+            assert_eq!(outcome.mean, vec![11.0; 5]);
+            assert!(outcome.unresponsive.is_empty());
+        }
     }
 
     #[test]
