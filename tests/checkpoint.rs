@@ -102,6 +102,18 @@ fn checkpoints_in(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Waits (two minutes at most) until `dir` holds `count` checkpoints.
+fn wait_for_checkpoints(dir: &Path, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while checkpoints_in(dir).len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {count} checkpoints written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn manifest(checkpoint: &Path) -> Value {
     results(&checkpoint.join("manifest.json"))
 }
@@ -153,11 +165,7 @@ fn one_trainer_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
     let checkpoints = dir.path().join("killed");
     let mut child = start(&config, &checkpoints);
     // Killed at a random moment once at least one checkpoint is written.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while checkpoints_in(&checkpoints).is_empty() {
-        assert!(Instant::now() < deadline, "no checkpoint written");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_checkpoints(&checkpoints, 1);
     std::thread::sleep(Duration::from_millis(rand::rng().random_range(0..1500)));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
@@ -194,14 +202,7 @@ fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_match_an
     );
     let checkpoints = dir.path().join("killed");
     let mut child = start(&config, &checkpoints);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while checkpoints_in(&checkpoints).len() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "fewer than two checkpoints written"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_checkpoints(&checkpoints, 2);
     std::thread::sleep(Duration::from_millis(rand::rng().random_range(0..1000)));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -245,11 +246,7 @@ fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
     let config = write_config(dir.path(), FEWER_ROWS, 2, "fr-ma:4");
     let checkpoints = dir.path().join("stopped");
     let child = start(&config, &checkpoints);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while checkpoints_in(&checkpoints).is_empty() {
-        assert!(Instant::now() < deadline, "no checkpoint written");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_checkpoints(&checkpoints, 1);
     let pid = child.id().to_string();
     let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(term.success());
@@ -275,11 +272,7 @@ fn a_data_file_truncated_mid_run_is_a_clear_error_and_the_last_checkpoint_stays(
     let config = write_config(dir.path(), FEWER_ROWS, 2, "shadow-ma");
     let checkpoints = dir.path().join("checkpoints");
     let child = start(&config, &checkpoints);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while checkpoints_in(&checkpoints).is_empty() {
-        assert!(Instant::now() < deadline, "no checkpoint written");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_checkpoints(&checkpoints, 1);
     let train = std::fs::read_dir(dir.path().join("data"))
         .unwrap()
         .map(|e| e.unwrap().path().join("train.tsv"))

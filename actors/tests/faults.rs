@@ -26,6 +26,17 @@ fn fault(trainer: usize, kind: FaultKind, at_step: u64, every: u64) -> Fault {
     }
 }
 
+/// Four endless trainers (0.5 ms a step) under `algorithm` with `faults`,
+/// whose groups wait 200 ms at most for a member.
+fn with_quick_timeouts(algorithm: &str, faults: Vec<Fault>) -> Cluster<LeastSquares> {
+    let mut c = with_faults(algorithm, faults);
+    c.sync.peer_timeout_ms = 200.0;
+    let mut ls = learners(4, None);
+    ls.iter_mut()
+        .for_each(|l| l.step_delay = Duration::from_micros(500));
+    Cluster::start(c, ls).unwrap()
+}
+
 /// Recoveries per trainer as the event stream reported them.
 fn recoveries_reported(events: &crossbeam_channel::Receiver<Event>, n: usize) -> Vec<u64> {
     let mut counts = vec![0; n];
@@ -225,12 +236,7 @@ fn a_hung_member_of_foreground_rounds_is_timed_out_left_out_and_taken_back() {
     let _serial = exclusive();
     for algorithm in ["fr-ma:5", "sync-sgd"] {
         let faults = vec![fault(3, FaultKind::Hang { ms: 2500 }, 30, 0)];
-        let mut c = with_faults(algorithm, faults);
-        c.sync.peer_timeout_ms = 200.0;
-        let mut ls = learners(4, None);
-        ls.iter_mut()
-            .for_each(|l| l.step_delay = Duration::from_micros(500));
-        let cluster = Cluster::start(c, ls).unwrap();
+        let cluster = with_quick_timeouts(algorithm, faults);
         let events = cluster.subscribe();
         // Trainer 3 hangs at its step 30 for 2.5 s; without a timeout the others
         // would wait for it at their next round, a few steps later.
@@ -296,12 +302,7 @@ fn a_failing_or_hung_shadow_sync_loop_is_contained() {
         fault(1, FaultKind::SyncPanic, 5, 20),
         fault(2, FaultKind::SyncHang { ms: 1500 }, 10, 0),
     ];
-    let mut c = with_faults("shadow-ma", faults);
-    c.sync.peer_timeout_ms = 200.0;
-    let mut ls = learners(4, None);
-    ls.iter_mut()
-        .for_each(|l| l.step_delay = Duration::from_micros(500));
-    let cluster = Cluster::start(c, ls).unwrap();
+    let cluster = with_quick_timeouts("shadow-ma", faults);
     let events = cluster.subscribe();
     std::thread::sleep(Duration::from_millis(3000));
     let before = cluster.stats();
