@@ -364,6 +364,9 @@ fn print_summary(report: &TrainReport) {
     if let Some(path) = &report.checkpoint {
         println!("checkpoint: {}", path.display());
     }
+    for error in &report.checkpoint_errors {
+        println!("checkpoint not written: {error}");
+    }
     for (name, read) in [
         ("train", &report.data.train_read),
         ("test", &report.data.test_read),

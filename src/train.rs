@@ -107,6 +107,9 @@ pub struct TrainReport {
     pub resumed: Option<Resumed>,
     /// The last checkpoint written, if any.
     pub checkpoint: Option<PathBuf>,
+    /// Why checkpoints could not be written, if some could not (the run went
+    /// on without them).
+    pub checkpoint_errors: Vec<String>,
     /// Whether the run was interrupted before the end of its data.
     pub interrupted: bool,
 }
@@ -259,6 +262,32 @@ fn record_live(
 /// The metrics of a finished evaluation.
 fn metrics_of(evaluation: Evaluation<Metrics>) -> Result<Metrics> {
     evaluation.score.map_err(Error::Evaluation)
+}
+
+/// The checkpoints a run wrote, and why some could not be.
+#[derive(Default)]
+struct Checkpoints {
+    last: Option<PathBuf>,
+    errors: Vec<String>,
+}
+
+/// Notes a checkpoint written, or why it could not be: the run goes on, as a
+/// failed checkpoint must not cost what was trained.
+fn note_checkpoint(
+    saved: Result<PathBuf>,
+    checkpoints: &mut Checkpoints,
+    observer: &mut dyn Observer,
+) {
+    match saved {
+        Ok(path) => {
+            observer.checkpointed(&path);
+            checkpoints.last = Some(path);
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "checkpoint not written; training goes on");
+            checkpoints.errors.push(e.to_string());
+        }
+    }
 }
 
 /// Trains `config.train.trainers` replicas for one pass over the data (each on
@@ -435,7 +464,7 @@ fn run(
         );
         Ok(path)
     };
-    let mut last_checkpoint = None;
+    let mut checkpoints = Checkpoints::default();
     let mut interrupted = false;
     let events = cluster.subscribe();
     let started = Instant::now();
@@ -457,10 +486,13 @@ fn run(
         }
         if store.is_some() && cluster.parked() {
             let holding = Instant::now();
-            let (state, table) = cluster.checkpoint(|| table_arrays(&saved_table))?;
-            let path = save(Reason::Periodic, state, table?, holding.elapsed())?;
-            observer.checkpointed(&path);
-            last_checkpoint = Some(path);
+            let saved = cluster
+                .checkpoint(|| table_arrays(&saved_table))
+                .map_err(Error::from)
+                .and_then(|(state, table)| {
+                    save(Reason::Periodic, state, table?, holding.elapsed())
+                });
+            note_checkpoint(saved, &mut checkpoints, observer);
         }
         if !interrupted && observer.interrupted() {
             interrupted = true;
@@ -502,14 +534,11 @@ fn run(
         } else {
             Reason::End
         };
-        let path = save(
-            reason,
-            outcome.state(workers)?,
-            table_arrays(&saved_table)?,
-            Duration::ZERO,
-        )?;
-        observer.checkpointed(&path);
-        last_checkpoint = Some(path);
+        let saved = outcome
+            .state(workers)
+            .map_err(Error::from)
+            .and_then(|state| save(reason, state, table_arrays(&saved_table)?, Duration::ZERO));
+        note_checkpoint(saved, &mut checkpoints, observer);
     }
     record_live(
         evaluator.wait_all()?,
@@ -566,7 +595,8 @@ fn run(
         error: cluster_report.errors.first().cloned(),
         cluster: cluster_report,
         resumed: resumed.map(|(r, _)| r),
-        checkpoint: last_checkpoint,
+        checkpoint: checkpoints.last,
+        checkpoint_errors: checkpoints.errors,
         interrupted,
     })
 }

@@ -306,3 +306,45 @@ fn a_data_file_truncated_mid_run_is_a_clear_error_and_the_last_checkpoint_stays(
         .sum();
     assert!(examples > 0 && examples < FEWER_ROWS / 2, "{examples}");
 }
+
+/// Replaces the checkpoint directory by a file after the first checkpoint, as
+/// a disk that stops taking writes would.
+struct BreakTheDirectory;
+
+impl shadowsync::train::Observer for BreakTheDirectory {
+    fn checkpointed(&mut self, path: &Path) {
+        if let Some(dir) = path.parent().filter(|d| d.is_dir()) {
+            std::fs::remove_dir_all(dir).unwrap();
+            std::fs::write(dir, b"not a directory").unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_that_cannot_be_written_is_reported_and_the_run_goes_on() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 64_000;
+    let mut config =
+        shadowsync::config::Config::from_file(&write_config(dir.path(), rows, 1, "none")).unwrap();
+    let checkpoints = dir.path().join("checkpoints");
+    config.checkpoint.dir = Some(checkpoints.clone());
+    let report = shadowsync::train::train(&config, &mut BreakTheDirectory).unwrap();
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(report.examples, rows, "training went on");
+    assert!(report.final_metrics.ne.is_finite());
+    // The second periodic checkpoint and the last one could not be written.
+    assert_eq!(
+        report.checkpoint_errors.len(),
+        2,
+        "{:?}",
+        report.checkpoint_errors
+    );
+    let name = checkpoints.display().to_string();
+    assert!(
+        report.checkpoint_errors.iter().all(|e| e.contains(&name)),
+        "{:?}",
+        report.checkpoint_errors
+    );
+    assert!(report.checkpoint.unwrap().ends_with("ckpt-000001"));
+}
