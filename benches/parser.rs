@@ -33,6 +33,7 @@ fn read_pipeline(path: &Path, shards: usize) -> usize {
     let config = PipelineConfig {
         batch_size: 128,
         shards,
+        keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 64,
         skip: Vec::new(),

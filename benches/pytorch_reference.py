@@ -80,6 +80,20 @@ def auc(scores, labels):
     return (ranks[y > 0.5].sum() - pos * (pos + 1) / 2) / (pos * neg)
 
 
+def evaluate(model, test):
+    """Test logloss, NE and AUC of `model` on `test` (dense, sparse, labels)."""
+    tdense, tsparse, tlabels = test
+    with torch.no_grad():
+        p = torch.cat([torch.sigmoid(model(tdense[i:i + 8192], tsparse[i:i + 8192]))
+                       for i in range(0, tlabels.shape[0], 8192)]).double().numpy()
+    y = tlabels.double().numpy()
+    pc = np.clip(p, 1e-7, 1 - 1e-7)
+    logloss = float(-(y * np.log(pc) + (1 - y) * np.log(1 - pc)).mean())
+    ctr = y.mean()
+    entropy = -(ctr * math.log(ctr) + (1 - ctr) * math.log(1 - ctr))
+    return {"logloss": logloss, "ne": logloss / entropy, "auc": float(auc(p, y))}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--train", required=True)
@@ -92,7 +106,7 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     dense, sparse, labels = load(args.train, args.table_size)
-    tdense, tsparse, tlabels = load(args.test, args.table_size)
+    test = load(args.test, args.table_size)
     model = DLRM(args.table_size, 16, [512, 256, 64], [512, 256])
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = nn.BCEWithLogitsLoss()
@@ -105,17 +119,10 @@ def main():
         loss.backward()
         opt.step()
     seconds = time.perf_counter() - start
-    with torch.no_grad():
-        p = torch.cat([torch.sigmoid(model(tdense[i:i + 8192], tsparse[i:i + 8192]))
-                       for i in range(0, tlabels.shape[0], 8192)]).double().numpy()
-    y = tlabels.double().numpy()
-    pc = np.clip(p, 1e-7, 1 - 1e-7)
-    logloss = float(-(y * np.log(pc) + (1 - y) * np.log(1 - pc)).mean())
-    ctr = y.mean()
-    entropy = -(ctr * math.log(ctr) + (1 - ctr) * math.log(1 - ctr))
-    print(json.dumps({"examples": int(n), "train_seconds": seconds, "examples_per_sec": n / seconds,
-                      "logloss": logloss, "ne": logloss / entropy, "auc": float(auc(p, y)),
-                      "torch": torch.__version__}))
+    result = {"examples": int(n), "train_seconds": seconds, "examples_per_sec": n / seconds,
+              "torch": torch.__version__}
+    result.update(evaluate(model, test))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

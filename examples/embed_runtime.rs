@@ -28,6 +28,7 @@ fn main() -> anyhow::Result<()> {
     let pipeline_config = PipelineConfig {
         batch_size: 128,
         shards: 3,
+        keep: None,
         policy: config.data.bad_lines,
         capacity: 64,
         skip: Vec::new(),

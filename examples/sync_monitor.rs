@@ -29,7 +29,7 @@ struct Monitor {
     worst_staleness: Vec<u64>,
     /// Rounds the group coordinator has handed out.
     rounds: u64,
-    /// Failed or diverged steps the trainers recovered from.
+    /// Failed or diverged steps, sync rounds and service requests recovered from.
     recoveries: u64,
     /// Group members timed out of a round.
     timeouts: u64,
@@ -50,7 +50,9 @@ impl Monitor {
                 self.worst_staleness[trainer] = self.worst_staleness[trainer].max(staleness);
             }
             Event::Regrouped { .. } => self.rounds += 1,
-            Event::TrainerRecovered { .. } | Event::SyncRecovered { .. } => self.recoveries += 1,
+            Event::TrainerRecovered { .. }
+            | Event::SyncRecovered { .. }
+            | Event::ServiceRecovered { .. } => self.recoveries += 1,
             Event::PeerTimedOut { .. } => self.timeouts += 1,
             Event::Abstained { .. } | Event::PeerRejoined { .. } => {}
             Event::TrainerFinished { .. } | Event::TrainerFailed { .. } => self.finished += 1,

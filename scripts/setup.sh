@@ -9,16 +9,19 @@
 #    so plain `cargo build/test/run` find libtorch (build.rs adds an rpath).
 #
 # With --with-torch it also makes a Python venv with PyTorch 2.13.0 (CUDA wheels
-# from PyPI, several GB, cached) for the reference benchmarks.
+# from PyPI, several GB, cached) for the reference benchmarks; with --with-mpi it
+# installs Open MPI and libclang (Debian packages) for the `mpi` cargo feature.
 #
 # Idempotent: a second run checks stamp files and returns in about a second.
 set -euo pipefail
 
 with_torch=false
+with_mpi=false
 for arg in "$@"; do
   case "$arg" in
     --with-torch) with_torch=true ;;
-    *) echo "setup: unknown option $arg (known: --with-torch)" >&2; exit 2 ;;
+    --with-mpi) with_mpi=true ;;
+    *) echo "setup: unknown option $arg (known: --with-torch, --with-mpi)" >&2; exit 2 ;;
   esac
 done
 
@@ -57,7 +60,8 @@ fetch_wheel() { # spec file sha
   say "downloading $spec from PyPI"
   rm -f "$wheels/$file"
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
-    --platform manylinux_2_28_x86_64 -d "$wheels" "$spec"
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 \
+    --platform manylinux_2_17_x86_64 -d "$wheels" "$spec"
   if ! echo "$sha  $wheels/$file" | sha256sum --check --status; then
     say "sha256 mismatch for $wheels/$file (expected $sha); refusing to use it"
     rm -f "$wheels/$file"
@@ -108,6 +112,18 @@ PY
   touch "$libtorch/.complete"
 }
 
+install_mpi() {
+  # Open MPI 4.1 (mpirun, headers) and libclang, which the mpi crate's bindgen needs.
+  local packages=(libopenmpi-dev openmpi-bin libclang-dev) missing=() package
+  for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+  done
+  if ((${#missing[@]})); then
+    say "installing ${missing[*]} (for the mpi feature)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  fi
+}
+
 install_torch_venv() {
   local venv=$cache/torch-venv
   [[ -f $venv/.complete ]] && return
@@ -125,3 +141,4 @@ install_system_packages
 [[ -f $libtorch/.complete ]] || assemble_libtorch
 ln -sfn "$libtorch" "$repo/.libtorch"
 if $with_torch; then install_torch_venv; fi
+if $with_mpi; then install_mpi; fi

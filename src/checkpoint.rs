@@ -5,10 +5,12 @@
 //! * `state.safetensors`: every array of the run — each trainer's dense
 //!   replica (`dense/T`), each learner's optimizer state (`learner/W/NAME`),
 //!   the shared embedding table and its optimizer state (`table/NAME`), EASGD's
-//!   centre (`center`);
-//! * `manifest.json` ([`Manifest`]): the run's configuration, each trainer's
-//!   steps and examples, each learner's position in its data, and the size and
-//!   SHA-256 of the state file.
+//!   centre (`center`), BMUF's global model and block momentum per trainer
+//!   (`bmuf/T/global`, `bmuf/T/momentum`);
+//! * `manifest.json` ([`Manifest`]): the run's configuration (with the group
+//!   schedule's seed), each trainer's steps, examples and next sync round, each
+//!   learner's position in its data, the training seconds and evaluations so
+//!   far, and the size and SHA-256 of the state file.
 //!
 //! [`CheckpointStore::save`] writes atomically: into `.tmp-ckpt-NNNNNN`, each
 //! file synced, the directory renamed into place and its parent synced; then
@@ -19,10 +21,12 @@
 //! is ever read: no pickled objects, no code.
 
 use crate::config::Config;
+use crate::train::EvalPoint;
 use crate::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use shadowsync_actors::sync::{BmufState, PeerState, Rule};
 use shadowsync_actors::{ClusterState, LearnerState, TrainerState};
 use std::fs::File;
 use std::io::Write;
@@ -54,6 +58,9 @@ pub struct TrainerCounts {
     pub steps: u64,
     /// Examples trained.
     pub examples: u64,
+    /// Its sync peer's next round (0 in checkpoints from before rounds were kept).
+    #[serde(default)]
+    pub sync_round: u64,
 }
 
 /// What a checkpoint holds besides its arrays.
@@ -73,6 +80,12 @@ pub struct Manifest {
     /// Per learner: chunks of its data shard consumed, or `None` if it had
     /// finished its data.
     pub positions: Vec<Option<u64>>,
+    /// Training wall-clock seconds so far (of every run it continues).
+    #[serde(default)]
+    pub train_seconds: f64,
+    /// The evaluations during training so far.
+    #[serde(default)]
+    pub history: Vec<EvalPoint>,
     /// Bytes of the state file.
     pub state_bytes: u64,
     /// SHA-256 of the state file, in hex.
@@ -90,6 +103,10 @@ pub struct Checkpoint {
     pub cluster: ClusterState,
     /// The shared embedding table's arrays, by name.
     pub table: Vec<(String, Vec<f32>)>,
+    /// Training wall-clock seconds so far (of every run it continues).
+    pub train_seconds: f64,
+    /// The evaluations during training so far.
+    pub history: Vec<EvalPoint>,
 }
 
 impl Checkpoint {
@@ -103,6 +120,10 @@ impl Checkpoint {
         let mut arrays: Vec<(String, &[f32])> = Vec::new();
         for (t, trainer) in self.cluster.trainers.iter().enumerate() {
             arrays.push((format!("dense/{t}"), &trainer.dense));
+            if let Some(bmuf) = &trainer.sync.bmuf {
+                arrays.push((format!("bmuf/{t}/global"), &bmuf.global));
+                arrays.push((format!("bmuf/{t}/momentum"), &bmuf.momentum));
+            }
         }
         for (w, learner) in self.cluster.learners.iter().enumerate() {
             for (name, values) in learner.iter().flat_map(|l| &l.arrays) {
@@ -142,15 +163,28 @@ impl Checkpoint {
             found.sort();
             found
         };
+        let bmuf = manifest.config.sync.algorithm.rule() == Some(Rule::Bmuf);
         let trainers = manifest
             .trainers
             .iter()
             .enumerate()
             .map(|(t, counts)| {
+                let bmuf = bmuf
+                    .then(|| -> Result<_, String> {
+                        Ok(BmufState {
+                            global: read(&format!("bmuf/{t}/global"))?,
+                            momentum: read(&format!("bmuf/{t}/momentum"))?,
+                        })
+                    })
+                    .transpose()?;
                 Ok(TrainerState {
                     steps: counts.steps,
                     examples: counts.examples,
                     dense: read(&format!("dense/{t}"))?,
+                    sync: PeerState {
+                        round: counts.sync_round,
+                        bmuf,
+                    },
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -181,6 +215,8 @@ impl Checkpoint {
             .collect::<Result<Vec<_>, String>>()?;
         Ok(Self {
             reason: manifest.reason,
+            train_seconds: manifest.train_seconds,
+            history: manifest.history,
             config: manifest.config,
             cluster: ClusterState {
                 trainers,
@@ -253,6 +289,7 @@ impl CheckpointStore {
                 .map(|t| TrainerCounts {
                     steps: t.steps,
                     examples: t.examples,
+                    sync_round: t.sync.round,
                 })
                 .collect(),
             positions: checkpoint
@@ -261,6 +298,8 @@ impl CheckpointStore {
                 .iter()
                 .map(|l| l.as_ref().map(|l| l.position))
                 .collect(),
+            train_seconds: checkpoint.train_seconds,
+            history: checkpoint.history.clone(),
             state_bytes: state.len() as u64,
             state_sha256: sha256_hex(&state),
         };
@@ -424,20 +463,34 @@ mod tests {
     use super::*;
 
     fn sample(examples: u64) -> Checkpoint {
+        let mut config = Config::default();
+        config.sync.algorithm = "shadow-bmuf".parse().unwrap();
+        let bmuf = |x: f32| BmufState {
+            global: vec![x, 2.0 * x, -x],
+            momentum: vec![0.5 * x, 0.0, 1e-8],
+        };
         Checkpoint {
             reason: Reason::Periodic,
-            config: Config::default(),
+            config,
             cluster: ClusterState {
                 trainers: vec![
                     TrainerState {
                         steps: 3,
                         examples,
                         dense: vec![1.0, -2.5, f32::MIN_POSITIVE],
+                        sync: PeerState {
+                            round: 12,
+                            bmuf: Some(bmuf(1.5)),
+                        },
                     },
                     TrainerState {
                         steps: 4,
                         examples: 7,
                         dense: vec![0.5, 0.25, 1e30],
+                        sync: PeerState {
+                            round: 11,
+                            bmuf: Some(bmuf(-3.0)),
+                        },
                     },
                 ],
                 learners: vec![
@@ -453,6 +506,12 @@ mod tests {
                 ("sum".into(), vec![0.0; 8]),
                 ("weight".into(), (0..8).map(|i| i as f32 / 3.0).collect()),
             ],
+            train_seconds: 12.5,
+            history: vec![EvalPoint {
+                examples: 4,
+                train_seconds: 3.25,
+                metrics: crate::metrics::evaluate(&[0.25, 0.5], &[0.0, 1.0]),
+            }],
         }
     }
 
@@ -467,6 +526,17 @@ mod tests {
         assert_eq!((latest, rejected), (path, Vec::new()));
         assert_eq!(loaded, saved);
         assert_eq!(loaded.examples(), 12);
+    }
+
+    #[test]
+    fn a_bmuf_checkpoint_without_its_block_momentum_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path(), 2).unwrap();
+        let mut damaged = sample(5);
+        damaged.cluster.trainers[1].sync.bmuf = None;
+        store.save(&damaged).unwrap();
+        let message = store.load_latest().unwrap_err().to_string();
+        assert!(message.contains("\"bmuf/1/global\""), "{message}");
     }
 
     #[test]

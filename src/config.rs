@@ -22,11 +22,13 @@
 //! batch_size = 128
 //! eval_every = 250000        # examples between evaluations; 0 = only at the end
 //! trainers = 4
+//! consensus_every_ms = 500   # sampling of the replicas' consensus distance; 0 = none
+//! table_sync_ms = 50         # across processes (mpirun): embedding-table merges
 //!
 //! [sync]
 //! algorithm = "shadow-ma"    # none | sync-sgd | fr-ma:K | fr-easgd:K | fr-bmuf:K | shadow-ma | shadow-easgd | shadow-bmuf
 //! group_size = 2             # DS-Sync groups (0 = all trainers)
-//! schedule = "random"        # global | fixed | alternating | random | hypercube
+//! schedule = "random"        # global | fixed | alternating | random | hypercube | hierarchical
 //! link = { latency_us = 200, bandwidth_gbps = 1 }   # simulated network
 //! peer_timeout_ms = 5000     # a member silent this long is left out of the round (0 = wait)
 //!
@@ -37,8 +39,9 @@
 //!
 //! # For testing fault containment only: inject failures into a trainer.
 //! # kind: "error" | "panic" | "diverge" | { hang = { ms = 1500 } }
-//! #   or, for the trainer's shadow-sync loop (at_step/every count its rounds):
-//! #   "sync-panic" | { sync-hang = { ms = 1500 } }
+//! #   or, with at_step/every counting the trainer's sync rounds: in its shadow-sync
+//! #   loop "sync-panic" | { sync-hang = { ms = 1500 } }; in the group coordinator
+//! #   answering it "coordinator-panic"; in EASGD's server shards "server-panic"
 //! [[faults]]
 //! trainer = 1
 //! kind = "panic"
@@ -274,6 +277,12 @@ pub struct TrainConfig {
     /// Hogwild worker threads per trainer, stepping its one dense replica, each
     /// on its own part of the trainer's data (with `none` and `shadow-*`).
     pub workers: usize,
+    /// Across processes (`mpirun`): milliseconds between two rounds averaging
+    /// the processes' embedding tables (one round follows the last).
+    pub table_sync_ms: u64,
+    /// Milliseconds between two samples of the replicas' consensus distance
+    /// (0 = none; one more is taken when training ends).
+    pub consensus_every_ms: u64,
 }
 
 impl Default for TrainConfig {
@@ -285,6 +294,8 @@ impl Default for TrainConfig {
             seed: 0,
             trainers: 1,
             workers: 1,
+            table_sync_ms: 50,
+            consensus_every_ms: 500,
         }
     }
 }
@@ -301,6 +312,12 @@ impl Config {
 
     /// Checks every value against its allowed range.
     pub fn validate(&self) -> Result<()> {
+        self.validate_for(1)
+    }
+
+    /// [`Config::validate`] for one of `processes` processes of a job, each
+    /// with `train.trainers` trainers (groups may span processes).
+    pub fn validate_for(&self, processes: usize) -> Result<()> {
         let positive_lr = |key: &str, lr: f64| {
             if lr.is_finite() && lr > 0.0 {
                 Ok(())
@@ -325,6 +342,9 @@ impl Config {
         if self.train.workers == 0 {
             return Err(Error::config("train.workers", "must be at least 1"));
         }
+        if self.train.table_sync_ms == 0 {
+            return Err(Error::config("train.table_sync_ms", "must be at least 1"));
+        }
         if self.train.workers > 1
             && !matches!(
                 self.sync.algorithm,
@@ -347,6 +367,8 @@ impl Config {
                 format!("{} names no trainer; trainers are 0..{n}", fault.trainer),
             ));
         }
+        // Groups are formed over the whole job's trainers.
+        let n = n * processes.max(1);
         if self.sync.group_size > n {
             return Err(Error::config(
                 "sync.group_size",
@@ -505,5 +527,25 @@ mod tests {
             let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
+        assert!(parse("[train]\ntable_sync_ms = 0")
+            .unwrap_err()
+            .to_string()
+            .contains("train.table_sync_ms"));
+    }
+
+    #[test]
+    fn across_processes_groups_span_the_whole_job() {
+        let mut c = Config::default();
+        c.train.trainers = 2;
+        c.sync.group_size = 4;
+        assert!(c.validate().is_err());
+        c.validate_for(2).unwrap();
+        c.sync.schedule = shadowsync_actors::sync::Schedule::Fixed;
+        c.sync.group_size = 3;
+        assert!(c
+            .validate_for(2)
+            .unwrap_err()
+            .to_string()
+            .contains("sync.group_size"));
     }
 }

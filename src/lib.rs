@@ -10,7 +10,10 @@
 //!   one flat buffer and one fused, sparsely updated embedding table;
 //! * [`metrics`] — NE, exact AUC, logloss, calibration;
 //! * [`config`] — the TOML run configuration;
-//! * [`train`] — a training run from a configuration to a [`train::TrainReport`].
+//! * [`train`] — a training run from a configuration to a [`train::TrainReport`],
+//!   in this process or spread over processes ([`distributed`], through MPI);
+//! * [`experiment`] — a grid of runs, each one's results kept, resumable;
+//! * [`report`] — an experiment's results as Markdown tables and SVG plots.
 //!
 //! ```no_run
 //! use shadowsync::{config::Config, train};
@@ -26,9 +29,12 @@
 pub mod checkpoint;
 pub mod config;
 pub mod data;
+pub mod distributed;
 mod error;
+pub mod experiment;
 pub mod metrics;
 pub mod model;
+pub mod report;
 pub mod train;
 
 pub use error::{Error, Result};

@@ -1,11 +1,15 @@
-//! The `shadowsync` command line: `train` and `gen-data`.
+//! The `shadowsync` command line: `train`, `experiment`, `report` and `gen-data`.
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use shadowsync::config::{Config, ModelKind, OptimizerKind};
 use shadowsync::data::{BadLinePolicy, SyntheticData, SyntheticSpec};
-use shadowsync::runtime::sync::{Algorithm, Schedule, WriteBack};
+use shadowsync::experiment::{self, Experiment, GridObserver, Run};
+use shadowsync::report::{self, ExperimentResults, Provenance};
+use shadowsync::runtime::sync::{
+    launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, WriteBack,
+};
 use shadowsync::train::{self, EvalPoint, Observer, TrainReport};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::path::PathBuf;
@@ -29,6 +33,11 @@ enum Command {
     /// Train a model for one pass and evaluate it (built-in synthetic data unless
     /// --train/--test are given).
     Train(Box<TrainArgs>),
+    /// Run a grid of training runs, keeping every run's results as JSON (run it
+    /// again to go on after an interruption: finished runs are not run again).
+    Experiment(ExperimentArgs),
+    /// Turn experiments' results into Markdown documents with SVG plots.
+    Report(ReportArgs),
     /// Write synthetic Criteo-format data labelled by a planted model.
     GenData(GenDataArgs),
 }
@@ -92,7 +101,7 @@ struct TrainArgs {
     /// Trainers per DS-Sync group (0 = all).
     #[arg(long, group = "setup")]
     group_size: Option<usize>,
-    /// Group schedule: global, fixed, alternating, random, hypercube.
+    /// Group schedule: global, fixed, alternating, random, hypercube, hierarchical.
     #[arg(long, value_parser = parse::<Schedule>, group = "setup")]
     schedule: Option<Schedule>,
     /// Write-back of an average: overwrite or delta.
@@ -141,9 +150,73 @@ struct TrainArgs {
     /// checkpoint, with that run's configuration.
     #[arg(long, conflicts_with = "setup")]
     resume: Option<PathBuf>,
-    /// Write the results as JSON to this file.
+    /// Write the results as JSON to this file (under mpirun: rank 0 writes it).
     #[arg(long)]
     results: Option<PathBuf>,
+    /// Where the trainers run: local (this process) or mpi (this process is one
+    /// rank of an mpirun job, hosting --trainers of the job's trainers); the
+    /// default is mpi when launched by mpirun.
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// Under MPI: seconds a send or a collective may take before the rank ends
+    /// the job, naming itself (0 = wait for ever).
+    #[arg(long, default_value_t = 120)]
+    mpi_watchdog_s: u64,
+}
+
+/// Where a run's trainers live.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// All in this process.
+    Local,
+    /// Spread over the ranks of an `mpirun` job (feature `mpi`).
+    Mpi,
+}
+
+impl Backend {
+    /// The fabric of this backend (`None`: MPI's default when under mpirun),
+    /// with a watchdog of `watchdog_s` seconds (0: none) under MPI.
+    fn fabric(backend: Option<Self>, watchdog_s: u64) -> Result<Arc<dyn Fabric>> {
+        let mpi = backend.map_or_else(launched_by_mpirun, |b| b == Backend::Mpi);
+        if !mpi {
+            return Ok(Arc::new(InProcess));
+        }
+        #[cfg(feature = "mpi")]
+        return Ok(Arc::new(shadowsync::runtime::sync::mpi::MpiNode::start(
+            (watchdog_s > 0).then(|| Duration::from_secs(watchdog_s)),
+        )?));
+        #[cfg(not(feature = "mpi"))]
+        {
+            let _ = watchdog_s; // only MPI ranks have a watchdog
+            anyhow::bail!(
+                "--backend mpi (or a launch by mpirun): this shadowsync was built without the \
+                 `mpi` feature; build it with `cargo build --release --features mpi`"
+            )
+        }
+    }
+}
+
+#[derive(Args)]
+struct ExperimentArgs {
+    /// A built-in experiment (see --list) or an experiment file (TOML).
+    #[arg(required_unless_present = "list")]
+    experiment: Option<String>,
+    /// Directory of the results (each experiment's in a directory of its own).
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// List the built-in experiments.
+    #[arg(long)]
+    list: bool,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// Results directories of experiments (RESULTS/NAME); none: every one
+    /// under `results/`.
+    dirs: Vec<PathBuf>,
+    /// Directory of the documents (NAME.md, plots in NAME/).
+    #[arg(long, default_value = "docs/results")]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -234,6 +307,19 @@ impl TrainArgs {
     }
 }
 
+/// A flag SIGINT and SIGTERM raise, for a graceful stop (a second signal ends
+/// the process at once).
+fn interrupt_flag() -> Result<Arc<AtomicBool>> {
+    let interrupt = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&interrupt))
+            .context("installing a signal handler")?;
+        signal_hook::flag::register(signal, Arc::clone(&interrupt))
+            .context("installing a signal handler")?;
+    }
+    Ok(interrupt)
+}
+
 /// A progress bar on a terminal; a log line every few seconds otherwise.
 struct Progress {
     bar: ProgressBar,
@@ -244,21 +330,13 @@ struct Progress {
 }
 
 impl Progress {
-    /// Progress of a run that SIGINT and SIGTERM stop gracefully (a second one
-    /// ends the process at once).
+    /// Progress of a run that SIGINT and SIGTERM stop gracefully.
     fn new() -> Result<Self> {
-        let interrupt = Arc::new(AtomicBool::new(false));
-        for signal in [SIGINT, SIGTERM] {
-            signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&interrupt))
-                .context("installing a signal handler")?;
-            signal_hook::flag::register(signal, Arc::clone(&interrupt))
-                .context("installing a signal handler")?;
-        }
         Ok(Self {
             bar: ProgressBar::hidden(),
             last_log: Instant::now(),
             started: Instant::now(),
-            interrupt,
+            interrupt: interrupt_flag()?,
         })
     }
 }
@@ -314,20 +392,231 @@ impl Observer for Progress {
     }
 }
 
+/// One progress bar over a grid's runs, its message the current run's progress.
+struct GridProgress {
+    bar: ProgressBar,
+    run: String,
+    run_total: Option<u64>,
+    started: Instant,
+    last_log: Instant,
+    interrupt: Arc<AtomicBool>,
+}
+
+impl GridProgress {
+    fn new() -> Result<Self> {
+        let bar = ProgressBar::new(0).with_style(
+            ProgressStyle::with_template("{bar:30} run {pos}/{len}  elapsed {elapsed}  {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Ok(Self {
+            bar,
+            run: String::new(),
+            run_total: None,
+            started: Instant::now(),
+            last_log: Instant::now(),
+            interrupt: interrupt_flag()?,
+        })
+    }
+}
+
+impl Observer for GridProgress {
+    fn started(&mut self, total: Option<u64>) {
+        self.run_total = total;
+        self.started = Instant::now();
+    }
+
+    fn progressed(&mut self, examples: u64) {
+        let rate = examples as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
+        let done = match self.run_total {
+            Some(total) => format!("{:.0}%", 100.0 * examples as f64 / total.max(1) as f64),
+            None => format!("{examples} examples"),
+        };
+        self.bar
+            .set_message(format!("{}: {done}, {rate:.0} examples/s", self.run));
+        if self.bar.is_hidden() && self.last_log.elapsed() >= Duration::from_secs(10) {
+            self.last_log = Instant::now();
+            tracing::info!(run = %self.run, examples, examples_per_sec = rate.round(), "training");
+        }
+    }
+
+    fn interrupted(&mut self) -> bool {
+        self.interrupt.load(Ordering::Relaxed)
+    }
+}
+
+impl GridObserver for GridProgress {
+    fn run_started(&mut self, index: usize, total: usize, run: &Run) {
+        self.bar.set_length(total as u64);
+        self.bar.set_position(index as u64);
+        self.run.clone_from(&run.id);
+        self.bar.set_message(run.id.clone());
+    }
+
+    fn run_ended(&mut self, run: &Run, report: &TrainReport, reused: bool) {
+        self.bar.inc(1);
+        let m = &report.final_metrics;
+        let line = format!(
+            "{}: NE {:.4} AUC {:.4}, {:.0} examples/s{}{}",
+            run.id,
+            m.ne,
+            m.auc,
+            report.examples_per_sec,
+            if reused {
+                " (results already there)"
+            } else {
+                ""
+            },
+            report
+                .error
+                .as_ref()
+                .map_or(String::new(), |e| format!(" — FAILED: {e}")),
+        );
+        self.bar.suspend(|| println!("{line}"));
+    }
+}
+
+fn run_experiment(args: &ExperimentArgs) -> Result<()> {
+    if args.list {
+        for (name, _) in experiment::BUILT_IN {
+            let e = Experiment::named(name)?;
+            println!("{name:14} {} runs  {}", e.runs.len(), e.title);
+        }
+        return Ok(());
+    }
+    let name = args
+        .experiment
+        .as_deref()
+        .context("name an experiment or give --list")?;
+    let experiment = Experiment::named(name)?;
+    println!(
+        "{}: {} runs{}",
+        experiment.title,
+        experiment.runs.len(),
+        match experiment.skipped.len() {
+            0 => String::new(),
+            n => format!(" ({n} combinations skipped)"),
+        }
+    );
+    for skipped in &experiment.skipped {
+        println!("  skipped {}: {}", skipped.id, skipped.reason);
+    }
+    let mut progress = GridProgress::new()?;
+    let outcome = experiment::run_grid(&experiment, &args.out, &mut progress)?;
+    progress.bar.finish_and_clear();
+    let done = outcome.trained + outcome.reused;
+    println!(
+        "{done} of {} runs done ({} now, {} already), results in {}",
+        experiment.runs.len(),
+        outcome.trained,
+        outcome.reused,
+        outcome.directory.display()
+    );
+    if outcome.interrupted {
+        anyhow::bail!("interrupted; run the same command again to go on");
+    }
+    if !outcome.failed.is_empty() {
+        anyhow::bail!(
+            "{} runs failed (their results say why; they run again next time): {}",
+            outcome.failed.len(),
+            outcome.failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn write_reports(args: &ReportArgs) -> Result<()> {
+    let dirs = match args.dirs.is_empty() {
+        false => args.dirs.clone(),
+        true => {
+            let root = PathBuf::from("results");
+            let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+                .with_context(|| {
+                    format!(
+                        "reading {} (name results directories to report)",
+                        root.display()
+                    )
+                })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.join("experiment.toml").exists())
+                .collect();
+            dirs.sort();
+            dirs
+        }
+    };
+    anyhow::ensure!(!dirs.is_empty(), "no experiment results to report");
+    for dir in &dirs {
+        let results = ExperimentResults::load(dir)?;
+        let name = &results.experiment.name;
+        let built_in = experiment::BUILT_IN.iter().any(|(n, _)| n == name);
+        let source = match built_in {
+            true => name.clone(),
+            false => dir.join("experiment.toml").display().to_string(),
+        };
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let command = format!(
+            "./dev shadowsync experiment {source} --out {}\n./dev shadowsync report {} --out {}",
+            parent.display(),
+            dir.display(),
+            args.out.display()
+        );
+        let document = report::render(&results, &Provenance::here(command))?;
+        let path = document.write(&args.out)?;
+        println!(
+            "{}: {} of {} runs, {} plots",
+            path.display(),
+            results.results.len(),
+            results.experiment.runs.len(),
+            document.plots.len()
+        );
+    }
+    Ok(())
+}
+
+/// `result`, its error naming this process's rank when there are several (a
+/// rank that fails exits at once, which ends the whole `mpirun` job).
+fn name_rank<T, E: Into<anyhow::Error>>(
+    result: std::result::Result<T, E>,
+    fabric: &dyn Fabric,
+) -> Result<T> {
+    result.map_err(|e| match fabric.processes() {
+        1 => e.into(),
+        ranks => e
+            .into()
+            .context(format!("rank {} of {ranks}", fabric.process())),
+    })
+}
+
 fn print_summary(report: &TrainReport) {
     let m = &report.final_metrics;
     let cluster = &report.cluster;
+    let trainers = report
+        .distributed
+        .as_ref()
+        .map_or(cluster.trainers, |d| d.job_trainers);
     println!(
-        "trained {:?} on {} examples in {:.1} s: {:.0} examples/s ({} trainer{}, {})",
+        "trained {:?} on {} examples in {:.1} s: {:.0} examples/s ({} trainer{}{}, {})",
         report.config.model.kind,
         report.examples,
         report.train_seconds,
         report.examples_per_sec,
-        cluster.trainers,
-        if cluster.trainers == 1 { "" } else { "s" },
+        trainers,
+        if trainers == 1 { "" } else { "s" },
+        report
+            .distributed
+            .as_ref()
+            .map_or(String::new(), |d| format!(" in {} processes", d.processes)),
         cluster.algorithm,
     );
-    if cluster.trainers > 1 && cluster.algorithm != Algorithm::None {
+    if let Some(d) = &report.distributed {
+        println!(
+            "across processes (rank 0): {} table-sync rounds, {:.0} bytes moved per example (dense {} B, tables {} B)",
+            d.table_sync.rounds, d.bytes_per_example, d.dense_bytes_sent, d.table_sync.bytes
+        );
+    }
+    if trainers > 1 && cluster.algorithm != Algorithm::None {
         let n = cluster.trainer_stats.len() as f64;
         let mean = |f: fn(&shadowsync::runtime::stats::TrainerStats) -> f64| {
             cluster.trainer_stats.iter().map(f).sum::<f64>() / n
@@ -384,20 +673,40 @@ fn print_summary(report: &TrainReport) {
 }
 
 fn main() -> Result<()> {
+    let cli = Cli::parse();
+    // A grid logs its runs' warnings only: its progress bar says the rest.
+    let quiet = matches!(cli.command, Command::Experiment(_) | Command::Report(_));
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(if quiet { "warn" } else { "info" })
+            }),
         )
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    match cli.command {
         Command::Train(args) => {
             let mut progress = Progress::new()?;
+            let fabric = Backend::fabric(args.backend, args.mpi_watchdog_s)?;
             let report = match &args.resume {
-                Some(dir) => train::resume(dir, &mut progress)?,
-                None => train::train(&args.config()?, &mut progress)?,
+                Some(_) if fabric.processes() > 1 => {
+                    anyhow::bail!("--resume: checkpoints are not written across processes yet")
+                }
+                Some(dir) => train::resume(dir, &mut progress),
+                None => train::train_on(Arc::clone(&fabric), &args.config()?, &mut progress),
             };
+            let report = name_rank(report, fabric.as_ref())?;
+            // One rank of a job speaks for it: they all have the same model.
+            if let Some(error) = report.error.as_ref().filter(|_| fabric.processes() > 1) {
+                name_rank(
+                    Err(anyhow::anyhow!("training stopped early: {error}")),
+                    fabric.as_ref(),
+                )?;
+            }
+            fabric.finish()?;
+            if fabric.process() > 0 {
+                return Ok(());
+            }
             if let Some(path) = &args.results {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir)
@@ -417,13 +726,19 @@ fn main() -> Result<()> {
             if report.interrupted {
                 match &report.config.checkpoint.dir {
                     Some(dir) => anyhow::bail!(
-                        "interrupted; continue with: shadowsync train --resume {}",
+                        "interrupted; continue with: {}shadowsync train --resume {}",
+                        match fabric.processes() {
+                            1 => String::new(),
+                            ranks => format!("mpirun -np {ranks} "),
+                        },
                         dir.display()
                     ),
                     None => anyhow::bail!("interrupted (no checkpoint: --checkpoint-dir not set)"),
                 }
             }
         }
+        Command::Experiment(args) => run_experiment(&args)?,
+        Command::Report(args) => write_reports(&args)?,
         Command::GenData(args) => {
             let spec = SyntheticSpec {
                 train_rows: args.rows,

@@ -7,23 +7,34 @@
 //! * **AUC**: exact ROC AUC over all examples, tied scores counting one half;
 //! * **calibration**: mean prediction ÷ observed CTR (1.0 = calibrated).
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
-/// Metrics of one evaluation.
+/// Metrics of one evaluation. In JSON a figure that is not finite (an AUC
+/// with one class absent) is `null`, read back as NaN.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
     /// Examples evaluated.
     pub examples: u64,
     /// Mean logloss.
+    #[serde(deserialize_with = "null_as_nan")]
     pub logloss: f64,
     /// Normalized entropy.
+    #[serde(deserialize_with = "null_as_nan")]
     pub ne: f64,
     /// ROC AUC (NaN when one class is absent).
+    #[serde(deserialize_with = "null_as_nan")]
     pub auc: f64,
     /// Mean prediction ÷ CTR.
+    #[serde(deserialize_with = "null_as_nan")]
     pub calibration: f64,
     /// Observed click-through rate.
+    #[serde(deserialize_with = "null_as_nan")]
     pub ctr: f64,
+}
+
+/// A number JSON holds as `null` (`serde_json` writes NaN and ±∞ so) as NaN.
+fn null_as_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl Metrics {
@@ -109,6 +120,17 @@ pub fn auc(scores: &[f32], labels: &[f32]) -> f64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_metric_that_is_not_finite_reads_back_from_json_as_nan() {
+        let one_class = evaluate(&[0.2, 0.7], &[0.0, 0.0]);
+        assert!(one_class.auc.is_nan());
+        let json = serde_json::to_string(&one_class).unwrap();
+        assert!(json.contains("\"auc\":null"), "{json}");
+        let back: Metrics = serde_json::from_str(&json).unwrap();
+        assert!(back.auc.is_nan());
+        assert_eq!((back.examples, back.logloss), (2, one_class.logloss));
+    }
 
     /// Independent AUC: the fraction of (positive, negative) pairs ranked right.
     fn pairwise_auc(scores: &[f32], labels: &[f32]) -> f64 {

@@ -31,16 +31,18 @@ use crate::data::{
     BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, SyntheticData,
     TableLayout,
 };
+use crate::distributed::{TableSync, TableSyncReport};
 use crate::metrics::{evaluate, Metrics};
 use crate::model::{CtrLearner, EmbeddingTable};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
 use shadowsync_actors::events::Event;
-use shadowsync_actors::sync::Algorithm;
+use shadowsync_actors::sync::{Algorithm, Fabric, InProcess};
 use shadowsync_actors::{Cluster, ClusterConfig, ClusterReport, Learner, ParamAlias};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Examples per evaluation batch.
@@ -87,11 +89,12 @@ pub struct TrainReport {
     pub examples: u64,
     /// Optimizer steps taken.
     pub steps: u64,
-    /// Training wall-clock seconds (evaluations excluded).
+    /// Training wall-clock seconds (with those of the run it resumed).
     pub train_seconds: f64,
     /// Examples this run trained per second.
     pub examples_per_sec: f64,
-    /// Evaluations during training, in order.
+    /// Evaluations during training, in order (with those of the run it
+    /// resumed, up to its checkpoint).
     pub history: Vec<EvalPoint>,
     /// Evaluation of the final model (under `none`, the mean of
     /// `replica_metrics`).
@@ -112,6 +115,28 @@ pub struct TrainReport {
     pub checkpoint_errors: Vec<String>,
     /// Whether the run was interrupted before the end of its data.
     pub interrupted: bool,
+    /// For a run spread over processes, this process's part in it (`examples`
+    /// and `examples_per_sec` above are then the whole job's; `cluster` is
+    /// this process's).
+    pub distributed: Option<DistributedReport>,
+}
+
+/// A process's part in a run spread over processes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DistributedReport {
+    /// Number of processes.
+    pub processes: usize,
+    /// This process's index.
+    pub process: usize,
+    /// Trainers of the whole job.
+    pub job_trainers: usize,
+    /// Bytes this process sent to the others syncing dense replicas.
+    pub dense_bytes_sent: u64,
+    /// The embedding table's averaging across processes.
+    pub table_sync: TableSyncReport,
+    /// Bytes this process moved (dense sync and table sync) per example it
+    /// trained.
+    pub bytes_per_example: f64,
 }
 
 /// Where a resumed run started.
@@ -293,7 +318,26 @@ fn note_checkpoint(
 /// Trains `config.train.trainers` replicas for one pass over the data (each on
 /// its shard, synchronized by `config.sync`) and evaluates the result.
 pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport> {
-    run(config, None, observer)
+    run(Arc::new(InProcess), config, None, observer)
+}
+
+/// This process's part of a run spread over `fabric`'s processes (each runs
+/// it with the same `config`): `config.train.trainers` trainers here, on this
+/// process's part of the data; see [`crate::distributed`]. Every process gets
+/// the report of the same final model (the mean over all trainers).
+/// Checkpoints are not written across processes yet.
+pub fn train_on(
+    fabric: Arc<dyn Fabric>,
+    config: &Config,
+    observer: &mut dyn Observer,
+) -> Result<TrainReport> {
+    if fabric.processes() > 1 && config.checkpoint.dir.is_some() {
+        return Err(Error::config(
+            "checkpoint.dir",
+            "checkpoints are not written across processes yet: leave it unset under mpirun",
+        ));
+    }
+    run(fabric, config, None, observer)
 }
 
 /// Continues the run whose checkpoints are in `dir` from the newest whole one,
@@ -312,7 +356,12 @@ pub fn resume(dir: &Path, observer: &mut dyn Observer) -> Result<TrainReport> {
             .map(|r| format!("{}: {}", r.path.display(), r.reason))
             .collect(),
     };
-    run(&config, Some((resumed, checkpoint)), observer)
+    run(
+        Arc::new(InProcess),
+        &config,
+        Some((resumed, checkpoint)),
+        observer,
+    )
 }
 
 /// The shared table's arrays, by name.
@@ -328,11 +377,12 @@ fn table_arrays(table: &EmbeddingTable) -> Result<Vec<(String, Vec<f32>)>> {
 }
 
 fn run(
+    fabric: Arc<dyn Fabric>,
     config: &Config,
     resumed: Option<(Resumed, Checkpoint)>,
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
-    config.validate()?;
+    config.validate_for(fabric.processes())?;
     tch::set_num_threads(config.train.threads as i32);
     tch::manual_seed(config.train.seed as i64);
     let layout = config.table_layout()?;
@@ -346,7 +396,17 @@ fn run(
             let synthetic = &config.data.synthetic;
             let dir = synthetic.directory();
             tracing::info!(dir = %dir.display(), "using built-in synthetic data");
-            let data = SyntheticData::ensure(synthetic.spec(), &dir)?;
+            // Across processes, the first makes the data before the others
+            // look (they would replace files under each other's readers).
+            let ensure = || SyntheticData::ensure(synthetic.spec(), &dir);
+            let data = if fabric.process() == 0 {
+                let data = ensure()?;
+                fabric.sum(&mut [0])?;
+                data
+            } else {
+                fabric.sum(&mut [0])?;
+                ensure()?
+            };
             (
                 data.train,
                 data.test,
@@ -363,7 +423,8 @@ fn run(
         layout.clone(),
         &PipelineConfig {
             batch_size: config.train.batch_size,
-            shards: trainers * workers,
+            shards: trainers * workers * fabric.processes(),
+            keep: Some(fabric.local_trainers(trainers * workers)),
             policy: config.data.bad_lines,
             capacity: 64,
             // A learner that had finished its data skips all of it.
@@ -409,6 +470,12 @@ fn run(
         .map(|dir| CheckpointStore::open(dir, config.checkpoint.keep))
         .transpose()?;
     let saved_table = shared_table.share();
+    let table_sync = (fabric.processes() > 1)
+        .then(|| {
+            let every = Duration::from_millis(config.train.table_sync_ms);
+            TableSync::start(Arc::clone(&fabric), shared_table.share(), every)
+        })
+        .transpose()?;
     let mut evaluator = Evaluator::start(CtrScorer {
         model: CtrLearner::with_table(&config.model, &config.optim, shared_table, None)?,
         test: test_batches,
@@ -427,6 +494,7 @@ fn run(
     let cluster_config = ClusterConfig {
         sync: config.sync.clone(),
         intra_op_threads: config.train.threads,
+        consensus_every_ms: config.train.consensus_every_ms,
         workers,
         faults: config.faults.clone(),
         checkpoint_every: match store {
@@ -435,14 +503,24 @@ fn run(
         },
         ..ClusterConfig::default()
     };
-    let cluster = match &resumed {
-        Some((_, checkpoint)) => {
-            Cluster::start_from(cluster_config, learners, &checkpoint.cluster)?
-        }
-        None => Cluster::start(cluster_config, learners)?,
-    };
+    // Subscribed before the start: a trainer failing at once is seen.
+    let events = cluster_config.events.subscribe();
+    let observed = cluster_config.events.subscribe();
+    let cluster = Cluster::start_on(
+        Arc::clone(&fabric),
+        cluster_config,
+        learners,
+        resumed.as_ref().map(|(_, checkpoint)| &checkpoint.cluster),
+    )?;
+    observer.cluster_started(observed);
+    // Training seconds and evaluations of the runs this one continues.
+    let (earlier_seconds, mut history) = resumed.as_ref().map_or((0.0, Vec::new()), |(_, c)| {
+        (c.train_seconds, c.history.clone())
+    });
+    let started = Instant::now();
+    let train_seconds = || earlier_seconds + started.elapsed().as_secs_f64();
     // `held`: how long the trainers stood still for it.
-    let save = |reason, cluster_state, table, held: Duration| -> Result<PathBuf> {
+    let save = |reason, cluster_state, table, held: Duration, history: &[EvalPoint]| {
         let writing = Instant::now();
         let store = store
             .as_ref()
@@ -452,6 +530,8 @@ fn run(
             config: config.clone(),
             cluster: cluster_state,
             table,
+            train_seconds: train_seconds(),
+            history: history.to_vec(),
         };
         let path = store.save(&checkpoint)?;
         tracing::info!(
@@ -466,12 +546,8 @@ fn run(
     };
     let mut checkpoints = Checkpoints::default();
     let mut interrupted = false;
-    let events = cluster.subscribe();
-    let started = Instant::now();
-    observer.cluster_started(cluster.subscribe());
     observer.started(total);
 
-    let mut history = Vec::new();
     // Train seconds at each live evaluation still being scored, in request order
     // (the evaluator answers in order).
     let mut requested_at = VecDeque::new();
@@ -490,7 +566,7 @@ fn run(
                 .checkpoint(|| table_arrays(&saved_table))
                 .map_err(Error::from)
                 .and_then(|(state, table)| {
-                    save(Reason::Periodic, state, table?, holding.elapsed())
+                    save(Reason::Periodic, state, table?, holding.elapsed(), &history)
                 });
             note_checkpoint(saved, &mut checkpoints, observer);
         }
@@ -498,10 +574,17 @@ fn run(
             interrupted = true;
             cluster.stop();
         }
-        if events
-            .try_iter()
-            .any(|e| matches!(e, Event::TrainerFailed { .. }))
-        {
+        let failed = events.try_iter().find_map(|e| match e {
+            Event::TrainerFailed { trainer, error } => Some(format!("trainer {trainer}: {error}")),
+            _ => None,
+        });
+        if let Some(failure) = failed {
+            // Across processes, at once: the others cannot finish the pass
+            // without this one's shards, and its exit ends the job.
+            if fabric.processes() > 1 {
+                cluster.stop();
+                return Err(Error::Runtime(shadowsync_actors::Error::System(failure)));
+            }
             cluster.stop(); // a failed shard ends the run, as one trainer would
         }
         let stats = cluster.stats();
@@ -519,13 +602,20 @@ fn run(
         if every > 0 && examples >= next_eval && training && evaluator.pending() == 0 {
             next_eval = examples - examples % every + every;
             evaluator.request(replicas.model()?, examples)?;
-            requested_at.push_back(started.elapsed().as_secs_f64());
+            requested_at.push_back(train_seconds());
         }
         if !training {
             break;
         }
     }
     let outcome = cluster.wait()?;
+    let table_sync = table_sync.map(TableSync::finish).transpose()?;
+    record_live(
+        evaluator.wait_all()?,
+        &mut requested_at,
+        &mut history,
+        observer,
+    )?;
     // The state as it ended, unless a trainer failed (the last checkpoint
     // stays the one to resume from then).
     if store.is_some() && outcome.report.errors.is_empty() {
@@ -537,24 +627,40 @@ fn run(
         let saved = outcome
             .state(workers)
             .map_err(Error::from)
-            .and_then(|state| save(reason, state, table_arrays(&saved_table)?, Duration::ZERO));
+            .and_then(|state| {
+                let table = table_arrays(&saved_table)?;
+                save(reason, state, table, Duration::ZERO, &history)
+            });
         note_checkpoint(saved, &mut checkpoints, observer);
     }
-    record_live(
-        evaluator.wait_all()?,
-        &mut requested_at,
-        &mut history,
-        observer,
-    )?;
     let train_read = pipeline.finish()?;
     let cluster_report = outcome.report;
-    let examples = cluster_report.examples;
+    // The whole job's examples and examples/s (this process's, in one).
+    let mut job = [
+        cluster_report.examples,
+        cluster_report.examples_per_sec.round() as u64,
+    ];
+    fabric.sum(&mut job)?;
+    let [examples, examples_per_sec] = job;
+    let distributed = table_sync.map(|table_sync| {
+        let dense_bytes_sent = fabric.bytes_sent();
+        DistributedReport {
+            processes: fabric.processes(),
+            process: fabric.process(),
+            job_trainers: trainers * fabric.processes(),
+            dense_bytes_sent,
+            table_sync,
+            bytes_per_example: (dense_bytes_sent + table_sync.bytes) as f64
+                / cluster_report.examples.max(1) as f64,
+        }
+    });
     let (metrics, replica_metrics) = match (outcome.center, replicas.which) {
         (Some(center), _) => (metrics_of(evaluator.score(center, examples)?)?, Vec::new()),
-        (None, FinalModel::Mean) => (
-            metrics_of(evaluator.score(replicas.model()?, examples)?)?,
-            Vec::new(),
-        ),
+        (None, FinalModel::Mean) => {
+            let mut model = replicas.model()?;
+            fabric.average(&mut model)?;
+            (metrics_of(evaluator.score(model, examples)?)?, Vec::new())
+        }
         (None, FinalModel::EachReplica) => {
             for dense in replicas.each()? {
                 evaluator.request(dense, examples)?;
@@ -570,8 +676,8 @@ fn run(
         }
     };
     let last = EvalPoint {
-        examples: cluster_report.examples,
-        train_seconds: cluster_report.seconds,
+        examples,
+        train_seconds: earlier_seconds + cluster_report.seconds,
         metrics,
     };
     observer.evaluated(&last);
@@ -585,10 +691,14 @@ fn run(
             test_read,
             test_oracle,
         },
-        examples: cluster_report.examples,
+        examples,
         steps: cluster_report.trainer_stats.iter().map(|s| s.steps).sum(),
-        train_seconds: cluster_report.seconds,
-        examples_per_sec: cluster_report.examples_per_sec,
+        train_seconds: last.train_seconds,
+        examples_per_sec: if distributed.is_some() {
+            examples_per_sec as f64
+        } else {
+            cluster_report.examples_per_sec
+        },
         history,
         final_metrics: last.metrics,
         replica_metrics,
@@ -598,5 +708,6 @@ fn run(
         checkpoint: checkpoints.last,
         checkpoint_errors: checkpoints.errors,
         interrupted,
+        distributed,
     })
 }

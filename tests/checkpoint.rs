@@ -244,6 +244,10 @@ fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), FEWER_ROWS, 2, "fr-ma:4");
+    let with_evaluations = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("eval_every = 0", "eval_every = 20000");
+    std::fs::write(&config, with_evaluations).unwrap();
     let checkpoints = dir.path().join("stopped");
     let child = start(&config, &checkpoints);
     wait_for_checkpoints(&checkpoints, 1);
@@ -263,6 +267,34 @@ fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
     assert_eq!(resumed["examples"], FEWER_ROWS);
     let end = manifest(checkpoints_in(&checkpoints).last().unwrap());
     assert_each_chunk_trained_once(&end, FEWER_ROWS, 2);
+    // The evaluations before the stop open the resumed run's history, which
+    // goes on in examples and training seconds.
+    let before = stopped["history"].as_array().unwrap();
+    let history = resumed["history"].as_array().unwrap();
+    assert!(!before.is_empty() && history.len() > before.len());
+    assert_eq!(&history[..before.len()], &before[..]);
+    let axis =
+        |key: &str| -> Vec<f64> { history.iter().map(|p| p[key].as_f64().unwrap()).collect() };
+    for key in ["examples", "train_seconds"] {
+        let values = axis(key);
+        assert!(values.windows(2).all(|w| w[0] <= w[1]), "{key}: {values:?}");
+    }
+    // The sync rounds went on from where they stopped, not from 0.
+    let rounds = |m: &Value| -> Vec<u64> {
+        m["trainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["sync_round"].as_u64().unwrap())
+            .collect()
+    };
+    let (before, after) = (rounds(&stopped), rounds(&end));
+    let furthest = *before.iter().max().unwrap();
+    assert!(furthest > 0, "{before:?}");
+    assert!(
+        after.iter().all(|&r| r > furthest),
+        "{before:?} then {after:?}"
+    );
 }
 
 #[test]

@@ -132,6 +132,7 @@ fn drain(data: &Path, skip: Vec<u64>) -> Vec<Vec<(u64, Vec<f32>)>> {
     let config = PipelineConfig {
         batch_size: 64,
         shards: 3,
+        keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
         skip,
@@ -192,6 +193,7 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
     let config = PipelineConfig {
         batch_size: 64,
         shards: 3,
+        keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
         skip: Vec::new(),
@@ -232,6 +234,60 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
 }
 
 #[test]
+fn processes_keeping_their_shards_share_one_pass_between_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = SyntheticSpec {
+        train_rows: 1000,
+        test_rows: 1,
+        seed: 6,
+    };
+    let data = SyntheticData::generate(spec, dir.path()).unwrap();
+    let layout = TableLayout::uniform(1000).unwrap();
+    let shards_of = |keep: Option<std::ops::Range<usize>>| -> Vec<Vec<f32>> {
+        let config = PipelineConfig {
+            batch_size: 50,
+            shards: 4,
+            keep,
+            policy: BadLinePolicy::Fail,
+            capacity: 2,
+            skip: Vec::new(),
+        };
+        let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
+        let shards = pipeline.take_shards();
+        let labels = std::thread::scope(|s| {
+            let handles: Vec<_> = shards
+                .into_iter()
+                .map(|rx| {
+                    s.spawn(move || {
+                        rx.into_iter()
+                            .flat_map(|b| labels_of(&b.unwrap()))
+                            .collect()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        // Every line is read, whoever parses it.
+        assert_eq!(pipeline.finish().unwrap().lines, 1000);
+        labels
+    };
+    let whole = shards_of(None);
+    let mut parts = shards_of(Some(0..1));
+    parts.extend(shards_of(Some(1..4)));
+    assert_eq!(parts, whole);
+    assert_eq!(whole.iter().map(Vec::len).sum::<usize>(), 1000);
+    let outside = PipelineConfig {
+        batch_size: 50,
+        shards: 4,
+        keep: Some(3..5),
+        policy: BadLinePolicy::Fail,
+        capacity: 2,
+        skip: Vec::new(),
+    };
+    assert!(Pipeline::spawn(&data.train, layout, &outside).is_err());
+}
+
+#[test]
 fn the_pipeline_reports_bad_lines_by_policy() {
     let dir = tempfile::tempdir().unwrap();
     let path = malformed_file(dir.path());
@@ -240,6 +296,7 @@ fn the_pipeline_reports_bad_lines_by_policy() {
         let config = PipelineConfig {
             batch_size: 16,
             shards: 1,
+            keep: None,
             policy,
             capacity: 4,
             skip: Vec::new(),

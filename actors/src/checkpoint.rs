@@ -4,15 +4,18 @@
 //! trainer parks after each multiple of that many steps. Once all of them have
 //! ([`Cluster::parked`]), [`Cluster::checkpoint`] reads each replica, asks
 //! each learner for its [`LearnerState`] (optimizer state, data position),
-//! reads EASGD's centre, and lets the trainers go on. [`Cluster::resume`]
-//! starts a cluster from such a [`ClusterState`].
+//! reads EASGD's centre and each sync peer's [`PeerState`] (its round, BMUF's
+//! global model and block momentum), and lets the trainers go on.
+//! [`Cluster::start_from`] starts a cluster from such a [`ClusterState`].
 //!
-//! Not kept: BMUF's block momentum and the sync peers' round counters — a
-//! resumed BMUF starts a fresh block from each replica, and group schedules
-//! start again from round 0 (a seeded schedule replays the same groups).
-//! While the trainers are parked their shadow loops go on averaging, so a
-//! replica read for the checkpoint may already include part of a round.
+//! The group coordinator needs nothing of its own: its groups are a pure
+//! function of the schedule's seed (in the configuration) and the round, and
+//! the peers go on from their rounds. (Who was left out after a timeout is not
+//! kept: a resumed run starts with everyone in.) While the trainers are parked
+//! their shadow loops go on averaging, so a replica read for the checkpoint may
+//! already include part of a round.
 
+use crate::sync::{Algorithm, PeerState, SharedPeerState};
 use crate::trainer::{Control, SaveState};
 use crate::{Cluster, ClusterOutcome, Error, Learner, LearnerState, Result};
 use crossbeam_channel::bounded;
@@ -28,6 +31,8 @@ pub struct TrainerState {
     pub examples: u64,
     /// Its dense replica.
     pub dense: Vec<f32>,
+    /// Its sync peer's state.
+    pub sync: PeerState,
 }
 
 /// Everything needed to resume a cluster.
@@ -43,6 +48,40 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
+    /// Puts each trainer's saved sync state in place of `peers` (new, not
+    /// synced yet); an error if one does not fit. A foreground algorithm's
+    /// trainers catch up to the furthest one's steps without syncing (see
+    /// [`Cluster::start_from`]), so they all go on from the furthest one's round.
+    pub(crate) fn restore_peers(
+        &self,
+        peers: &[SharedPeerState],
+        algorithm: Algorithm,
+    ) -> Result<()> {
+        let furthest = self
+            .trainers
+            .iter()
+            .map(|t| t.sync.round)
+            .max()
+            .unwrap_or(0);
+        let in_step = matches!(algorithm, Algorithm::Foreground { .. } | Algorithm::SyncSgd);
+        for (trainer, (peer, saved)) in peers.iter().zip(&self.trainers).enumerate() {
+            let mut state = peer.lock().unwrap_or_else(|p| p.into_inner());
+            if !state.fits(&saved.sync) {
+                return Err(Error::Config {
+                    key: "resume".into(),
+                    reason: format!(
+                        "trainer {trainer}'s saved sync state does not fit {algorithm} on this model"
+                    ),
+                });
+            }
+            *state = saved.sync.clone();
+            if in_step {
+                state.round = furthest;
+            }
+        }
+        Ok(())
+    }
+
     /// Loads the replicas and learner states into `learners` (`workers` per
     /// trainer); an error if their number or sizes do not match.
     pub(crate) fn restore<L: Learner>(&self, learners: &mut [L], workers: usize) -> Result<()> {
@@ -79,6 +118,12 @@ impl ClusterState {
     }
 }
 
+/// A copy of a peer's state (poisoning ignored: plain numbers, see
+/// [`crate::sync::SyncPeer`]).
+pub(crate) fn read_peer(peer: &SharedPeerState) -> PeerState {
+    peer.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 impl<L: Learner> ClusterOutcome<L> {
     /// The state of the cluster as it ended (`workers` learners per trainer),
     /// to resume from or to keep.
@@ -88,7 +133,8 @@ impl<L: Learner> ClusterOutcome<L> {
             .iter()
             .step_by(workers.max(1))
             .zip(&self.report.trainer_stats)
-            .map(|(learner, stats)| {
+            .zip(&self.peers)
+            .map(|((learner, stats), sync)| {
                 let params = learner.dense_params();
                 let mut dense = vec![0f32; params.numel()];
                 params.copy_to(&mut dense)?;
@@ -96,6 +142,7 @@ impl<L: Learner> ClusterOutcome<L> {
                     steps: stats.steps,
                     examples: stats.examples,
                     dense,
+                    sync: sync.clone(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -143,7 +190,8 @@ impl<L: Learner> Cluster<L> {
             .replicas
             .iter()
             .zip(&self.inner.counters)
-            .map(|(replica, counters)| {
+            .zip(&self.inner.peers)
+            .map(|((replica, counters), peer)| {
                 let mut dense = vec![0f32; replica.len()];
                 replica.snapshot_into(&mut dense)?;
                 let stats = counters.stats();
@@ -151,6 +199,7 @@ impl<L: Learner> Cluster<L> {
                     steps: stats.steps,
                     examples: stats.examples,
                     dense,
+                    sync: read_peer(peer),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -9,7 +9,11 @@
 //!   ([`ServerClient`]);
 //! * the [`GroupCoordinator`] that every sync peer asks for its group each round
 //!   (following the [`GroupPlan`] of the configured DS-Sync schedule);
-//! * the transport [`mesh`] between trainers, with the simulated link;
+//! * the transport between trainers, with the simulated link: a [`mesh`] in
+//!   this process, or across the processes of a job through a [`Fabric`]
+//!   ([`Cluster::start_on`]; the trainers of this process are then numbered
+//!   across the job, groups span processes, and syncing ends when every
+//!   process agrees it does);
 //! * a monitor thread sampling the consensus distance of the replicas.
 //!
 //! Shutdown: syncing ends when [`Cluster::stop`] is called or the trainers run
@@ -21,7 +25,7 @@
 //! nothing can hang, and [`Cluster::wait`] hands back the learners with a
 //! [`ClusterReport`].
 
-use crate::checkpoint::ClusterState;
+use crate::checkpoint::{read_peer, ClusterState};
 use crate::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::events::{Event, EventBus};
 use crate::faults::Fault;
@@ -29,7 +33,10 @@ use crate::hogwild::ParamAlias;
 use crate::recovery::RecoveryPoint;
 use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
-use crate::sync::{mesh, Algorithm, Endpoint, GroupPlan, ServerClient, SyncConfig, SyncPeer};
+use crate::sync::{
+    Algorithm, Endpoint, Fabric, GroupPlan, InProcess, PeerState, Schedule, ServerClient,
+    SharedPeerState, SyncConfig, SyncPeer,
+};
 use crate::system::spawn_system;
 use crate::trainer::{Control, Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
 use crate::{Error, Learner, Result};
@@ -42,7 +49,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Runtime settings besides the sync algorithm.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// Synchronization.
@@ -62,6 +69,11 @@ pub struct ClusterConfig {
     /// [`Cluster::checkpoint`] can save the whole state (0 = never); rounded
     /// up to a multiple of a foreground algorithm's sync period.
     pub checkpoint_every: u64,
+    /// Where the cluster publishes its [`Event`]s. Subscribe to it before
+    /// starting to receive every event from the first step on
+    /// ([`Cluster::subscribe`] receives those published after it is called).
+    #[serde(skip)]
+    pub events: EventBus,
 }
 
 impl Default for ClusterConfig {
@@ -74,6 +86,7 @@ impl Default for ClusterConfig {
             workers: 1,
             faults: Vec::new(),
             checkpoint_every: 0,
+            events: EventBus::default(),
         }
     }
 }
@@ -122,6 +135,8 @@ pub struct ClusterOutcome<L> {
     pub learners: Vec<L>,
     /// EASGD's centre copy, for `*-easgd`.
     pub center: Option<Vec<f32>>,
+    /// Each trainer's sync peer's state as it ended.
+    pub peers: Vec<PeerState>,
     /// The figures.
     pub report: ClusterReport,
 }
@@ -144,11 +159,14 @@ pub(crate) struct Inner<L: Learner> {
     pub(crate) server: Option<ServerClient>,
     bytes_sent: Vec<Arc<AtomicU64>>,
     started: Instant,
+    fabric: Arc<dyn Fabric>,
     pub(crate) running: Mutex<Option<Running<L>>>,
     /// Where trainers park for checkpoints.
     pub(crate) parking: Parking,
     /// Each trainer's replica, read for checkpoints.
     pub(crate) replicas: Vec<ParamAlias>,
+    /// Each trainer's sync peer's state, read for checkpoints.
+    pub(crate) peers: Vec<SharedPeerState>,
     /// Examples trained before this cluster started (by the run it resumes).
     resumed_examples: u64,
 }
@@ -172,22 +190,40 @@ impl<L: Learner> Cluster<L> {
     /// parameters are one buffer (built with [`FlatParams::adopt_shared`]).
     /// Every replica starts from the first one's parameters.
     pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
-        Self::launch(config, learners, None)
+        Self::launch(Arc::new(InProcess), config, learners, None)
+    }
+
+    /// Starts this process's part of a job spread over `fabric`'s processes:
+    /// `learners` are its trainers (every process gives as many), numbered
+    /// across the job; groups are formed over all the job's trainers. Syncing
+    /// ends when every process's trainers are done (for a foreground
+    /// algorithm, when the first trainer anywhere is). With `resumed`, from
+    /// this process's part of a checkpoint, as [`Cluster::start_from`]. EASGD
+    /// is not available across processes yet.
+    pub fn start_on(
+        fabric: Arc<dyn Fabric>,
+        config: ClusterConfig,
+        learners: Vec<L>,
+        resumed: Option<&ClusterState>,
+    ) -> Result<Self> {
+        Self::launch(fabric, config, learners, resumed)
     }
 
     /// Starts training `learners` from `state`, saved by [`Cluster::checkpoint`]
     /// of a cluster with the same trainers and workers: each replica, each
-    /// learner's state, the trainers' counters and EASGD's centre are restored.
+    /// learner's state, the trainers' counters, the sync peers' states and
+    /// EASGD's centre are restored.
     /// (The learners' data must go on from the positions in `state`.)
     pub fn start_from(
         config: ClusterConfig,
         learners: Vec<L>,
         state: &ClusterState,
     ) -> Result<Self> {
-        Self::launch(config, learners, Some(state))
+        Self::launch(Arc::new(InProcess), config, learners, Some(state))
     }
 
     fn launch(
+        fabric: Arc<dyn Fabric>,
         config: ClusterConfig,
         mut learners: Vec<L>,
         resumed: Option<&ClusterState>,
@@ -197,8 +233,23 @@ impl<L: Learner> Cluster<L> {
         sync.validate()?;
         check_workers(&learners, workers, sync.algorithm)?;
         let n = learners.len() / workers;
-        let group_size = sync.group_size_for(n);
-        let plan = GroupPlan::new(sync.schedule, n, group_size)?.with_seed(sync.seed);
+        let job_trainers = n * fabric.processes();
+        // A hierarchical plan's blocks are the processes' trainers unless set.
+        let group_size = match (sync.schedule, sync.group_size) {
+            (Schedule::Hierarchical, 0) => n,
+            _ => sync.group_size_for(job_trainers),
+        };
+        let plan = GroupPlan::new(sync.schedule, job_trainers, group_size)?.with_seed(sync.seed);
+        let easgd = sync.algorithm.rule() == Some(crate::sync::Rule::Easgd);
+        if easgd && fabric.processes() > 1 {
+            return Err(Error::Config {
+                key: "sync.algorithm".into(),
+                reason: format!(
+                    "{} keeps its centre in this process: not available across processes yet",
+                    sync.algorithm
+                ),
+            });
+        }
         let first = learners.first().ok_or_else(|| Error::Config {
             key: "trainers".into(),
             reason: "must be at least 1".into(),
@@ -246,23 +297,25 @@ impl<L: Learner> Cluster<L> {
             parked: Arc::default(),
         };
         let stop = Arc::new(AtomicBool::new(false));
-        let mut endpoints = mesh(n, sync.link, Arc::clone(&stop));
+        let mut endpoints = fabric.endpoints(n, sync.link, Arc::clone(&stop))?;
         for endpoint in &mut endpoints {
             endpoint.set_timeout(sync.peer_timeout());
         }
-        let events = EventBus::default();
+        let events = config.events.clone();
         let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
         // The actor system, with the group coordinator and, for EASGD, the
         // parameter server's shards, each on an arbiter of its own.
-        let easgd = sync.algorithm.rule() == Some(crate::sync::Rule::Easgd);
         let (system, system_thread, (coordinator, server)) = {
             let (events, initial, shards) = (events.clone(), initial.clone(), sync.server_shards);
+            let faults = config.faults.clone();
+            let (coordinator_events, coordinator_faults) = (events.clone(), faults.clone());
             spawn_system("shadowsync-system", move || {
                 let coordinator =
                     GroupCoordinator::start_in_arbiter(&Arbiter::new().handle(), move |_| {
-                        GroupCoordinator::new(plan, events)
+                        GroupCoordinator::new(plan, coordinator_events)
+                            .with_faults(&coordinator_faults)
                     });
-                let server = easgd.then(|| ServerClient::start(&initial, shards));
+                let server = easgd.then(|| ServerClient::start(&initial, shards, &events, &faults));
                 (coordinator, server)
             })?
         };
@@ -278,10 +331,16 @@ impl<L: Learner> Cluster<L> {
             cores,
             shadows,
             replicas: monitor_replicas,
+            peers,
         } = build_parts(
             learners, &counters, endpoints, &groups, &config, &initial, &server,
         )
         .map_err(stop_system)?;
+        if let Some(state) = resumed {
+            state
+                .restore_peers(&peers, sync.algorithm)
+                .map_err(stop_system)?;
+        }
         // A resumed foreground algorithm syncs again once every trainer is
         // past the furthest one.
         let catch_up = resumed.map_or(0, |state| {
@@ -304,21 +363,26 @@ impl<L: Learner> Cluster<L> {
         let shadow = matches!(sync.algorithm, Algorithm::Shadow { .. });
         {
             let (events, stop, parking) = (events.clone(), Arc::clone(&stop), parking.clone());
+            let fabric = Arc::clone(&fabric);
             let launched = system.arbiter().spawn_fn(move || {
                 let addrs: Vec<_> = cores
                     .into_iter()
                     .enumerate()
                     .map(|(worker, core)| {
-                        let (exits, events, stop, parking) = (
+                        let (exits, events, stop, parking, fabric) = (
                             trainer_exit_tx.clone(),
                             events.clone(),
                             Arc::clone(&stop),
                             parking.clone(),
+                            Arc::clone(&fabric),
                         );
                         let on_finish: Box<dyn Fn() + Send> = if shadow {
                             Box::new(|| {})
                         } else {
-                            Box::new(move || stop.store(true, Ordering::Relaxed))
+                            Box::new(move || {
+                                stop.store(true, Ordering::Relaxed);
+                                fabric.stop_everywhere();
+                            })
                         };
                         TrainerActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
                             // OpenMP teams are per thread: size this one.
@@ -359,6 +423,7 @@ impl<L: Learner> Cluster<L> {
         });
         tracing::info!(
             trainers = n,
+            job_trainers,
             workers,
             algorithm = %config.sync.algorithm,
             group_size,
@@ -371,11 +436,13 @@ impl<L: Learner> Cluster<L> {
                 counters,
                 stop,
                 events,
+                fabric,
                 server,
                 bytes_sent,
                 started,
                 parking,
                 replicas,
+                peers,
                 resumed_examples: resumed
                     .map_or(0, |state| state.trainers.iter().map(|t| t.examples).sum()),
                 running: Mutex::new(Some(Running {
@@ -432,6 +499,7 @@ impl<L: Learner> Cluster<L> {
     /// returns promptly.
     pub fn stop(&self) {
         self.inner.stop.store(true, Ordering::Relaxed);
+        self.inner.fabric.stop_everywhere();
         self.control(Control::Stop);
     }
 
@@ -460,6 +528,11 @@ impl<L: Learner> Cluster<L> {
             }
         }
         let seconds = self.inner.started.elapsed().as_secs_f64();
+        // Other processes' trainers may still be training: this process's
+        // sync loops keep serving them until all are done.
+        if let Err(e) = self.inner.fabric.trainers_done() {
+            errors.push(format!("waiting for the other processes: {e}"));
+        }
         self.inner.stop.store(true, Ordering::Relaxed);
         if matches!(self.inner.config.sync.algorithm, Algorithm::Shadow { .. }) {
             for _ in 0..n {
@@ -496,6 +569,7 @@ impl<L: Learner> Cluster<L> {
         Ok(ClusterOutcome {
             learners,
             center,
+            peers: self.inner.peers.iter().map(read_peer).collect(),
             report: ClusterReport {
                 algorithm: self.inner.config.sync.algorithm,
                 trainers: n,
@@ -519,11 +593,13 @@ impl<L: Learner> Cluster<L> {
 }
 
 /// What runs a cluster's trainers: one core per learner, one shadow loop per
-/// trainer (for `shadow-*`), and an alias of each trainer's replica.
+/// trainer (for `shadow-*`), and an alias of each trainer's replica and its
+/// sync peer's state.
 struct Parts<L: Learner> {
     cores: Vec<TrainerCore<L>>,
     shadows: Vec<ShadowLoop>,
     replicas: Vec<ParamAlias>,
+    peers: Vec<SharedPeerState>,
 }
 
 /// Builds the [`Parts`] of `learners`, `learners.len() / counters.len()` per
@@ -545,6 +621,7 @@ fn build_parts<L: Learner>(
         cores: Vec::with_capacity(learners.len()),
         shadows: Vec::new(),
         replicas: Vec::with_capacity(counters.len()),
+        peers: Vec::with_capacity(counters.len()),
     };
     // Only algorithms that never average leave the trainer to keep its own
     // recovery state.
@@ -568,6 +645,7 @@ fn build_parts<L: Learner>(
             .replicas
             .push(ParamAlias::new(learner.dense_params())?);
         let peer = SyncPeer::new(endpoint, groups.clone(), sync, initial, server.clone())?;
+        parts.peers.push(peer.shared_state());
         let foreground = match sync.algorithm {
             Algorithm::None => Foreground::Nothing,
             Algorithm::SyncSgd => Foreground::SyncSgd(peer),
@@ -633,7 +711,8 @@ fn check_workers<L: Learner>(learners: &[L], workers: usize, algorithm: Algorith
     Ok(())
 }
 
-/// Samples the consensus distance of `replicas` every `every` until `stop`.
+/// Samples the consensus distance of `replicas` every `every` until `stop`,
+/// and once more when stopped, so that even a short run has its final point.
 fn sample_consensus(
     replicas: &[ParamAlias],
     every: Duration,
@@ -643,8 +722,13 @@ fn sample_consensus(
     let mut points = Vec::new();
     let len = replicas.first().map_or(0, ParamAlias::len);
     let mut snapshots = vec![vec![0f32; len]; replicas.len()];
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(every);
+    let mut stopping = false;
+    while !stopping {
+        let due = Instant::now() + every;
+        while !stopping && Instant::now() < due {
+            std::thread::sleep(every.min(Duration::from_millis(10)));
+            stopping = stop.load(Ordering::Relaxed);
+        }
         if replicas
             .iter()
             .zip(&mut snapshots)

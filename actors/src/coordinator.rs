@@ -13,13 +13,19 @@
 //! (so that all members of a round always get the same groups), until it asks
 //! for a group again — then it is told to go on from the first round not yet
 //! handed out, in the groups again ([`Assignment::round`]).
+//!
+//! A request the coordinator fails on (a panic) leaves it as it was before the
+//! request ([`Event::ServiceRecovered`]); the requester gets no answer and asks
+//! again, up to [`CoordinatorClient::ATTEMPTS`] times.
 
 use crate::events::{Event, EventBus};
+use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
+use crate::recovery::unpanicked;
 use crate::sync::GroupPlan;
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 /// A trainer's group for a round.
@@ -169,6 +175,10 @@ struct Unresponsive {
 pub struct GroupCoordinator {
     coordinator: Coordinator,
     events: EventBus,
+    /// Injected `coordinator-panic` faults.
+    faults: Vec<Fault>,
+    /// Per trainer, the last round a fault was injected into (once each).
+    injected: HashMap<usize, u64>,
 }
 
 impl GroupCoordinator {
@@ -177,6 +187,46 @@ impl GroupCoordinator {
         Self {
             coordinator: Coordinator::new(plan),
             events,
+            faults: Vec::new(),
+            injected: HashMap::new(),
+        }
+    }
+
+    /// Injects the `coordinator-panic` faults of `faults`.
+    pub fn with_faults(mut self, faults: &[Fault]) -> Self {
+        self.faults = faults_at(faults, FaultSite::Coordinator);
+        self
+    }
+
+    /// Runs `work`; if it fails, the coordinator is put back as it was, the
+    /// failure (while doing `what`) reported, and `None` returned.
+    fn contained<T>(
+        &mut self,
+        what: impl FnOnce() -> String,
+        work: impl FnOnce(&mut Self) -> T,
+    ) -> Option<T> {
+        let before = self.coordinator.clone();
+        match unpanicked(|| work(self)) {
+            Ok(done) => Some(done),
+            Err(panic) => {
+                self.coordinator = before;
+                self.events.publish(Event::ServiceRecovered {
+                    service: "group coordinator".into(),
+                    cause: format!("{}: {panic}", what()),
+                });
+                None
+            }
+        }
+    }
+
+    /// Panics if a fault is due on `trainer`'s request for `round` (once).
+    fn inject(&mut self, trainer: usize, round: u64) {
+        if self.injected.get(&trainer) == Some(&round) {
+            return;
+        }
+        if faults_due(&self.faults, trainer, round).any(|f| f.kind == FaultKind::CoordinatorPanic) {
+            self.injected.insert(trainer, round);
+            panic!("injected coordinator panic");
         }
     }
 }
@@ -189,7 +239,17 @@ impl Handler<GroupRequest> for GroupCoordinator {
     type Result = ();
 
     fn handle(&mut self, request: GroupRequest, _: &mut Context<Self>) {
-        let answer = self.coordinator.group_for(request.trainer, request.round);
+        let (trainer, round) = (request.trainer, request.round);
+        let Some(answer) = self.contained(
+            || format!("answering trainer {trainer} for round {round}"),
+            |actor| {
+                actor.inject(trainer, round);
+                actor.coordinator.group_for(trainer, round)
+            },
+        ) else {
+            // No answer: the requester asks again.
+            return;
+        };
         if let Some(round) = answer.rejoined {
             self.events.publish(Event::PeerRejoined {
                 trainer: request.trainer,
@@ -208,10 +268,12 @@ impl Handler<Unresponsive> for GroupCoordinator {
     type Result = ();
 
     fn handle(&mut self, report: Unresponsive, _: &mut Context<Self>) {
-        if let Some(from) = self
-            .coordinator
-            .report_unresponsive(report.trainer, report.round)
-        {
+        let (trainer, round) = (report.trainer, report.round);
+        let left_out = self.contained(
+            || format!("leaving trainer {trainer} out after round {round}"),
+            |actor| actor.coordinator.report_unresponsive(trainer, round),
+        );
+        if let Some(from) = left_out.flatten() {
             self.events.publish(Event::PeerTimedOut {
                 trainer: report.trainer,
                 round: report.round,
@@ -234,6 +296,9 @@ pub struct CoordinatorClient {
 }
 
 impl CoordinatorClient {
+    /// How many times a request the coordinator failed on is sent.
+    pub const ATTEMPTS: usize = 3;
+
     /// A client of the coordinator at `addr`, which follows `plan`.
     pub fn new(addr: Addr<GroupCoordinator>, plan: &GroupPlan) -> Self {
         Self {
@@ -267,26 +332,34 @@ impl CoordinatorClient {
         round: u64,
         stopped: impl Fn() -> bool,
     ) -> Result<Option<Assignment>> {
-        let (reply, answer) = bounded(1);
-        self.addr
-            .try_send(GroupRequest {
-                trainer,
-                round,
-                reply,
-            })
-            .map_err(|e| Error::System(format!("the group coordinator is unreachable: {e}")))?;
-        loop {
-            match answer.recv_timeout(POLL) {
-                Ok(group) => return Ok(Some(group)),
-                Err(RecvTimeoutError::Timeout) if !stopped() => {}
-                Err(RecvTimeoutError::Timeout) => return Ok(None),
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(Error::System(
-                        "the group coordinator stopped before answering".into(),
-                    ))
+        for _ in 0..Self::ATTEMPTS {
+            let (reply, answer) = bounded(1);
+            self.addr
+                .try_send(GroupRequest {
+                    trainer,
+                    round,
+                    reply,
+                })
+                .map_err(|e| Error::System(format!("the group coordinator is unreachable: {e}")))?;
+            loop {
+                match answer.recv_timeout(POLL) {
+                    Ok(group) => return Ok(Some(group)),
+                    Err(RecvTimeoutError::Timeout) if !stopped() => {}
+                    Err(RecvTimeoutError::Timeout) => return Ok(None),
+                    // It failed on the request, and is still there: ask again.
+                    Err(RecvTimeoutError::Disconnected) if self.addr.connected() => break,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        return Err(Error::System(
+                            "the group coordinator stopped before answering".into(),
+                        ))
+                    }
                 }
             }
         }
+        Err(Error::System(format!(
+            "the group coordinator failed {} times on trainer {trainer}'s request for round {round}",
+            Self::ATTEMPTS
+        )))
     }
 }
 
@@ -352,6 +425,79 @@ mod tests {
         );
         assert_eq!(c.group_for(0, 5).assignment.group, plan.group_of(0, 5));
         assert!(c.group_for(3, 4).assignment.group.iter().all(|&t| t != 5));
+    }
+
+    #[test]
+    fn a_request_the_coordinator_fails_on_leaves_it_as_it_was() {
+        let plan = GroupPlan::new(Schedule::Random, 4, 2).unwrap().with_seed(3);
+        let events = EventBus::default();
+        let subscriber = events.subscribe();
+        let mut actor = GroupCoordinator::new(plan, events);
+        let failed = actor.contained(
+            || "a test".into(),
+            |actor| {
+                actor.coordinator.group_for(0, 0);
+                actor.coordinator.report_unresponsive(3, 0);
+                panic!("half-way");
+            },
+        );
+        assert_eq!(failed, None::<()>);
+        // Round 0 is announced afresh, round 1 still has trainer 3.
+        let answer = actor.coordinator.group_for(1, 0);
+        assert_eq!(answer.announced, Some((0, plan.groups(0))));
+        assert_eq!(
+            actor.coordinator.group_for(3, 1).assignment.group,
+            plan.group_of(3, 1)
+        );
+        assert_eq!(
+            subscriber.try_recv().unwrap(),
+            Event::ServiceRecovered {
+                service: "group coordinator".into(),
+                cause: "a test: half-way".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_trainer_asks_again_when_the_coordinator_failed_on_its_request() {
+        let plan = GroupPlan::new(Schedule::Alternating, 4, 2).unwrap();
+        let events = EventBus::default();
+        let subscriber = events.subscribe();
+        let fault = |trainer, at_step, every| Fault {
+            trainer,
+            kind: FaultKind::CoordinatorPanic,
+            at_step,
+            every,
+        };
+        let faults = [fault(1, 2, 0), fault(2, 0, 1)];
+        let (sys, system, addr) = spawn_system("coordinator-fault-test", move || {
+            GroupCoordinator::new(plan, events)
+                .with_faults(&faults)
+                .start()
+        })
+        .unwrap();
+        let client = CoordinatorClient::new(addr, &plan);
+        for round in 0..4 {
+            for trainer in 0..4 {
+                let assignment = client.group_of(trainer, round, || false).unwrap();
+                assert_eq!(
+                    assignment.map(|a| a.group),
+                    Some(plan.group_of(trainer, round))
+                );
+            }
+        }
+        let recovered: Vec<String> = subscriber
+            .try_iter()
+            .filter_map(|e| match e {
+                Event::ServiceRecovered { cause, .. } => Some(cause),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(recovered.len(), 5, "{recovered:?}");
+        assert!(recovered[0].contains("answering trainer 2 for round 0"));
+        assert!(recovered[0].contains("injected coordinator panic"));
+        sys.stop();
+        system.join().unwrap();
     }
 
     #[test]

@@ -59,6 +59,14 @@ pub enum Event {
         /// What went wrong.
         cause: String,
     },
+    /// A request to a cluster service (the group coordinator, a parameter
+    /// server shard) failed; the service went on from its state before it.
+    ServiceRecovered {
+        /// Which: `group coordinator` or `server shard S`.
+        service: String,
+        /// What went wrong, and for whom.
+        cause: String,
+    },
     /// `trainer`'s snapshot was not finite: it sat out `round`'s average (and
     /// took the group's).
     Abstained {
@@ -115,6 +123,9 @@ fn trace(event: &Event) {
             step,
             cause,
         } => tracing::warn!(trainer, step, %cause, "trainer recovered"),
+        Event::ServiceRecovered { service, cause } => {
+            tracing::warn!(%service, %cause, "service recovered")
+        }
         Event::Abstained { trainer, round } => {
             tracing::warn!(
                 trainer,

@@ -4,9 +4,11 @@
 //! step, or every `every` steps from that step on. The trainer consults
 //! [`faults_due`] before each step; the runtime then has to detect the fault,
 //! recover the trainer (see [`crate::recovery`]) and keep the cluster running.
-//! The `sync-*` kinds hit the trainer's shadow-sync loop instead, counting its
-//! rounds rather than steps. Nothing is injected unless a cluster is configured
-//! with faults.
+//! Some kinds hit elsewhere ([`FaultKind::site`]), counting the trainer's sync
+//! rounds rather than its steps: its shadow-sync loop (`sync-*`), the group
+//! coordinator answering it (`coordinator-panic`), the parameter server's shards
+//! serving it (`server-panic`). Nothing is injected unless a cluster is
+//! configured with faults.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -35,13 +37,38 @@ pub enum FaultKind {
         /// How long.
         ms: u64,
     },
+    /// The group coordinator panics on the trainer's request for its group of
+    /// a round (the first time it is asked).
+    CoordinatorPanic,
+    /// Every parameter server shard panics on the trainer's elastic step of a
+    /// round.
+    ServerPanic,
+}
+
+/// Where a fault hits, and what its `at_step` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultSite {
+    /// The trainer's step (counting steps).
+    Step,
+    /// The trainer's shadow-sync loop (counting its rounds).
+    SyncLoop,
+    /// The group coordinator, answering the trainer (counting its rounds).
+    Coordinator,
+    /// The parameter server's shards, serving the trainer (counting its rounds).
+    Server,
 }
 
 impl FaultKind {
-    /// Whether it hits the shadow-sync loop (counting rounds) rather than the
-    /// trainer's steps.
-    pub fn hits_sync_loop(&self) -> bool {
-        matches!(self, FaultKind::SyncPanic | FaultKind::SyncHang { .. })
+    /// Where it hits.
+    pub fn site(&self) -> FaultSite {
+        match self {
+            FaultKind::Error | FaultKind::Panic | FaultKind::Hang { .. } | FaultKind::Diverge => {
+                FaultSite::Step
+            }
+            FaultKind::SyncPanic | FaultKind::SyncHang { .. } => FaultSite::SyncLoop,
+            FaultKind::CoordinatorPanic => FaultSite::Coordinator,
+            FaultKind::ServerPanic => FaultSite::Server,
+        }
     }
 }
 
@@ -79,6 +106,15 @@ impl Fault {
             _ => Duration::ZERO,
         }
     }
+}
+
+/// The faults of `faults` that hit at `site`.
+pub fn faults_at(faults: &[Fault], site: FaultSite) -> Vec<Fault> {
+    faults
+        .iter()
+        .filter(|f| f.kind.site() == site)
+        .copied()
+        .collect()
 }
 
 /// The faults of `faults` that hit `trainer` before its step `step`.
@@ -134,6 +170,8 @@ mod tests {
               { trainer = 1, kind = "diverge", at_step = 7 },
               { trainer = 3, kind = "sync-panic", at_step = 4 },
               { trainer = 3, kind = { sync-hang = { ms = 900 } }, at_step = 9 },
+              { trainer = 0, kind = "coordinator-panic", at_step = 2 },
+              { trainer = 1, kind = "server-panic", at_step = 5, every = 7 },
             ]"#,
         )
         .unwrap();
@@ -143,7 +181,13 @@ mod tests {
         assert_eq!(plan.faults[2].kind, FaultKind::Diverge);
         assert_eq!(plan.faults[3].kind, FaultKind::SyncPanic);
         assert_eq!(plan.faults[4].hang(), Duration::from_millis(900));
-        assert!(plan.faults[4].kind.hits_sync_loop() && !plan.faults[2].kind.hits_sync_loop());
+        let sites: Vec<FaultSite> = plan.faults.iter().map(|f| f.kind.site()).collect();
+        use FaultSite::*;
+        assert_eq!(
+            sites,
+            [Step, Step, Step, SyncLoop, SyncLoop, Coordinator, Server]
+        );
+        assert_eq!(faults_at(&plan.faults, Server), [plan.faults[6]]);
         assert!(toml::from_str::<Plan>(
             r#"faults = [{ trainer = 0, kind = "melt", at_step = 1 }]"#
         )

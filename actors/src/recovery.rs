@@ -13,8 +13,26 @@
 //! The other half of the guard is in the transport: a member whose snapshot is
 //! not finite abstains from its group's mean, so a diverged replica is never
 //! averaged into anyone else.
+//!
+//! Every piece of work that may fail this way — a step, a shadow-sync round, a
+//! request to the group coordinator or to a server shard — runs through
+//! [`unpanicked`]: a panic never reaches actix (whose arbiter thread it would
+//! end), it becomes an error the actor recovers from.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
+
+/// Runs `work`, turning a panic into its message. Whoever calls it restores
+/// what the work may have left half-done.
+pub fn unpanicked<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(work)).map_err(|panic| {
+        panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "(no message)".into())
+    })
+}
 
 /// The newest good state a trainer can restart from.
 #[derive(Debug)]

@@ -20,16 +20,14 @@
 //! a row end syncing for everyone, loudly.
 
 use crate::events::{Event, EventBus};
-use crate::faults::{faults_due, Fault, FaultKind};
+use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::hogwild::ParamAlias;
-use crate::recovery::{all_finite, RecoveryPoint};
+use crate::recovery::{all_finite, unpanicked, RecoveryPoint};
 use crate::stats::TrainerCounters;
 use crate::sync::{Payload, SyncPeer, WriteBack};
-use crate::trainer::panic_message;
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,11 +90,8 @@ impl ShadowLoop {
     /// Injects the `sync-*` faults of `faults` that name this loop's trainer.
     pub fn with_faults(mut self, faults: &[Fault]) -> Self {
         let trainer = self.counters.trainer();
-        self.faults = faults
-            .iter()
-            .filter(|f| f.trainer == trainer && f.kind.hits_sync_loop())
-            .copied()
-            .collect();
+        self.faults = faults_at(faults, FaultSite::SyncLoop);
+        self.faults.retain(|f| f.trainer == trainer);
         self
     }
 
@@ -295,11 +290,11 @@ impl Handler<Round> for ShadowActor {
             return;
         }
         let round = self.shadow.next_round();
-        let attempt = catch_unwind(AssertUnwindSafe(|| self.shadow.round()));
+        let attempt = unpanicked(|| self.shadow.round());
         let failure = match attempt {
             Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(panic) => Err(format!("the round panicked: {}", panic_message(&panic))),
+            Err(panic) => Err(format!("the round panicked: {panic}")),
         };
         if failure.is_ok() {
             self.consecutive_failures = 0;

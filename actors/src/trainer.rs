@@ -15,13 +15,12 @@
 
 use crate::events::{Event, EventBus};
 use crate::faults::{faults_due, Fault, FaultKind};
-use crate::recovery::{all_finite, RecoveryPoint};
+use crate::recovery::{all_finite, unpanicked, RecoveryPoint};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{Payload, SyncPeer};
 use crate::{Error, Learner, LearnerState, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,6 +62,14 @@ enum Failure {
     Recoverable(String),
     /// It ends the trainer.
     Fatal(Error),
+}
+
+impl Failure {
+    /// A foreground sync round that failed (a peer, the coordinator or a
+    /// server shard): the trainer goes on and syncs again next time.
+    fn sync(e: Error) -> Self {
+        Failure::Recoverable(format!("the sync round failed: {e}"))
+    }
 }
 
 impl From<Error> for Failure {
@@ -174,7 +181,7 @@ impl<L: Learner> TrainerCore<L> {
     /// One step (plus any in-line sync), recovering from a failed or diverged
     /// one; an error only when the trainer cannot go on.
     pub fn step(&mut self) -> Result<Stepped> {
-        let attempt = catch_unwind(AssertUnwindSafe(|| self.try_step()));
+        let attempt = unpanicked(|| self.try_step());
         let cause = match attempt {
             Ok(Ok(false)) => return Ok(Stepped::Exhausted),
             Ok(Ok(true)) if self.learner.dense_params().all_finite()? => {
@@ -190,7 +197,7 @@ impl<L: Learner> TrainerCore<L> {
             Ok(Ok(true)) => "the dense parameters diverged (NaN or infinite)".to_string(),
             Ok(Err(Failure::Fatal(e))) => return Err(e),
             Ok(Err(Failure::Recoverable(cause))) => cause,
-            Err(panic) => format!("the step panicked: {}", panic_message(&panic)),
+            Err(panic) => format!("the step panicked: {panic}"),
         };
         self.recover(cause)
     }
@@ -236,7 +243,11 @@ impl<L: Learner> TrainerCore<L> {
                 FaultKind::Panic => panic!("injected panic at step {step}"),
                 FaultKind::Hang { .. } => std::thread::sleep(fault.hang()),
                 FaultKind::Diverge => diverge = Some(FaultKind::Diverge),
-                FaultKind::SyncPanic | FaultKind::SyncHang { .. } => {} // its sync loop's
+                // They hit elsewhere (FaultKind::site).
+                FaultKind::SyncPanic
+                | FaultKind::SyncHang { .. }
+                | FaultKind::CoordinatorPanic
+                | FaultKind::ServerPanic => {}
             }
         }
         Ok(diverge)
@@ -273,7 +284,7 @@ impl<L: Learner> TrainerCore<L> {
                         "every gradient of group {group:?} is non-finite"
                     )))
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Failure::sync(e)),
             }
             let scale = 1.0 / peer.group_size() as f64;
             if let Err(e) = self.learner.scale_shared_gradients(scale) {
@@ -310,7 +321,7 @@ impl<L: Learner> TrainerCore<L> {
                         self.counters.record_sync(0);
                     }
                     Ok(None) | Err(Error::NonFinite { .. }) => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(Failure::sync(e)),
                 }
             }
         }
@@ -325,15 +336,6 @@ impl<L: Learner> TrainerCore<L> {
             Failure::Fatal(Error::learner(e))
         }
     }
-}
-
-/// The message of a caught panic.
-pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "(no message)".into())
 }
 
 /// How a trainer actor ended: its learner back, and an error if it failed.

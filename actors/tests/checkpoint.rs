@@ -80,8 +80,59 @@ fn every_algorithm_parks_all_trainers_at_the_same_step_and_goes_on() {
                 .iter()
                 .all(|l| l.as_ref().is_some_and(|l| l.position == steps)));
             assert_eq!(state.center.is_some(), algorithm.contains("easgd"));
+            let rounds: Vec<u64> = state.trainers.iter().map(|t| t.sync.round).collect();
+            match algorithm {
+                "none" => assert_eq!(rounds, [0; TRAINERS]),
+                "fr-bmuf:5" => assert_eq!(rounds, [steps / 5; TRAINERS]),
+                "fr-ma:3" => assert_eq!(rounds, [steps / 3; TRAINERS]),
+                "sync-sgd" => assert_eq!(rounds, [steps; TRAINERS]),
+                _ => {}
+            }
+            assert!(state
+                .trainers
+                .iter()
+                .all(|t| t.sync.bmuf.is_some() == algorithm.contains("bmuf")));
         }
     }
+}
+
+#[test]
+fn sync_peers_go_on_from_their_saved_rounds_and_block_momentum() {
+    let _serial = exclusive();
+    let (states, cluster) = checkpoints("fr-bmuf:5", 50);
+    cluster.wait().unwrap();
+    let mut state = states[1].clone();
+    for trainer in &mut state.trainers {
+        assert_eq!((trainer.steps, trainer.sync.round), (100, 20));
+        let bmuf = trainer.sync.bmuf.as_mut().unwrap();
+        assert!(bmuf.momentum.iter().any(|&m| m != 0.0));
+        // A block momentum of 100 everywhere: the first round after resuming
+        // carries every replica η·100 = 75 away (a fresh BMUF would not move it).
+        bmuf.momentum.fill(100.0);
+    }
+    let resumed =
+        Cluster::start_from(config("fr-bmuf:5"), learners(TRAINERS, Some(5)), &state).unwrap();
+    let outcome = resumed.wait().unwrap();
+    assert!(
+        outcome.report.errors.is_empty(),
+        "{:?}",
+        outcome.report.errors
+    );
+    assert!(
+        outcome.peers.iter().all(|p| p.round == 21),
+        "{:?}",
+        outcome.peers.iter().map(|p| p.round).collect::<Vec<_>>()
+    );
+    for learner in &outcome.learners {
+        let dense = learner.dense();
+        assert!(dense.iter().all(|&w| w > 50.0), "{dense:?}");
+    }
+    // A state of another algorithm does not fit.
+    let error = Cluster::start_from(config("fr-ma:5"), learners(TRAINERS, Some(5)), &state)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("sync state"), "{error}");
 }
 
 #[test]
@@ -146,10 +197,12 @@ fn foreground_trainers_resumed_a_few_steps_apart_sync_again_without_waiting_on_e
     for (trainer, steps) in state.trainers.iter_mut().zip([50, 47, 53, 49]) {
         trainer.steps = steps;
         trainer.examples = steps * 64;
+        trainer.sync.round = steps / 4;
     }
     for algorithm in ["fr-ma:4", "sync-sgd"] {
         // Parked at 60, 80, 100: a trainer that had taken a round more than
-        // another before parking would wait on it for ever.
+        // another before parking would wait on it for ever (so would one
+        // going on from a round behind the others').
         let mut c = config(algorithm);
         c.checkpoint_every = 20;
         let cluster = Cluster::start_from(c, learners(TRAINERS, Some(60)), &state).unwrap();

@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{config, exclusive, learners, LeastSquares};
+use common::{config, exclusive, learners, EventLog, LeastSquares};
 
 #[test]
 fn shadow_syncs_complete_while_steps_keep_increasing_and_stop_is_prompt() {
     let _serial = exclusive();
-    let cluster = Cluster::start(config("shadow-ma"), learners(4, None)).unwrap();
-    let events = cluster.subscribe();
+    let c = config("shadow-ma");
+    let log = EventLog::of(&c.events);
+    let cluster = Cluster::start(c, learners(4, None)).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let early = cluster.stats();
     std::thread::sleep(Duration::from_millis(300));
@@ -38,7 +39,8 @@ fn shadow_syncs_complete_while_steps_keep_increasing_and_stop_is_prompt() {
     );
     assert_eq!(outcome.learners.len(), 4);
     assert!(outcome.report.bytes_sent > 0);
-    assert!(events.try_iter().any(|e| matches!(e, Event::Synced { .. })));
+    let events = log.finish();
+    assert!(events.iter().any(|e| matches!(e, Event::Synced { .. })));
 }
 
 #[test]
@@ -158,8 +160,8 @@ fn hogwild_workers_step_one_replica_that_the_shadow_loop_syncs() {
     let mut config = config("shadow-ma");
     config.workers = 2;
     config.sync.min_interval_ms = 2.0;
+    let log = EventLog::of(&config.events);
     let cluster = Cluster::start(config, learners).unwrap();
-    let events = cluster.subscribe();
     let outcome = cluster.wait().unwrap();
     assert!(
         outcome.report.errors.is_empty(),
@@ -175,8 +177,9 @@ fn hogwild_workers_step_one_replica_that_the_shadow_loop_syncs() {
             .all(|s| s.steps == 2 * steps && s.syncs > 0 && s.finished),
         "{stats:?}"
     );
-    let finished = events
-        .try_iter()
+    let finished = log
+        .finish()
+        .iter()
         .filter(|e| matches!(e, Event::TrainerFinished { .. }))
         .count();
     assert_eq!(finished, 2, "one event per trainer, not per worker");

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{config, exclusive, learners, LeastSquares};
-use shadowsync_actors::events::Event;
+use common::{config, exclusive, learners, EventLog, LeastSquares};
+use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::faults::{Fault, FaultKind};
 use shadowsync_actors::{Cluster, ClusterConfig, ClusterOutcome};
 use std::time::{Duration, Instant};
@@ -28,8 +28,13 @@ fn fault(trainer: usize, kind: FaultKind, at_step: u64, every: u64) -> Fault {
 
 /// Four endless trainers (0.5 ms a step) under `algorithm` with `faults`,
 /// whose groups wait 200 ms at most for a member.
-fn with_quick_timeouts(algorithm: &str, faults: Vec<Fault>) -> Cluster<LeastSquares> {
+fn with_quick_timeouts(
+    algorithm: &str,
+    faults: Vec<Fault>,
+    events: &EventBus,
+) -> Cluster<LeastSquares> {
     let mut c = with_faults(algorithm, faults);
+    c.events = events.clone();
     c.sync.peer_timeout_ms = 200.0;
     let mut ls = learners(4, None);
     ls.iter_mut()
@@ -38,11 +43,11 @@ fn with_quick_timeouts(algorithm: &str, faults: Vec<Fault>) -> Cluster<LeastSqua
 }
 
 /// Recoveries per trainer as the event stream reported them.
-fn recoveries_reported(events: &crossbeam_channel::Receiver<Event>, n: usize) -> Vec<u64> {
+fn recoveries_reported(events: &[Event], n: usize) -> Vec<u64> {
     let mut counts = vec![0; n];
-    for event in events.try_iter() {
+    for event in events {
         if let Event::TrainerRecovered { trainer, .. } = event {
-            counts[trainer] += 1;
+            counts[*trainer] += 1;
         }
     }
     counts
@@ -97,9 +102,11 @@ fn repeated_errors_and_panics_in_one_trainer_are_contained() {
         let mut ls = learners(4, Some(400));
         ls.iter_mut()
             .for_each(|l| l.step_delay = Duration::from_micros(200));
-        let cluster = Cluster::start(with_faults(algorithm, faults), ls).unwrap();
-        let events = cluster.subscribe();
+        let c = with_faults(algorithm, faults);
+        let log = EventLog::of(&c.events);
+        let cluster = Cluster::start(c, ls).unwrap();
         let outcome = cluster.wait().unwrap();
+        let events = log.finish();
         let report = &outcome.report;
         assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
         // Every example trained: an injected failure strikes before the batch is read.
@@ -160,9 +167,11 @@ fn a_replica_that_stays_diverged_sits_out_its_groups_averages() {
         // steps: it snapshots NaN.
         ls[2].poison_at = Some(100);
         ls[2].poison_hold = Duration::from_millis(1500);
-        let cluster = Cluster::start(with_faults(algorithm, Vec::new()), ls).unwrap();
-        let events = cluster.subscribe();
+        let c = with_faults(algorithm, Vec::new());
+        let log = EventLog::of(&c.events);
+        let cluster = Cluster::start(c, ls).unwrap();
         let outcome = cluster.wait().unwrap();
+        let events = log.finish();
         let report = &outcome.report;
         assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
         let abstentions: Vec<u64> = report.trainer_stats.iter().map(|s| s.abstentions).collect();
@@ -174,7 +183,7 @@ fn a_replica_that_stays_diverged_sits_out_its_groups_averages() {
         );
         assert!(
             events
-                .try_iter()
+                .iter()
                 .any(|e| matches!(e, Event::Abstained { trainer: 2, .. })),
             "{algorithm}: not reported"
         );
@@ -236,8 +245,9 @@ fn a_hung_member_of_foreground_rounds_is_timed_out_left_out_and_taken_back() {
     let _serial = exclusive();
     for algorithm in ["fr-ma:5", "sync-sgd"] {
         let faults = vec![fault(3, FaultKind::Hang { ms: 2500 }, 30, 0)];
-        let cluster = with_quick_timeouts(algorithm, faults);
-        let events = cluster.subscribe();
+        let bus = EventBus::default();
+        let events = bus.subscribe();
+        let cluster = with_quick_timeouts(algorithm, faults, &bus);
         // Trainer 3 hangs at its step 30 for 2.5 s; without a timeout the others
         // would wait for it at their next round, a few steps later.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -302,21 +312,23 @@ fn a_failing_or_hung_shadow_sync_loop_is_contained() {
         fault(1, FaultKind::SyncPanic, 5, 20),
         fault(2, FaultKind::SyncHang { ms: 1500 }, 10, 0),
     ];
-    let cluster = with_quick_timeouts("shadow-ma", faults);
-    let events = cluster.subscribe();
+    let bus = EventBus::default();
+    let log = EventLog::of(&bus);
+    let cluster = with_quick_timeouts("shadow-ma", faults, &bus);
     std::thread::sleep(Duration::from_millis(3000));
     let before = cluster.stats();
     std::thread::sleep(Duration::from_millis(500));
     let after = cluster.stats();
     cluster.stop();
     let outcome = cluster.wait().unwrap();
+    let events = log.finish();
     assert!(
         outcome.report.errors.is_empty(),
         "{:?}",
         outcome.report.errors
     );
     let (mut panics, mut timed_out, mut rejoined) = (0, vec![false; 4], vec![false; 4]);
-    for event in events.try_iter() {
+    for event in events {
         match event {
             Event::SyncRecovered { trainer, cause, .. } => {
                 assert_eq!(trainer, 1, "{cause}");
@@ -348,9 +360,11 @@ fn a_trainer_that_keeps_failing_is_given_up_without_stalling_the_others() {
     for algorithm in ["shadow-ma", "none"] {
         let mut ls = learners(4, Some(300));
         ls[1].broken_after = Some(50);
-        let cluster = Cluster::start(config(algorithm), ls).unwrap();
-        let events = cluster.subscribe();
+        let c = config(algorithm);
+        let log = EventLog::of(&c.events);
+        let cluster = Cluster::start(c, ls).unwrap();
         let outcome = cluster.wait().unwrap();
+        let events = log.finish();
         let report = &outcome.report;
         assert_eq!(report.errors.len(), 1, "{algorithm}: {:?}", report.errors);
         assert!(
@@ -364,9 +378,76 @@ fn a_trainer_that_keeps_failing_is_given_up_without_stalling_the_others() {
         assert_eq!(report.trainer_stats[1].recoveries, 5, "{algorithm}");
         assert!(
             events
-                .try_iter()
+                .iter()
                 .any(|e| matches!(e, Event::TrainerFailed { trainer: 1, .. })),
             "{algorithm}: no failure event"
         );
+    }
+}
+
+#[test]
+fn a_coordinator_or_server_shard_failing_on_requests_is_contained() {
+    let _serial = exclusive();
+    for (algorithm, kind, service) in [
+        (
+            "shadow-ma",
+            FaultKind::CoordinatorPanic,
+            "group coordinator",
+        ),
+        ("fr-ma:5", FaultKind::CoordinatorPanic, "group coordinator"),
+        ("shadow-easgd", FaultKind::ServerPanic, "server shard"),
+        ("fr-easgd:5", FaultKind::ServerPanic, "server shard"),
+    ] {
+        // Trainer 1's requests of its rounds 3, 13, 23, ... fail.
+        let mut c = with_faults(algorithm, vec![fault(1, kind, 3, 10)]);
+        c.sync.server_shards = 2;
+        let mut ls = learners(4, Some(400));
+        ls.iter_mut()
+            .for_each(|l| l.step_delay = Duration::from_micros(200));
+        let log = EventLog::of(&c.events);
+        let cluster = Cluster::start(c, ls).unwrap();
+        let outcome = cluster.wait().unwrap();
+        let events = log.finish();
+        let report = &outcome.report;
+        assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
+        assert_eq!(report.examples, 4 * 400 * 64, "{algorithm}");
+        let (mut failures, mut rounds_lost) = (0, 0);
+        for event in events {
+            match event {
+                Event::ServiceRecovered { service: s, cause } => {
+                    assert!(s.starts_with(service), "{algorithm}: {s}");
+                    assert!(cause.contains("trainer 1"), "{algorithm}: {cause}");
+                    failures += 1;
+                }
+                Event::SyncRecovered { trainer, .. } | Event::TrainerRecovered { trainer, .. } => {
+                    assert_eq!(trainer, 1, "{algorithm}");
+                    rounds_lost += 1;
+                }
+                _ => {}
+            }
+        }
+        assert!(failures >= 2, "{algorithm}: {failures} failures");
+        if kind == FaultKind::CoordinatorPanic {
+            // Asked again, the restored coordinator answered: no round lost.
+            assert_eq!(rounds_lost, 0, "{algorithm}");
+        } else {
+            // Each of the two shards failed on the round, which was lost.
+            assert_eq!(failures, 2 * rounds_lost, "{algorithm}");
+        }
+        for (i, (learner, stats)) in outcome
+            .learners
+            .iter()
+            .zip(&report.trainer_stats)
+            .enumerate()
+        {
+            assert!(stats.syncs > 0, "{algorithm}: trainer {i} never synced");
+            let loss = learner.loss_of(&learner.dense());
+            assert!(
+                loss < 0.2,
+                "{algorithm}: trainer {i} is {loss} from the truth"
+            );
+        }
+        let center = outcome.center.unwrap_or_default();
+        assert!(center.iter().all(|x| x.is_finite()), "{algorithm}");
     }
 }

@@ -22,6 +22,7 @@ use crate::data::{Batch, TableLayout};
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
 use std::io::BufRead;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -35,11 +36,15 @@ pub struct PipelineConfig {
     pub batch_size: usize,
     /// Number of consumers; each gets its own channel and 1/`shards` of the data.
     pub shards: usize,
+    /// The shards this process consumes (`None`: all); the lines of the others
+    /// are read past unparsed (they are other processes' part of the pass).
+    pub keep: Option<Range<usize>>,
     /// What to do with malformed lines.
     pub policy: BadLinePolicy,
     /// Batches buffered per consumer.
     pub capacity: usize,
-    /// Chunks to skip at the start of each shard (none for a shard not listed).
+    /// Chunks to skip at the start of each kept shard, in order (none for a
+    /// shard not listed).
     pub skip: Vec<u64>,
 }
 
@@ -71,13 +76,21 @@ impl Pipeline {
         let input = criteo::open(path)?;
         let stop = Arc::new(AtomicBool::new(false));
         let layout = Arc::new(layout);
-        let mut chunk_senders = Vec::with_capacity(config.shards);
-        let mut shards = Vec::with_capacity(config.shards);
-        let mut parsers = Vec::with_capacity(config.shards);
-        for shard in 0..config.shards {
+        let keep = config.keep.clone().unwrap_or(0..config.shards);
+        let kept = keep.clone();
+        if keep.is_empty() || keep.end > config.shards {
+            return Err(Error::config(
+                "train.trainers",
+                format!("shards {keep:?} to keep out of {}", config.shards),
+            ));
+        }
+        let mut chunk_senders = vec![None; config.shards];
+        let mut shards = Vec::with_capacity(keep.len());
+        let mut parsers = Vec::with_capacity(keep.len());
+        for shard in keep {
             let (chunk_tx, chunk_rx) = bounded::<Result<Chunk>>(2);
             let (batch_tx, batch_rx) = bounded(config.capacity.max(1));
-            chunk_senders.push(chunk_tx);
+            chunk_senders[shard] = Some(chunk_tx);
             shards.push(batch_rx);
             let worker = Parser {
                 path: path.to_path_buf(),
@@ -95,7 +108,12 @@ impl Pipeline {
         let reader = {
             let path = path.to_path_buf();
             let stop = Arc::clone(&stop);
-            let (lines_per_chunk, skip) = (config.batch_size, config.skip.clone());
+            let lines_per_chunk = config.batch_size;
+            // Per shard of the file: the kept ones' skips at their places.
+            let mut skip = vec![0; config.shards];
+            for (place, &chunks) in skip[kept.clone()].iter_mut().zip(&config.skip) {
+                *place = chunks;
+            }
             std::thread::Builder::new()
                 .name("read".into())
                 .spawn(move || {
@@ -111,7 +129,7 @@ impl Pipeline {
         })
     }
 
-    /// The consumers' receivers, one per shard (taken once).
+    /// The consumers' receivers, one per kept shard (taken once).
     pub fn take_shards(&mut self) -> Vec<Receiver<Result<Batch>>> {
         std::mem::take(&mut self.shards)
     }
@@ -172,7 +190,7 @@ fn read_chunks(
     mut input: Box<dyn BufRead + Send>,
     lines_per_chunk: usize,
     skip: &[u64],
-    senders: Vec<Sender<Result<Chunk>>>,
+    senders: Vec<Option<Sender<Result<Chunk>>>>,
     stop: &AtomicBool,
 ) -> u64 {
     let mut line = 0u64;
@@ -180,7 +198,7 @@ fn read_chunks(
         let shard = (k % senders.len() as u64) as usize;
         let target = &senders[shard];
         let index = k / senders.len() as u64;
-        let skipped = index < skip.get(shard).copied().unwrap_or(0);
+        let skipped = target.is_none() || index < skip.get(shard).copied().unwrap_or(0);
         let mut chunk = Chunk {
             index,
             first_line: line + 1,
@@ -195,14 +213,22 @@ fn read_chunks(
                 Ok(0) => break,
                 Ok(_) => taken += 1,
                 Err(e) => {
-                    send_until_stopped(target, Err(Error::io(path, e)), stop);
+                    // To this chunk's consumer, or any consumer here.
+                    if let Some(consumer) = target.as_ref().or(senders.iter().flatten().next()) {
+                        send_until_stopped(consumer, Err(Error::io(path, e)), stop);
+                    }
                     return line;
                 }
             }
         }
         line += taken as u64;
-        if taken == 0 || (!skipped && !send_until_stopped(target, Ok(chunk), stop)) {
+        if taken == 0 {
             return line;
+        }
+        if let (Some(consumer), false) = (target, skipped) {
+            if !send_until_stopped(consumer, Ok(chunk), stop) {
+                return line;
+            }
         }
     }
     line

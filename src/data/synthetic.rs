@@ -267,17 +267,22 @@ pub struct SyntheticData {
 impl SyntheticData {
     const MANIFEST: &'static str = "oracle.json";
 
-    /// Writes `train.tsv`, `test.tsv` and `oracle.json` into `dir`.
+    /// Writes `train.tsv`, `test.tsv` and `oracle.json` into `dir`. Each file
+    /// is written under a temporary name and renamed into place, so processes
+    /// generating the same data at once (the ranks of an `mpirun` job) never
+    /// read a partial file.
     pub fn generate(spec: SyntheticSpec, dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let model = PlantedModel::new(spec.seed);
         let write = |name: &str, rows: u64, stream: u64| -> Result<(PathBuf, Oracle)> {
             let path = dir.join(name);
-            let file = File::create(&path).map_err(|e| Error::io(&path, e))?;
+            let partial = partial_path(&path);
+            let file = File::create(&partial).map_err(|e| Error::io(&partial, e))?;
             let mut out = BufWriter::with_capacity(1 << 20, file);
             let oracle = model
                 .write_tsv(&mut out, rows, stream)
                 .and_then(|o| out.flush().map(|()| o))
+                .and_then(|o| std::fs::rename(&partial, &path).map(|()| o))
                 .map_err(|e| Error::io(&path, e))?;
             Ok((path, oracle))
         };
@@ -292,7 +297,10 @@ impl SyntheticData {
         };
         let manifest = dir.join(Self::MANIFEST);
         let json = serde_json::to_vec_pretty(&data).map_err(|e| Error::io(&manifest, e.into()))?;
-        std::fs::write(&manifest, json).map_err(|e| Error::io(&manifest, e))?;
+        let partial = partial_path(&manifest);
+        std::fs::write(&partial, json)
+            .and_then(|()| std::fs::rename(&partial, &manifest))
+            .map_err(|e| Error::io(&manifest, e))?;
         Ok(data)
     }
 
@@ -308,6 +316,13 @@ impl SyntheticData {
         }
         Self::generate(spec, dir)
     }
+}
+
+/// Where this process writes `path` before renaming it into place.
+fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".partial-{}", std::process::id()));
+    PathBuf::from(name)
 }
 
 fn sigmoid(z: f64) -> f64 {

@@ -1,7 +1,11 @@
 //! Synchronization: the averaging rules, DS-Sync group schedules, the transport
-//! between trainers, and the EASGD parameter server.
+//! between trainers (the fabric that places them in one process or many), and
+//! the EASGD parameter server.
 
 mod algorithm;
+mod fabric;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 mod peer;
 mod rules;
 mod schedule;
@@ -9,7 +13,8 @@ mod server;
 mod transport;
 
 pub use algorithm::{Algorithm, Rule, SyncConfig};
-pub use peer::SyncPeer;
+pub use fabric::{launched_by_mpirun, Fabric, InProcess};
+pub use peer::{PeerState, SharedPeerState, SyncPeer};
 pub use rules::{elastic, mean_into, BmufParams, BmufState, WriteBack};
 pub use schedule::{GroupPlan, Schedule};
 pub use server::{shard_ranges, ServerClient, ServerShard, ServerShardActor};

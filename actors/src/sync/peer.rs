@@ -1,19 +1,52 @@
 //! One trainer's side of synchronization: which group it is in this round (asked
 //! of the group coordinator), and how a snapshot becomes a target.
+//!
+//! What a peer carries from round to round ([`PeerState`]: its round counter,
+//! BMUF's memory) sits behind a lock of its own, taken once per round, so that
+//! the cluster can read it for a checkpoint while the peer syncs on.
 
 use crate::coordinator::CoordinatorClient;
-use crate::sync::{BmufState, Endpoint, LinkModel, Payload, Rule, ServerClient, SyncConfig};
+use crate::sync::{
+    BmufParams, BmufState, Endpoint, LinkModel, Payload, Rule, ServerClient, SyncConfig,
+};
 use crate::{Error, Result};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A trainer's synchronization state: its endpoint, its round counter, and the
-/// state its rule keeps (BMUF's block momentum, EASGD's server).
+/// What a peer carries from one round to the next.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PeerState {
+    /// The number of its next round.
+    pub round: u64,
+    /// BMUF's memory, for `*-bmuf`.
+    pub bmuf: Option<BmufState>,
+}
+
+impl PeerState {
+    /// Whether `saved` can take this state's place: both of the same
+    /// algorithm (BMUF's memory or none) and parameter count.
+    pub fn fits(&self, saved: &PeerState) -> bool {
+        match (&self.bmuf, &saved.bmuf) {
+            (None, None) => true,
+            (Some(now), Some(saved)) => {
+                saved.global.len() == now.global.len() && saved.momentum.len() == now.global.len()
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A peer's state, shared with whoever reads it for checkpoints.
+pub type SharedPeerState = Arc<Mutex<PeerState>>;
+
+/// A trainer's synchronization state: its endpoint, its [`PeerState`], and
+/// what its rule needs (BMUF's parameters, EASGD's server).
 #[derive(Debug)]
 pub struct SyncPeer {
     endpoint: Endpoint,
     groups: CoordinatorClient,
-    round: u64,
+    state: SharedPeerState,
     rule: Option<Rule>,
-    bmuf: Option<BmufState>,
+    bmuf: BmufParams,
     server: Option<ServerClient>,
     alpha: f32,
     link: LinkModel,
@@ -35,13 +68,16 @@ impl SyncPeer {
                 reason: "EASGD needs a parameter server".into(),
             });
         }
-        let bmuf = (rule == Some(Rule::Bmuf))
-            .then(|| BmufState::new(config.bmuf_for(groups.group_size()), initial));
+        let state = PeerState {
+            round: 0,
+            bmuf: (rule == Some(Rule::Bmuf)).then(|| BmufState::new(initial)),
+        };
+        let bmuf = config.bmuf_for(groups.group_size());
         let alpha = config.alpha_for(groups.trainers());
         Ok(Self {
             endpoint,
             groups,
-            round: 0,
+            state: Arc::new(Mutex::new(state)),
             rule,
             bmuf,
             server,
@@ -65,10 +101,25 @@ impl SyncPeer {
         self.endpoint.stopped()
     }
 
+    /// Its state, to read while it syncs on.
+    pub fn shared_state(&self) -> SharedPeerState {
+        Arc::clone(&self.state)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PeerState> {
+        // Poisoning is ignored: the lock guards plain numbers, and nothing
+        // that can fail runs while it is held.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The number of the next round (a peer coming back after it was left
     /// out skips to the round the coordinator names).
     pub fn round(&self) -> u64 {
-        self.round
+        self.lock().round
+    }
+
+    fn set_round(&self, round: u64) {
+        self.lock().round = round;
     }
 
     /// Mean of the payloads over this round's group; `None` once syncing has
@@ -79,12 +130,12 @@ impl SyncPeer {
         let endpoint = &self.endpoint;
         let Some(assignment) = self
             .groups
-            .group_of(endpoint.id(), self.round, || endpoint.stopped())?
+            .group_of(endpoint.id(), self.round(), || endpoint.stopped())?
         else {
             return Ok(None);
         };
         let round = assignment.round;
-        self.round = round + 1;
+        self.set_round(round + 1);
         let Some(outcome) =
             self.endpoint
                 .group_mean(round, &assignment.group, payload, contribute)?
@@ -107,8 +158,9 @@ impl SyncPeer {
             Some(Rule::Ma) => self.group_mean(snapshot, contribute),
             Some(Rule::Bmuf) => {
                 let mut average = self.group_mean(snapshot, contribute)?;
-                if let (Some(avg), Some(bmuf)) = (average.as_mut(), self.bmuf.as_mut()) {
-                    bmuf.round(avg);
+                let params = self.bmuf;
+                if let (Some(avg), Some(bmuf)) = (average.as_mut(), self.lock().bmuf.as_mut()) {
+                    bmuf.round(params, avg);
                 }
                 Ok(average)
             }
@@ -127,11 +179,12 @@ impl SyncPeer {
                 // To the server and back, over the simulated link.
                 let bytes = std::mem::size_of_val(snapshot.values());
                 std::thread::sleep(self.link.wire_time(self.id(), LinkModel::SERVER, bytes) * 2);
+                let round = self.round();
+                self.set_round(round + 1);
                 let endpoint = &self.endpoint;
-                let target =
-                    server.elastic(snapshot.shared(), self.alpha, || endpoint.stopped())?;
-                self.round += 1;
-                Ok(target)
+                server.elastic(snapshot.shared(), self.alpha, self.id(), round, || {
+                    endpoint.stopped()
+                })
             }
             None => Ok(Some(snapshot.values().to_vec())),
         }

@@ -97,20 +97,20 @@ impl BmufParams {
     }
 }
 
-/// One replica's view of the BMUF state: the global model `w_g` and the block
-/// momentum `Δ`.
+/// One replica's BMUF memory between rounds: the global model `w_g` and the
+/// block momentum `Δ` (plain data, kept in checkpoints).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BmufState {
-    params: BmufParams,
-    global: Vec<f32>,
-    momentum: Vec<f32>,
+    /// The global model `w_g`.
+    pub global: Vec<f32>,
+    /// The block momentum `Δ`.
+    pub momentum: Vec<f32>,
 }
 
 impl BmufState {
-    /// Starts from the initial parameters `initial`.
-    pub fn new(params: BmufParams, initial: &[f32]) -> Self {
+    /// Starts from the initial parameters `initial`, with no momentum.
+    pub fn new(initial: &[f32]) -> Self {
         Self {
-            params,
             global: initial.to_vec(),
             momentum: vec![0.0; initial.len()],
         }
@@ -118,12 +118,12 @@ impl BmufState {
 
     /// Folds a group average into the state and turns it, in place, into the
     /// replica's target.
-    pub fn round(&mut self, average_to_target: &mut [f32]) {
+    pub fn round(&mut self, params: BmufParams, average_to_target: &mut [f32]) {
         let BmufParams {
             eta,
             zeta,
             nesterov,
-        } = self.params;
+        } = params;
         self.global
             .iter_mut()
             .zip(self.momentum.iter_mut())
@@ -133,16 +133,6 @@ impl BmufState {
                 *g += *m;
                 *x = if nesterov { *g + eta * *m } else { *g };
             });
-    }
-
-    /// The global model `w_g`.
-    pub fn global(&self) -> &[f32] {
-        &self.global
-    }
-
-    /// The block momentum `Δ`.
-    pub fn momentum(&self) -> &[f32] {
-        &self.momentum
     }
 }
 
@@ -186,41 +176,39 @@ mod tests {
             zeta: 1.0,
             nesterov: false,
         };
-        let mut state = BmufState::new(params, &[0.0, 1.0]);
+        let mut state = BmufState::new(&[0.0, 1.0]);
         // Round 1: G = (2,0)-(0,1) = (2,-1); Δ = 0.5*(2,-1) = (1,-0.5); w_g = (1,0.5).
         let mut x = [2.0, 0.0];
-        state.round(&mut x);
+        state.round(params, &mut x);
         assert_eq!(x, [1.0, 0.5]);
         // Round 2: avg (3,0): G = (2,-0.5); Δ = 0.5*(1,-0.5) + 0.5*(2,-0.5) = (1.5,-0.5);
         // w_g = (2.5,0).
         let mut x = [3.0, 0.0];
-        state.round(&mut x);
+        state.round(params, &mut x);
         assert_eq!(x, [2.5, 0.0]);
-        assert_eq!(state.momentum(), &[1.5, -0.5]);
-        let mut nesterov = BmufState::new(
-            BmufParams {
-                nesterov: true,
-                ..params
-            },
-            &[0.0, 1.0],
-        );
+        assert_eq!(state.momentum, [1.5, -0.5]);
+        let mut nesterov = BmufState::new(&[0.0, 1.0]);
+        let look_ahead = BmufParams {
+            nesterov: true,
+            ..params
+        };
         // w_g = (1,0.5) after round 1, plus η Δ = (0.5,-0.25).
         let mut x = [2.0, 0.0];
-        nesterov.round(&mut x);
+        nesterov.round(look_ahead, &mut x);
         assert_eq!(x, [1.5, 0.25]);
-        assert_eq!(nesterov.global(), &[1.0, 0.5]);
+        assert_eq!(nesterov.global, [1.0, 0.5]);
         // A steady G moves w_g by ζ G per round once the momentum has built up.
-        let mut steady = BmufState::new(params, &[0.0]);
+        let mut steady = BmufState::new(&[0.0]);
         let mut avg = 0.0f32;
         for _ in 0..60 {
-            avg = steady.global()[0] + 1.0;
+            avg = steady.global[0] + 1.0;
             let mut x = [avg];
-            steady.round(&mut x);
+            steady.round(params, &mut x);
         }
         assert!(
-            (steady.global()[0] - avg).abs() < 1e-3,
+            (steady.global[0] - avg).abs() < 1e-3,
             "{:?} vs {avg}",
-            steady.global()
+            steady.global
         );
     }
 

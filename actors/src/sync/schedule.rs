@@ -11,6 +11,7 @@
 //! | `alternating` | blocks of `0, 1, .., n−1` on even rounds, of `1, 2, .., n−1, 0` on odd rounds (the authors' `{0,1},{2,3}` / `{0,3},{1,2}` for n = 4, m = 2) |
 //! | `random` | blocks of a permutation drawn from `(seed, r)` |
 //! | `hypercube` | trainers whose base-`m` digits differ only in digit `r mod log_m n` (for m = 2: `j` and `j XOR 2^(r mod log2 n)`); exact global mean after `log_m n` rounds |
+//! | `hierarchical` | blocks `{0..m}`, `{m..2m}`, ... on even rounds; on odd rounds the `n/m` trainers at the same place in their blocks (`{i, m+i, 2m+i, ...}`); exact global mean after 2 rounds. With a process's trainers as a block: within processes, then across |
 
 use crate::{Error, Result};
 use rand::seq::SliceRandom;
@@ -32,6 +33,8 @@ pub enum Schedule {
     Random,
     /// Butterfly over base-`m` digits.
     Hypercube,
+    /// Within blocks of `m`, then across them (groups of `n/m` on odd rounds).
+    Hierarchical,
 }
 
 impl std::str::FromStr for Schedule {
@@ -44,10 +47,11 @@ impl std::str::FromStr for Schedule {
             "alternating" => Schedule::Alternating,
             "random" => Schedule::Random,
             "hypercube" => Schedule::Hypercube,
+            "hierarchical" => Schedule::Hierarchical,
             _ => {
                 return Err(Error::Config {
                     key: "sync.schedule".into(),
-                    reason: format!("unknown schedule {s:?}; expected global, fixed, alternating, random or hypercube"),
+                    reason: format!("unknown schedule {s:?}; expected global, fixed, alternating, random, hypercube or hierarchical"),
                 })
             }
         })
@@ -128,7 +132,7 @@ impl GroupPlan {
         self.trainers
     }
 
-    /// Group size.
+    /// Group size (for `hierarchical`, of the even rounds: `n / m` on odd ones).
     pub fn group_size(&self) -> usize {
         self.group_size
     }
@@ -148,6 +152,10 @@ impl GroupPlan {
                 order
             }
             Schedule::Hypercube => return self.hypercube(round),
+            Schedule::Hierarchical if round % 2 == 1 => {
+                return (0..m).map(|i| (i..n).step_by(m).collect()).collect()
+            }
+            Schedule::Hierarchical => (0..n).collect(),
         };
         order
             .chunks(m)
@@ -200,6 +208,15 @@ mod tests {
     }
 
     #[test]
+    fn hierarchical_groups_within_blocks_then_across() {
+        let plan = GroupPlan::new(Schedule::Hierarchical, 6, 2).unwrap();
+        assert_eq!(plan.groups(0), vec![vec![0, 1], vec![2, 3], vec![4, 5]]);
+        assert_eq!(plan.groups(1), vec![vec![0, 2, 4], vec![1, 3, 5]]);
+        assert_eq!(plan.groups(2), plan.groups(0));
+        assert_eq!(plan.group_of(3, 1), vec![1, 3, 5]);
+    }
+
+    #[test]
     fn hypercube_pairs_by_xor() {
         let plan = GroupPlan::new(Schedule::Hypercube, 8, 2).unwrap();
         for round in 0..6u64 {
@@ -239,6 +256,7 @@ mod tests {
             Just(Schedule::Alternating),
             Just(Schedule::Random),
             Just(Schedule::Hypercube),
+            Just(Schedule::Hierarchical),
         ]
     }
 
@@ -262,9 +280,13 @@ mod tests {
         ) {
             let plan = GroupPlan::new(schedule, n, m).unwrap();
             let groups = plan.groups(round);
+            let size = match schedule {
+                Schedule::Hierarchical if round % 2 == 1 => n / m,
+                _ => plan.group_size(),
+            };
             let mut seen = vec![false; n];
             for group in &groups {
-                prop_assert_eq!(group.len(), plan.group_size());
+                prop_assert_eq!(group.len(), size);
                 for &t in group {
                     prop_assert!(!seen[t], "trainer {} twice", t);
                     seen[t] = true;
@@ -300,23 +322,37 @@ mod tests {
             (n, m) in sizes(Schedule::Hypercube),
             values in prop::collection::vec(-1000i32..1000, 256),
         ) {
-            // Integers scaled so every partial mean is exact in f64.
             let plan = GroupPlan::new(Schedule::Hypercube, n, m).unwrap();
-            let mut x: Vec<f64> = values[..n].iter().map(|&v| f64::from(v)).collect();
-            let mean = x.iter().sum::<f64>() / n as f64;
-            for round in 0..u64::from(plan.mixing_rounds()) {
-                let mut next = x.clone();
-                for group in plan.groups(round) {
-                    let avg = group.iter().map(|&t| x[t]).sum::<f64>() / group.len() as f64;
-                    for &t in &group {
-                        next[t] = avg;
-                    }
-                }
-                x = next;
-            }
-            for v in x {
-                prop_assert!((v - mean).abs() < 1e-9 * mean.abs().max(1.0), "{} vs {}", v, mean);
-            }
+            prop_assert!(mixes_exactly(&plan, u64::from(plan.mixing_rounds()), &values[..n]));
         }
+
+        #[test]
+        fn hierarchical_reaches_the_exact_global_mean_in_two_rounds(
+            (n, m) in sizes(Schedule::Hierarchical),
+            values in prop::collection::vec(-1000i32..1000, 64),
+        ) {
+            let plan = GroupPlan::new(Schedule::Hierarchical, n, m).unwrap();
+            prop_assert!(mixes_exactly(&plan, 2, &values[..n]));
+        }
+    }
+
+    /// Whether averaging `values` within the groups of `rounds` rounds of
+    /// `plan` leaves every trainer with their global mean.
+    fn mixes_exactly(plan: &GroupPlan, rounds: u64, values: &[i32]) -> bool {
+        let n = values.len();
+        let mut x: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
+        let mean = x.iter().sum::<f64>() / n as f64;
+        for round in 0..rounds {
+            let mut next = x.clone();
+            for group in plan.groups(round) {
+                let avg = group.iter().map(|&t| x[t]).sum::<f64>() / group.len() as f64;
+                for &t in &group {
+                    next[t] = avg;
+                }
+            }
+            x = next;
+        }
+        x.iter()
+            .all(|v| (v - mean).abs() < 1e-9 * mean.abs().max(1.0))
     }
 }

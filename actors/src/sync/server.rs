@@ -7,7 +7,15 @@
 //! trainers updating different shards never wait on each other. A trainer talks
 //! to the shards through a [`ServerClient`]: one request per shard, all in
 //! flight at once, the answers assembled into the replica's target.
+//!
+//! A shard that fails on a request (a panic) answers it with an error and
+//! serves on from its centre as it was ([`Event::ServiceRecovered`]): the
+//! centre changes only in the elastic step's arithmetic, which cannot fail. The
+//! trainer's sync round fails and it goes on with the next one.
 
+use crate::events::{Event, EventBus};
+use crate::faults::{faults_at, faults_due, Fault, FaultSite};
+use crate::recovery::unpanicked;
 use crate::sync::elastic;
 use crate::{Error, Result};
 use actix::prelude::*;
@@ -69,12 +77,15 @@ impl ServerShard {
 /// What a shard answers: its index and its part of the result.
 type Reply = (usize, Result<Vec<f32>>);
 
-/// An elastic step of `snapshot` (whole vector) on one shard.
+/// An elastic step of `trainer`'s `snapshot` (whole vector) in its `round`,
+/// on one shard.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Elastic {
     snapshot: Arc<[f32]>,
     alpha: f32,
+    trainer: usize,
+    round: u64,
     reply: Sender<Reply>,
 }
 
@@ -89,6 +100,9 @@ struct Center {
 pub struct ServerShardActor {
     index: usize,
     shard: ServerShard,
+    events: EventBus,
+    /// Injected `server-panic` faults.
+    faults: Vec<Fault>,
 }
 
 impl Actor for ServerShardActor {
@@ -99,8 +113,25 @@ impl Handler<Elastic> for ServerShardActor {
     type Result = ();
 
     fn handle(&mut self, request: Elastic, _: &mut Context<Self>) {
-        let target = self.shard.elastic(&request.snapshot, request.alpha);
-        let _ = request.reply.send((self.index, target));
+        let (trainer, round, index) = (request.trainer, request.round, self.index);
+        let (faults, shard) = (&self.faults, &mut self.shard);
+        let attempt = unpanicked(|| {
+            if faults_due(faults, trainer, round).next().is_some() {
+                panic!("injected server panic");
+            }
+            shard.elastic(&request.snapshot, request.alpha)
+        });
+        let target = attempt.unwrap_or_else(|panic| {
+            let cause = format!("serving trainer {trainer}'s round {round}: {panic}");
+            self.events.publish(Event::ServiceRecovered {
+                service: format!("server shard {index}"),
+                cause: cause.clone(),
+            });
+            Err(Error::System(format!(
+                "server shard {index} failed {cause}"
+            )))
+        });
+        let _ = request.reply.send((index, target));
     }
 }
 
@@ -126,16 +157,29 @@ pub struct ServerClient {
 
 impl ServerClient {
     /// Starts one actor per shard of `initial` (each on its own arbiter of the
-    /// running actix system) and returns their client.
-    pub fn start(initial: &[f32], shards: usize) -> Result<Self> {
+    /// running actix system), reporting on `events` and injecting the
+    /// `server-panic` faults of `faults`, and returns their client.
+    pub fn start(
+        initial: &[f32],
+        shards: usize,
+        events: &EventBus,
+        faults: &[Fault],
+    ) -> Result<Self> {
+        let faults = faults_at(faults, FaultSite::Server);
         let shards = shard_ranges(initial.len(), shards)?
             .into_iter()
             .enumerate()
             .map(|(index, range)| {
                 let shard = ServerShard::new(initial, range.clone())?;
+                let (events, faults) = (events.clone(), faults.clone());
                 let addr =
                     ServerShardActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
-                        ServerShardActor { index, shard }
+                        ServerShardActor {
+                            index,
+                            shard,
+                            events,
+                            faults,
+                        }
                     });
                 Ok((range, addr))
             })
@@ -151,13 +195,15 @@ impl ServerClient {
         self.shards.len()
     }
 
-    /// The elastic step of a replica's `snapshot` on every shard at once;
-    /// returns the replica's target, or `None` if `stopped()` turns true while
-    /// waiting.
+    /// The elastic step of `trainer`'s `snapshot` in its `round` on every
+    /// shard at once; returns the replica's target, or `None` if `stopped()`
+    /// turns true while waiting.
     pub fn elastic(
         &self,
         snapshot: Arc<[f32]>,
         alpha: f32,
+        trainer: usize,
+        round: u64,
         stopped: impl Fn() -> bool,
     ) -> Result<Option<Vec<f32>>> {
         if snapshot.len() != self.len {
@@ -171,6 +217,8 @@ impl ServerClient {
             |reply| Elastic {
                 snapshot: Arc::clone(&snapshot),
                 alpha,
+                trainer,
+                round,
                 reply,
             },
             stopped,
@@ -247,16 +295,16 @@ mod tests {
         for shards in [1, 3, 4, 10, 16] {
             let start = {
                 let initial = initial.clone();
-                move || ServerClient::start(&initial, shards)
+                move || ServerClient::start(&initial, shards, &EventBus::default(), &[])
             };
             let (system, thread, server) = spawn_system("server-test", start).unwrap();
             let server = server.unwrap();
             assert_eq!(server.shard_count(), shards);
-            let target = server.elastic(Arc::clone(&snapshot), 0.5, || false);
+            let target = server.elastic(Arc::clone(&snapshot), 0.5, 0, 0, || false);
             assert_eq!(target.unwrap(), Some(expected.clone()), "{shards} shards");
             assert_eq!(server.center().unwrap(), expected_center);
             let short: Arc<[f32]> = Arc::from(vec![0f32; 3]);
-            assert!(server.elastic(short, 0.5, || false).is_err());
+            assert!(server.elastic(short, 0.5, 0, 1, || false).is_err());
             system.stop();
             thread.join().unwrap();
             // With the system gone, a request fails instead of hanging.

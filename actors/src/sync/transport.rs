@@ -112,7 +112,7 @@ impl From<Vec<f32>> for Payload {
 
 /// The two phases of a group mean (reduce-scatter, then all-gather).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     /// A member's whole payload; each receiver reads only its own slice of it.
     Scatter,
     /// A member's reduced slice: the group mean over its part of the vector.
@@ -121,19 +121,37 @@ enum Phase {
 
 /// A payload in flight.
 #[derive(Debug, Clone)]
-struct Message {
-    round: u64,
-    phase: Phase,
-    from: usize,
-    data: Arc<[f32]>,
-    deliver_at: Instant,
+pub(super) struct Message {
+    pub(super) round: u64,
+    pub(super) phase: Phase,
+    pub(super) from: usize,
+    pub(super) data: Arc<[f32]>,
+    pub(super) deliver_at: Instant,
+}
+
+/// A message for a trainer in another process, handed to the process's
+/// communication thread (see the `mpi` module, the only reader of its fields).
+#[derive(Debug)]
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(super) struct Outgoing {
+    pub(super) to: usize,
+    pub(super) message: Message,
+}
+
+/// How a message reaches one trainer.
+#[derive(Debug, Clone)]
+enum Route {
+    /// Into its endpoint's inbox, in this process.
+    Local(Sender<Message>),
+    /// Through this process's communication thread, to another process.
+    Remote(Sender<Outgoing>),
 }
 
 /// One trainer's connection to all others.
 #[derive(Debug)]
 pub struct Endpoint {
     id: usize,
-    peers: Vec<Sender<Message>>,
+    peers: Vec<Route>,
     inbox: Receiver<Message>,
     early: Vec<Message>,
     link: LinkModel,
@@ -154,16 +172,37 @@ pub struct GroupMean {
 /// Connects `n` endpoints all-to-all; raising `stop` makes every pending
 /// collective return `Ok(None)` promptly.
 pub fn mesh(n: usize, link: LinkModel, stop: Arc<AtomicBool>) -> Vec<Endpoint> {
+    let (endpoints, _) = mesh_part(n, 0..n, None, link, stop);
+    endpoints
+}
+
+/// The endpoints of trainers `local` out of `n`, with the senders into their
+/// inboxes; messages to the other trainers go to `remote` (required if there
+/// are any).
+pub(super) fn mesh_part(
+    n: usize,
+    local: std::ops::Range<usize>,
+    remote: Option<Sender<Outgoing>>,
+    link: LinkModel,
+    stop: Arc<AtomicBool>,
+) -> (Vec<Endpoint>, Vec<Sender<Message>>) {
     // A round puts at most 2(n − 1) messages in an inbox and a trainer is never
     // more than a round or two ahead of a peer: 8n slots are room for that while
     // still bounding memory.
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| bounded(8 * n.max(1))).unzip();
-    receivers
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        local.clone().map(|_| bounded(8 * n.max(1))).unzip();
+    let peers: Vec<Route> = (0..n)
+        .map(|t| match (local.contains(&t), &remote) {
+            (false, Some(outbox)) => Route::Remote(outbox.clone()),
+            _ => Route::Local(senders[t.saturating_sub(local.start)].clone()),
+        })
+        .collect();
+    let endpoints = receivers
         .into_iter()
-        .enumerate()
-        .map(|(id, inbox)| Endpoint {
+        .zip(local)
+        .map(|(inbox, id)| Endpoint {
             id,
-            peers: senders.clone(),
+            peers: peers.clone(),
             inbox,
             early: Vec::new(),
             link,
@@ -171,7 +210,8 @@ pub fn mesh(n: usize, link: LinkModel, stop: Arc<AtomicBool>) -> Vec<Endpoint> {
             bytes_sent: Arc::new(AtomicU64::new(0)),
             timeout: None,
         })
-        .collect()
+        .collect();
+    (endpoints, senders)
 }
 
 const POLL: Duration = Duration::from_millis(20);
@@ -338,18 +378,25 @@ impl Endpoint {
         Ok(true)
     }
 
-    fn send(&self, peer: usize, mut message: Message) -> Result<bool> {
-        let Some(tx) = self.peers.get(peer) else {
-            return Err(Error::Layout(format!(
+    fn send(&self, peer: usize, message: Message) -> Result<bool> {
+        match self.peers.get(peer) {
+            Some(Route::Local(inbox)) => Ok(self.send_on(inbox, message)),
+            Some(Route::Remote(outbox)) => Ok(self.send_on(outbox, Outgoing { to: peer, message })),
+            None => Err(Error::Layout(format!(
                 "no trainer {peer} in a mesh of {}",
                 self.peers.len()
-            )));
-        };
+            ))),
+        }
+    }
+
+    /// Sends on a bounded channel, waiting for room unless stopped; false once
+    /// stopped or the receiver is gone.
+    fn send_on<T>(&self, tx: &Sender<T>, mut item: T) -> bool {
         loop {
-            match tx.send_timeout(message, POLL) {
-                Ok(()) => return Ok(true),
-                Err(SendTimeoutError::Timeout(back)) if !self.stopped() => message = back,
-                Err(_) => return Ok(false),
+            match tx.send_timeout(item, POLL) {
+                Ok(()) => return true,
+                Err(SendTimeoutError::Timeout(back)) if !self.stopped() => item = back,
+                Err(_) => return false,
             }
         }
     }

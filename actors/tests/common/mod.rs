@@ -4,8 +4,12 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
+use crossbeam_channel::RecvTimeoutError;
+use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::sync::SyncConfig;
-use shadowsync_actors::{ClusterConfig, FlatParams, Learner, LearnerState, StepOutcome};
+use shadowsync_actors::{Cluster, ClusterConfig, FlatParams, Learner, LearnerState, StepOutcome};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tch::{nn, nn::Module, Device, Kind, Tensor};
 
@@ -171,6 +175,42 @@ pub fn learners(n: usize, steps: Option<u64>) -> Vec<LeastSquares> {
     (0..n).map(|i| LeastSquares::new(i as i64, steps)).collect()
 }
 
+/// Every event of a run, read by a thread as it is published: a subscriber
+/// read only once the run is over would lose what its 4,096 places cannot
+/// hold (a fast shadow loop publishes thousands of `Synced`).
+pub struct EventLog {
+    done: Arc<AtomicBool>,
+    reader: std::thread::JoinHandle<Vec<Event>>,
+}
+
+impl EventLog {
+    /// Subscribes to `bus`: set it as a cluster's `events` before starting it.
+    pub fn of(bus: &EventBus) -> Self {
+        let events = bus.subscribe();
+        let done = Arc::new(AtomicBool::new(false));
+        let over = Arc::clone(&done);
+        let reader = std::thread::spawn(move || {
+            let mut log = Vec::new();
+            while !over.load(Ordering::Acquire) {
+                match events.recv_timeout(Duration::from_millis(5)) {
+                    Ok(event) => log.push(event),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            log.extend(events.try_iter());
+            log
+        });
+        Self { done, reader }
+    }
+
+    /// The events published so far: all of them once the cluster has ended.
+    pub fn finish(self) -> Vec<Event> {
+        self.done.store(true, Ordering::Release);
+        self.reader.join().unwrap()
+    }
+}
+
 /// What a soak run saw.
 #[derive(Debug)]
 pub struct SoakReport {
@@ -214,9 +254,7 @@ pub fn resident_mb() -> f64 {
 /// Runs `trainers` least-squares trainers under `algorithm` (random groups of 4)
 /// for `duration`, sampling memory every second and counting every sync event.
 pub fn soak(trainers: usize, algorithm: &str, duration: Duration) -> SoakReport {
-    use shadowsync_actors::events::Event;
     use shadowsync_actors::sync::Schedule;
-    use shadowsync_actors::Cluster;
     use std::time::Instant;
 
     let mut c = config(algorithm);
@@ -226,8 +264,8 @@ pub fn soak(trainers: usize, algorithm: &str, duration: Duration) -> SoakReport 
     let mut ls = learners(trainers, None);
     ls.iter_mut()
         .for_each(|l| l.step_delay = Duration::from_millis(1));
+    let events = c.events.subscribe();
     let cluster = Cluster::start(c, ls).unwrap();
-    let events = cluster.subscribe();
     let started = Instant::now();
     let mut memory = Vec::new();
     // Per trainer: (first round, last round, events) of the Synced received.

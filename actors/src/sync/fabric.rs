@@ -1,0 +1,122 @@
+//! Where a cluster's trainers live: all in this process ([`InProcess`]), or
+//! spread over the processes of a job ([`MpiNode`](super::mpi::MpiNode), feature
+//! `mpi`).
+//!
+//! A [`Fabric`] numbers the trainers across the job, connects this process's
+//! trainers to all of them ([`Endpoint`]s), agrees with the other processes on
+//! when syncing ends, and averages vectors over the processes (the final model,
+//! tables that each process keeps a replica of). The cluster and its actors are
+//! the same code on any fabric.
+
+use super::{mesh, Endpoint, LinkModel};
+use crate::Result;
+use std::ops::Range;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Whether this process was started by `mpirun` (Open MPI sets its rank).
+pub fn launched_by_mpirun() -> bool {
+    std::env::var_os("OMPI_COMM_WORLD_RANK").is_some()
+}
+
+/// The trainers of a job and the connections between them.
+pub trait Fabric: Send + Sync + std::fmt::Debug {
+    /// Number of processes in the job.
+    fn processes(&self) -> usize;
+
+    /// This process's index among them.
+    fn process(&self) -> usize;
+
+    /// The trainers this process hosts, numbered across the job, when every
+    /// process hosts `local` of them.
+    fn local_trainers(&self, local: usize) -> Range<usize> {
+        self.process() * local..(self.process() + 1) * local
+    }
+
+    /// Endpoints for this process's `local` trainers, connected to all
+    /// `processes() · local` trainers of the job; raising `stop` (here, or in
+    /// another process through [`Fabric::stop_everywhere`]) ends their
+    /// collectives.
+    fn endpoints(
+        &self,
+        local: usize,
+        link: LinkModel,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Vec<Endpoint>>;
+
+    /// This process's trainers have all finished: returns once every
+    /// process's have (their sync loops keep serving the others until then).
+    fn trainers_done(&self) -> Result<()>;
+
+    /// Raises the endpoints' stop flag in every other process.
+    fn stop_everywhere(&self);
+
+    /// Replaces `values` by their mean over the processes. A collective: every
+    /// process calls it, the same number of times, with vectors of one length
+    /// (and in the same order as [`Fabric::sum`]).
+    fn average(&self, values: &mut [f32]) -> Result<()>;
+
+    /// Replaces `counts` by their sums over the processes (a collective, as
+    /// [`Fabric::average`]).
+    fn sum(&self, counts: &mut [u64]) -> Result<()>;
+
+    /// Every process's `words` (of any length), in process order (a
+    /// collective, as [`Fabric::average`]).
+    fn gather(&self, words: Vec<u32>) -> Result<Vec<Vec<u32>>>;
+
+    /// Bytes this process has sent to the others.
+    fn bytes_sent(&self) -> u64;
+
+    /// Ends this process's part in the job once every process has called it
+    /// (a process that fails exits without it, which ends the job).
+    fn finish(&self) -> Result<()>;
+}
+
+/// Every trainer in this process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InProcess;
+
+impl Fabric for InProcess {
+    fn processes(&self) -> usize {
+        1
+    }
+
+    fn process(&self) -> usize {
+        0
+    }
+
+    fn endpoints(
+        &self,
+        local: usize,
+        link: LinkModel,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Vec<Endpoint>> {
+        Ok(mesh(local, link, stop))
+    }
+
+    fn trainers_done(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn stop_everywhere(&self) {}
+
+    fn average(&self, _values: &mut [f32]) -> Result<()> {
+        Ok(())
+    }
+
+    fn sum(&self, _counts: &mut [u64]) -> Result<()> {
+        Ok(())
+    }
+
+    fn gather(&self, words: Vec<u32>) -> Result<Vec<Vec<u32>>> {
+        Ok(vec![words])
+    }
+
+    fn bytes_sent(&self) -> u64 {
+        0
+    }
+
+    fn finish(&self) -> Result<()> {
+        Ok(())
+    }
+}

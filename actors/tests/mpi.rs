@@ -1,0 +1,267 @@
+//! The MPI transport (feature `mpi`): group means across 2 and 4 ranks equal an
+//! independent computation under every DS-Sync schedule (and so do the fabric's
+//! mean, sum and gather), and a failing rank
+//! ends the whole job within seconds, named, as does a collective that never
+//! completes (the watchdog). Each test launches itself under
+//! `mpirun` (it needs Open MPI: `scripts/setup.sh --with-mpi`); the ranks run
+//! the same test with `SHADOWSYNC_MPI_RANKS` set and do the rank's part.
+
+#![cfg(feature = "mpi")]
+
+use shadowsync_actors::sync::mpi::MpiNode;
+use shadowsync_actors::sync::{Fabric, GroupPlan, LinkModel, Schedule};
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const RANKS_VAR: &str = "SHADOWSYNC_MPI_RANKS";
+const PER_RANK: usize = 2;
+const VALUES: usize = 10_001;
+const ROUNDS: u64 = 12;
+
+/// What `mpirun` said and did, running `test` of this binary on `ranks` ranks.
+struct Job {
+    success: bool,
+    output: String,
+    took: Duration,
+}
+
+/// A job that takes longer has hung: it is killed and the test fails.
+const JOB_LIMIT: Duration = Duration::from_secs(120);
+
+fn mpirun(test: &str, ranks: usize) -> Job {
+    let exe = std::env::current_exe().unwrap();
+    let log = std::env::temp_dir().join(format!("shadowsync-{test}-{}.log", std::process::id()));
+    let file = std::fs::File::create(&log).unwrap();
+    let started = Instant::now();
+    let mut job = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "-np",
+        ])
+        .arg(ranks.to_string())
+        .args(["-x", RANKS_VAR])
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(RANKS_VAR, ranks.to_string())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .expect("mpirun (Open MPI) is needed: scripts/setup.sh --with-mpi installs it");
+    let status = loop {
+        if let Some(status) = job.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > JOB_LIMIT {
+            let _ = job.kill();
+            let _ = job.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    let mut output = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    if status.is_none() {
+        output.push_str(&format!("\n(killed: still running after {JOB_LIMIT:?})"));
+    }
+    Job {
+        success: status.is_some_and(|s| s.success()),
+        output,
+        took,
+    }
+}
+
+/// The ranks a child was started with; `None` in the parent.
+fn child_of() -> Option<usize> {
+    std::env::var(RANKS_VAR).ok().and_then(|r| r.parse().ok())
+}
+
+/// Trainer `t`'s payload in `round`: distinct for every trainer, round, value.
+fn payload(t: usize, round: u64) -> Vec<f32> {
+    (0..VALUES)
+        .map(|j| ((t * 7919 + round as usize * 104_729 + j * 31) % 2003) as f32 / 2003.0 - 0.5)
+        .collect()
+}
+
+/// Trainer 1 abstains (as a diverged replica does) in rounds ≡ 1 mod 3.
+fn contributes(t: usize, round: u64) -> bool {
+    !(t == 1 && round % 3 == 1)
+}
+
+/// Every plan the test syncs under for `n` trainers: groups of 2 and of all
+/// for the DS-Sync schedules; each rank's trainers as the hierarchical blocks.
+fn plans(n: usize) -> Vec<GroupPlan> {
+    let mut plans = Vec::new();
+    for schedule in [Schedule::Alternating, Schedule::Random, Schedule::Hypercube] {
+        for m in [2, n] {
+            plans.push(GroupPlan::new(schedule, n, m).unwrap().with_seed(11));
+        }
+    }
+    plans.push(GroupPlan::new(Schedule::Hierarchical, n, PER_RANK).unwrap());
+    plans
+}
+
+/// A rank's part: its trainers sync every plan's rounds and check each mean
+/// against the mean computed here, in f64, from the payloads' definition.
+fn sync_and_check_on_this_rank() {
+    let node = MpiNode::start(Some(Duration::from_secs(60))).unwrap();
+    let n = node.ranks() * PER_RANK;
+    let endpoints = node
+        .mesh(
+            PER_RANK,
+            LinkModel::default(),
+            Arc::new(AtomicBool::new(false)),
+        )
+        .unwrap();
+    let plans = plans(n);
+    std::thread::scope(|s| {
+        for mut endpoint in endpoints {
+            let plans = &plans;
+            // A member that failed ends its peers' rounds (and the test) in
+            // seconds rather than leaving them waiting for it.
+            endpoint.set_timeout(Some(Duration::from_secs(20)));
+            s.spawn(move || {
+                let me = endpoint.id();
+                for (p, plan) in plans.iter().enumerate() {
+                    for r in 0..ROUNDS {
+                        let round = p as u64 * ROUNDS + r;
+                        let group = plan.group_of(me, round);
+                        let mean = endpoint
+                            .group_mean(
+                                round,
+                                &group,
+                                &payload(me, round).into(),
+                                contributes(me, round),
+                            )
+                            .unwrap()
+                            .unwrap();
+                        assert!(mean.unresponsive.is_empty(), "{:?}", mean.unresponsive);
+                        let contributors: Vec<_> = group
+                            .iter()
+                            .filter(|&&t| contributes(t, round))
+                            .map(|&t| payload(t, round))
+                            .collect();
+                        for (j, got) in mean.mean.iter().enumerate() {
+                            let expected = contributors.iter().map(|p| f64::from(p[j])).sum::<f64>()
+                                / contributors.len() as f64;
+                            assert!(
+                                (f64::from(*got) - expected).abs() < 1e-6,
+                                "trainer {me} round {round} ({plan:?}) value {j}: {got} vs {expected}"
+                            );
+                        }
+                    }
+                }
+            });
+        }
+    });
+    // The fabric's collectives: a mean and a sum over the ranks.
+    let ranks = node.ranks();
+    let mut values = vec![node.rank() as f32, 1.0, -2.5 * node.rank() as f32];
+    node.average(&mut values).unwrap();
+    let mean_rank = (ranks - 1) as f32 / 2.0;
+    assert_eq!(values, vec![mean_rank, 1.0, -2.5 * mean_rank]);
+    let mut counts = [node.rank() as u64 + 1, u64::from(u32::MAX) + 1];
+    node.sum(&mut counts).unwrap();
+    assert_eq!(
+        counts,
+        [(ranks * (ranks + 1) / 2) as u64, (ranks as u64) << 32]
+    );
+    let all = node
+        .gather(vec![node.rank() as u32; node.rank() + 1])
+        .unwrap();
+    let expected: Vec<Vec<u32>> = (0..ranks).map(|r| vec![r as u32; r + 1]).collect();
+    assert_eq!(all, expected);
+    node.trainers_done().unwrap();
+    println!(
+        "rank {}: {} rounds checked, {} bytes sent to other ranks",
+        node.rank(),
+        plans.len() as u64 * ROUNDS,
+        node.bytes_sent()
+    );
+    node.finish().unwrap();
+}
+
+#[test]
+fn group_means_across_ranks_equal_an_independent_computation() {
+    if child_of().is_some() {
+        return sync_and_check_on_this_rank();
+    }
+    for ranks in [2, 4] {
+        let job = mpirun(
+            "group_means_across_ranks_equal_an_independent_computation",
+            ranks,
+        );
+        assert!(job.success, "{ranks} ranks:\n{}", job.output);
+        for rank in 0..ranks {
+            let line = format!(
+                "rank {rank}: {} rounds checked",
+                plans(ranks * PER_RANK).len() as u64 * ROUNDS
+            );
+            assert!(
+                job.output.contains(&line),
+                "{ranks} ranks, no {line:?}:\n{}",
+                job.output
+            );
+        }
+    }
+}
+
+#[test]
+fn a_failing_rank_ends_the_job_within_seconds_naming_it() {
+    if let Some(ranks) = child_of() {
+        let node = MpiNode::start(Some(Duration::from_secs(60))).unwrap();
+        let mut endpoints = node
+            .mesh(
+                PER_RANK,
+                LinkModel::default(),
+                Arc::new(AtomicBool::new(false)),
+            )
+            .unwrap();
+        if node.rank() == ranks - 1 {
+            panic!("rank {}: injected failure", node.rank());
+        }
+        // The others wait for the failed rank's trainers for ever.
+        let group: Vec<usize> = (0..ranks * PER_RANK).collect();
+        let _ = endpoints[0].group_mean(0, &group, &vec![1.0].into(), true);
+        unreachable!("a group mean completed without the failed rank");
+    }
+    let job = mpirun("a_failing_rank_ends_the_job_within_seconds_naming_it", 2);
+    assert!(!job.success, "{}", job.output);
+    assert!(job.took < Duration::from_secs(10), "took {:?}", job.took);
+    assert!(
+        job.output.contains("rank 1: injected failure"),
+        "{}",
+        job.output
+    );
+}
+
+#[test]
+fn a_collective_that_never_completes_ends_the_job_through_the_watchdog() {
+    if child_of().is_some() {
+        let node = MpiNode::start(Some(Duration::from_secs(2))).unwrap();
+        if node.rank() == 0 {
+            let _ = node.average(&mut [1.0]);
+            unreachable!("an all-reduce completed without rank 1");
+        }
+        // Rank 1 never joins (a rank stuck in its own work).
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let job = mpirun(
+        "a_collective_that_never_completes_ends_the_job_through_the_watchdog",
+        2,
+    );
+    assert!(!job.success, "{}", job.output);
+    assert!(job.took < Duration::from_secs(10), "took {:?}", job.took);
+    assert!(
+        job.output
+            .contains("rank 0: an all-reduce did not complete within 2s (MPI watchdog)"),
+        "{}",
+        job.output
+    );
+}

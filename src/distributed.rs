@@ -1,0 +1,337 @@
+//! A training run spread over processes (`mpirun -np R shadowsync train`, feature
+//! `mpi`): what the processes share besides the dense replicas.
+//!
+//! Each process hosts `train.trainers` trainers on its part of the data (shards
+//! `process·T .. (process+1)·T` of `R·T`); the cluster's groups span processes
+//! and its shadow loops average the dense replicas across them. The embedding
+//! table is replicated: every process keeps one, shared Hogwild-style by its
+//! trainers, and a [`TableSync`] thread merges the replicas in rounds, in the
+//! background like the dense sync. The processes' tables start from a common
+//! *base*; each round, every process snapshots its table (and its sparse
+//! optimizer's state: Adagrad's sums), finds the rows its trainers changed since
+//! the base, and sends those rows' changes (row index, then the changes) to all
+//! others (an all-gather); every process adds all processes' changes to the
+//! base, and writes `base − snapshot` into its table, so the updates its
+//! trainers made meanwhile are kept. Summing changes rather than averaging
+//! tables is what one shared table does: a row one process trained keeps its
+//! whole update. The rounds end together: each carries a flag saying whether
+//! the process is done training, and the round in which every process says so
+//! is the last (the tables are then equal). Bytes moved per round: 4 per value
+//! of each changed row (and its optimizer state), plus its index.
+
+use crate::model::EmbeddingTable;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use shadowsync_actors::sync::Fabric;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tch::Tensor;
+
+/// What the table sync did.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct TableSyncReport {
+    /// Rounds of averaging across processes.
+    pub rounds: u64,
+    /// Bytes this process put into the all-reduces.
+    pub bytes: u64,
+}
+
+/// The background averaging of a replicated embedding table across processes.
+pub struct TableSync {
+    done: Arc<AtomicBool>,
+    thread: JoinHandle<Result<TableSyncReport>>,
+}
+
+impl TableSync {
+    /// Starts averaging `table` across `fabric`'s processes every `every`.
+    pub fn start(fabric: Arc<dyn Fabric>, table: EmbeddingTable, every: Duration) -> Result<Self> {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&done);
+        let thread = std::thread::Builder::new()
+            .name("table-sync".into())
+            .spawn(move || {
+                tch::set_num_threads(1);
+                sync_rounds(fabric.as_ref(), &table, every, &flag)
+            })
+            .map_err(|e| system(format!("cannot start the table sync thread: {e}")))?;
+        Ok(Self { done, thread })
+    }
+
+    /// This process is done training: returns after the last round, in which
+    /// every process was (the replicas are then equal).
+    pub fn finish(self) -> Result<TableSyncReport> {
+        self.done.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| system("the table sync thread panicked".into()))?
+    }
+}
+
+fn system(what: String) -> Error {
+    Error::Runtime(shadowsync_actors::Error::System(what))
+}
+
+/// Rounds until every process is done; the last one runs with all done.
+fn sync_rounds(
+    fabric: &dyn Fabric,
+    table: &EmbeddingTable,
+    every: Duration,
+    done: &AtomicBool,
+) -> Result<TableSyncReport> {
+    let state: Vec<Tensor> = table
+        .state()
+        .into_iter()
+        .map(|(_, t)| t.shallow_clone())
+        .collect();
+    let rows = table.weight().size().first().copied().unwrap_or(0) as usize;
+    let shape = Shape {
+        rows,
+        width: table.width().max(1) as usize,
+        blocks: state.len(),
+    };
+    let mut report = TableSyncReport::default();
+    // The common starting point: the mean of the processes' tables.
+    let mut base = read(&state)?;
+    fabric.average(&mut base)?;
+    write_delta(&state, &base, &read(&state)?)?;
+    loop {
+        let due = Instant::now() + every;
+        while Instant::now() < due && !done.load(Ordering::Relaxed) {
+            std::thread::sleep(every.min(Duration::from_millis(10)));
+        }
+        let finished = done.load(Ordering::Relaxed);
+        let snapshot = read(&state)?;
+        let changes = shape.changes(&base, &snapshot, finished);
+        report.rounds += 1;
+        report.bytes += 4 * changes.len() as u64;
+        let mut all_done = true;
+        // The rows other processes changed: the only ones where the table
+        // here and the new base differ by more than what was trained here since.
+        let mut theirs = Vec::new();
+        for (process, changes) in fabric.gather(changes)?.iter().enumerate() {
+            let rows = shape.apply(&mut base, changes).map_err(|reason| {
+                system(format!("table sync: process {process}'s changes: {reason}"))
+            })?;
+            all_done &= changes.first() == Some(&1);
+            if process != fabric.process() {
+                theirs.extend(rows);
+            }
+        }
+        theirs.sort_unstable();
+        theirs.dedup();
+        write_rows(&state, shape, &theirs, &base, &snapshot)?;
+        if all_done {
+            return Ok(report);
+        }
+    }
+}
+
+/// How the table and its optimizer state lie in one vector: `blocks` arrays
+/// (the table, Adagrad's sums) of `rows` rows of `width` values.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    rows: usize,
+    width: usize,
+    blocks: usize,
+}
+
+impl Shape {
+    /// The values of `row` in each block.
+    fn row(&self, row: usize) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        (0..self.blocks).map(move |b| {
+            let start = (b * self.rows + row) * self.width;
+            start..start + self.width
+        })
+    }
+
+    /// The rows of `now` that differ from `base`, as words: `[done, then per
+    /// changed row: its index and its changes in every block (f32 bits)]`.
+    fn changes(&self, base: &[f32], now: &[f32], done: bool) -> Vec<u32> {
+        let mut words = vec![u32::from(done)];
+        for row in 0..self.rows {
+            if self.row(row).any(|r| base[r.clone()] != now[r]) {
+                words.push(row as u32);
+                for r in self.row(row) {
+                    words.extend(
+                        now[r.clone()]
+                            .iter()
+                            .zip(&base[r])
+                            .map(|(n, b)| (n - b).to_bits()),
+                    );
+                }
+            }
+        }
+        words
+    }
+
+    /// Adds a process's `changes` to `base`; the rows they change.
+    fn apply(&self, base: &mut [f32], changes: &[u32]) -> std::result::Result<Vec<usize>, String> {
+        let (_done, mut rest) = changes.split_first().ok_or("empty")?;
+        let mut rows = Vec::new();
+        let per_row = 1 + self.blocks * self.width;
+        while !rest.is_empty() {
+            if rest.len() < per_row {
+                return Err(format!("{} words, not a whole row", rest.len()));
+            }
+            let (entry, after) = rest.split_at(per_row);
+            rest = after;
+            let row = entry[0] as usize;
+            if row >= self.rows {
+                return Err(format!("row {row} of {}", self.rows));
+            }
+            let mut deltas = entry[1..].chunks(self.width);
+            for (range, delta) in self.row(row).zip(&mut deltas) {
+                base[range]
+                    .iter_mut()
+                    .zip(delta)
+                    .for_each(|(b, &d)| *b += f32::from_bits(d));
+            }
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+}
+
+/// The tensors' values, one after another.
+fn read(state: &[Tensor]) -> Result<Vec<f32>> {
+    let mut values = Vec::new();
+    for tensor in state {
+        values.extend(Vec::<f32>::try_from(&tensor.f_view(-1)?)?);
+    }
+    Ok(values)
+}
+
+/// Adds `target − snapshot` to the tensors (in place: changes made since the
+/// snapshot are kept).
+fn write_delta(state: &[Tensor], target: &[f32], snapshot: &[f32]) -> Result<()> {
+    let mut offset = 0;
+    for tensor in state {
+        let len = tensor.numel();
+        let range = offset..offset + len;
+        let delta: Vec<f32> = target[range.clone()]
+            .iter()
+            .zip(&snapshot[range])
+            .map(|(t, s)| t - s)
+            .collect();
+        let delta = Tensor::f_from_slice(&delta)?.f_view_as(tensor)?;
+        let mut tensor = tensor.shallow_clone();
+        let _ = tch::no_grad(|| tensor.f_add_(&delta))?;
+        offset += len;
+    }
+    Ok(())
+}
+
+/// Adds `target − snapshot` to `rows` of every block of the tensors (in
+/// place, as [`write_delta`]).
+fn write_rows(
+    state: &[Tensor],
+    shape: Shape,
+    rows: &[usize],
+    target: &[f32],
+    snapshot: &[f32],
+) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let index = Tensor::f_from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())?;
+    for (block, tensor) in state.iter().enumerate() {
+        let mut delta = Vec::with_capacity(rows.len() * shape.width);
+        for &row in rows {
+            let start = (block * shape.rows + row) * shape.width;
+            let range = start..start + shape.width;
+            delta.extend(
+                target[range.clone()]
+                    .iter()
+                    .zip(&snapshot[range])
+                    .map(|(t, s)| t - s),
+            );
+        }
+        let delta =
+            Tensor::f_from_slice(&delta)?.f_view([rows.len() as i64, shape.width as i64])?;
+        let mut table = tensor.f_view([shape.rows as i64, shape.width as i64])?;
+        let _ = tch::no_grad(|| table.f_index_add_(0, &index, &delta))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_rows_cross_and_add_up_to_what_one_shared_table_gets() {
+        // Two blocks (table, sums) of 3 rows of 2.
+        let shape = Shape {
+            rows: 3,
+            width: 2,
+            blocks: 2,
+        };
+        let base = vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5];
+        // Process A changed row 0 (and its sums); process B rows 0 and 2.
+        let mut a = base.clone();
+        a[0] += 0.25;
+        a[6] += 4.0;
+        let mut b = base.clone();
+        b[1] -= 0.5;
+        b[5] += 1.0;
+        b[11] += 2.0;
+        let (from_a, from_b) = (
+            shape.changes(&base, &a, false),
+            shape.changes(&base, &b, true),
+        );
+        assert_eq!(
+            from_a.len(),
+            1 + 5,
+            "done flag, then one row: index and 4 values"
+        );
+        assert_eq!(from_b.len(), 1 + 2 * 5);
+        let mut merged = base.clone();
+        assert_eq!(shape.apply(&mut merged, &from_a), Ok(vec![0]));
+        assert_eq!(shape.apply(&mut merged, &from_b), Ok(vec![0, 2]));
+        assert_eq!((from_a[0], from_b[0]), (0, 1), "the done flags");
+        let expected = vec![1.25, 0.5, 2.0, 2.0, 3.0, 4.0, 4.5, 0.5, 0.5, 0.5, 0.5, 2.5];
+        assert_eq!(merged, expected);
+        // Nothing changed: only the flag crosses.
+        assert_eq!(shape.changes(&base, &base, false), vec![0]);
+    }
+
+    #[test]
+    fn only_the_rows_others_changed_are_written_keeping_what_was_trained_since() {
+        let shape = Shape {
+            rows: 3,
+            width: 2,
+            blocks: 1,
+        };
+        let table = Tensor::from_slice(&[0f32; 6]).view([3, 2]);
+        let snapshot = [0.0; 6];
+        let target = [9.0, 9.0, 0.0, 0.0, 1.0, 2.0];
+        // Trained here after the snapshot: row 2 moved by 0.5.
+        let _ = table.get(2).fill_(0.5);
+        write_rows(&[table.shallow_clone()], shape, &[2], &target, &snapshot).unwrap();
+        assert_eq!(
+            Vec::<f32>::try_from(table.view(-1)).unwrap(),
+            vec![0.0, 0.0, 0.0, 0.0, 1.5, 2.5]
+        );
+    }
+
+    #[test]
+    fn malformed_changes_are_refused() {
+        let shape = Shape {
+            rows: 2,
+            width: 1,
+            blocks: 1,
+        };
+        let mut base = vec![0.0; 2];
+        assert!(shape.apply(&mut base, &[]).is_err());
+        assert!(shape
+            .apply(&mut base, &[0, 1])
+            .unwrap_err()
+            .contains("not a whole row"));
+        assert!(shape
+            .apply(&mut base, &[0, 7, 0])
+            .unwrap_err()
+            .contains("row 7 of 2"));
+    }
+}

@@ -1,0 +1,591 @@
+//! Reports: an experiment's results as a Markdown document with SVG plots.
+//!
+//! [`ExperimentResults::load`] reads what [`crate::experiment::run_grid`]
+//! wrote (`experiment.toml` and `runs/*.json`). [`render`] groups the runs
+//! into cells — runs whose settings differ only in keys named `seed` — and
+//! writes one table row per cell (test NE, AUC and logloss as mean ± standard
+//! deviation over seeds, examples/s and its ratio to `none` at the same other
+//! settings, sync gap, staleness) and the plots the results hold data for: test
+//! NE against examples and against training seconds, examples/s against
+//! trainers, the distributions of sync gaps and stalenesses, and the consensus
+//! distance over time. [`Report::write`] puts the document at `OUT/NAME.md` and
+//! the plots in `OUT/NAME/`.
+
+use crate::experiment::{run_file, Experiment, RunResult};
+use crate::{Error, Result};
+use plotters::prelude::*;
+use shadowsync_actors::stats::HISTOGRAM_BUCKETS;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use toml::Value;
+
+/// An experiment and the results of its runs that are there.
+#[derive(Debug, Clone)]
+pub struct ExperimentResults {
+    /// The experiment, as its results directory holds it.
+    pub experiment: Experiment,
+    /// The results of its runs, in grid order.
+    pub results: Vec<RunResult>,
+    /// Runs of the grid without (finished) results.
+    pub missing: Vec<String>,
+}
+
+impl ExperimentResults {
+    /// Reads the results directory of an experiment (`OUT/NAME`).
+    pub fn load(directory: &Path) -> Result<Self> {
+        let spec = directory.join("experiment.toml");
+        let text = std::fs::read_to_string(&spec).map_err(|e| Error::io(&spec, e))?;
+        let experiment = Experiment::parse(&text, &spec.display().to_string())?;
+        let mut results = Vec::new();
+        let mut missing = Vec::new();
+        for run in &experiment.runs {
+            let path = run_file(directory, &run.id);
+            match RunResult::read(&path) {
+                Ok(result) if result.report.error.is_none() => results.push(result),
+                _ => missing.push(run.id.clone()),
+            }
+        }
+        Ok(Self {
+            experiment,
+            results,
+            missing,
+        })
+    }
+}
+
+/// Where and when a report was made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provenance {
+    /// The command that regenerates it.
+    pub command: String,
+    /// The machine the results come from.
+    pub machine: String,
+    /// The date.
+    pub date: String,
+}
+
+impl Provenance {
+    /// This machine (cores, memory, processor) and today's date (UTC).
+    pub fn here(command: String) -> Self {
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let memory_gib = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(String::new(), |kb| {
+                format!(", {:.0} GiB", kb / 1024.0 / 1024.0)
+            });
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map_or(String::new(), |m| {
+                format!(", {}", m.trim_start_matches([' ', '\t', ':']).trim())
+            });
+        Self {
+            command,
+            machine: format!("{cores} cores{memory_gib}{model}"),
+            date: time::OffsetDateTime::now_utc().date().to_string(),
+        }
+    }
+}
+
+/// A rendered report.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The experiment's name.
+    pub name: String,
+    /// The document.
+    pub markdown: String,
+    /// The plots: file name, SVG text.
+    pub plots: Vec<(String, String)>,
+}
+
+impl Report {
+    /// Writes `OUT/NAME.md` and the plots into `OUT/NAME/`; returns the
+    /// document's path.
+    pub fn write(&self, out: &Path) -> Result<PathBuf> {
+        let plots = out.join(&self.name);
+        std::fs::create_dir_all(&plots).map_err(|e| Error::io(&plots, e))?;
+        for (file, svg) in &self.plots {
+            let path = plots.join(file);
+            std::fs::write(&path, svg).map_err(|e| Error::io(&path, e))?;
+        }
+        let path = out.join(format!("{}.md", self.name));
+        std::fs::write(&path, &self.markdown).map_err(|e| Error::io(&path, e))?;
+        Ok(path)
+    }
+}
+
+/// Runs whose settings differ only in their seeds.
+#[derive(Debug, Clone)]
+struct Cell<'a> {
+    /// The settings other than seeds: (key, value).
+    settings: Vec<(String, Value)>,
+    runs: Vec<&'a RunResult>,
+}
+
+impl Cell<'_> {
+    /// The settings' values, for a legend.
+    fn label(&self) -> String {
+        self.settings
+            .iter()
+            .map(|(_, v)| text(v))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn setting(&self, key: &str) -> Option<&Value> {
+        self.settings.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Mean and standard deviation over the runs of `figure`.
+    fn stat(&self, figure: impl Fn(&RunResult) -> f64) -> (f64, f64) {
+        mean_std(&self.runs.iter().map(|r| figure(r)).collect::<Vec<_>>())
+    }
+}
+
+/// A value as a table shows it.
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Table(t) => t
+            .iter()
+            .map(|(k, v)| format!("{k} {}", text(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// Mean and sample standard deviation (0 for one value, NaN for none).
+pub fn mean_std(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    if values.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+fn is_seed(key: &str) -> bool {
+    key.rsplit('.').next() == Some("seed")
+}
+
+/// The results grouped into cells, in grid order.
+fn cells(results: &[RunResult]) -> Vec<Cell<'_>> {
+    let mut cells: Vec<Cell> = Vec::new();
+    for result in results {
+        let settings: Vec<(String, Value)> = result
+            .settings
+            .iter()
+            .filter(|(k, _)| !is_seed(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        match cells.iter_mut().find(|c| c.settings == settings) {
+            Some(cell) => cell.runs.push(result),
+            None => cells.push(Cell {
+                settings,
+                runs: vec![result],
+            }),
+        }
+    }
+    cells
+}
+
+/// Mean over a run's trainers of a per-trainer figure.
+fn per_trainer(
+    run: &RunResult,
+    figure: impl Fn(&shadowsync_actors::stats::TrainerStats) -> f64,
+) -> f64 {
+    let stats = &run.report.cluster.trainer_stats;
+    stats.iter().map(figure).sum::<f64>() / stats.len().max(1) as f64
+}
+
+const ALGORITHM: &str = "sync.algorithm";
+const TRAINERS: &str = "train.trainers";
+
+/// The document and plots of `results`.
+pub fn render(results: &ExperimentResults, provenance: &Provenance) -> Result<Report> {
+    let experiment = &results.experiment;
+    let cells = cells(&results.results);
+    let mut md = String::new();
+    let _ = writeln!(md, "# {}\n", experiment.title);
+    let _ = writeln!(md, "{}\n", experiment.about.trim());
+    let _ = writeln!(
+        md,
+        "Generated {} from the results of this machine ({}). Regenerate with:\n\n```sh\n{}\n```\n",
+        provenance.date, provenance.machine, provenance.command
+    );
+    let _ = writeln!(
+        md,
+        "{} of {} runs have results{}.\n",
+        results.results.len(),
+        experiment.runs.len(),
+        match results.missing.len() {
+            0 => String::new(),
+            _ => format!(" (missing: {})", results.missing.join("; ")),
+        }
+    );
+    table(&mut md, experiment, &cells);
+    let mut plots = Vec::new();
+    let mut figure = |md: &mut String, file: &str, caption: &str, svg: Option<String>| {
+        if let Some(svg) = svg {
+            let _ = writeln!(md, "![{caption}]({}/{file})\n", experiment.name);
+            plots.push((file.to_string(), svg));
+        }
+    };
+    figure(
+        &mut md,
+        "ne-vs-examples.svg",
+        "test NE against examples seen",
+        quality_plot(&cells, |p| p.examples as f64, "examples seen")?,
+    );
+    figure(
+        &mut md,
+        "ne-vs-seconds.svg",
+        "test NE against training seconds",
+        quality_plot(&cells, |p| p.train_seconds, "training seconds")?,
+    );
+    figure(
+        &mut md,
+        "throughput.svg",
+        "total examples/s against trainers",
+        throughput_plot(experiment, &cells)?,
+    );
+    let distributed = largest_n(experiment, &cells);
+    figure(
+        &mut md,
+        "sync-gap.svg",
+        "distribution of sync gaps (steps between two syncs)",
+        histogram_plot(&distributed, "sync gap (steps)", |s| s.sync_gap_histogram)?,
+    );
+    figure(
+        &mut md,
+        "staleness.svg",
+        "distribution of stalenesses (steps between snapshot and write-back)",
+        histogram_plot(&distributed, "staleness (steps)", |s| s.staleness_histogram)?,
+    );
+    figure(
+        &mut md,
+        "consensus.svg",
+        "consensus distance over time",
+        consensus_plot(&cells)?,
+    );
+    Ok(Report {
+        name: experiment.name.clone(),
+        markdown: md,
+        plots,
+    })
+}
+
+/// The table: one row per cell.
+fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
+    let keys: Vec<&String> = experiment.keys.iter().filter(|k| !is_seed(k)).collect();
+    let seeds = experiment.keys.iter().any(|k| is_seed(k));
+    let against_none = experiment.keys.iter().any(|k| k == ALGORITHM);
+    let none_rate = |cell: &Cell| -> Option<f64> {
+        cell.setting(ALGORITHM)?;
+        let baseline = cells.iter().find(|c| {
+            c.settings.iter().all(|(k, v)| {
+                if k == ALGORITHM {
+                    v.as_str() == Some("none")
+                } else {
+                    cell.setting(k) == Some(v)
+                }
+            })
+        })?;
+        Some(baseline.stat(|r| r.report.examples_per_sec).0)
+    };
+    let mut header: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
+    header.extend(["runs", "test NE", "AUC", "logloss", "examples/s"].map(String::from));
+    if against_none {
+        header.push("÷ none".into());
+    }
+    header.extend(["sync gap", "staleness", "seconds"].map(String::from));
+    let _ = writeln!(md, "| {} |", header.join(" | "));
+    let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
+    let pm = |(mean, std): (f64, f64), digits: usize| match seeds {
+        true => format!("{mean:.digits$} ± {std:.digits$}"),
+        false => format!("{mean:.digits$}"),
+    };
+    for cell in cells {
+        let mut row: Vec<String> = keys
+            .iter()
+            .map(|k| cell.setting(k).map_or(String::new(), text))
+            .collect();
+        let rate = cell.stat(|r| r.report.examples_per_sec);
+        row.push(cell.runs.len().to_string());
+        row.push(pm(cell.stat(|r| r.report.final_metrics.ne), 4));
+        row.push(pm(cell.stat(|r| r.report.final_metrics.auc), 4));
+        row.push(pm(cell.stat(|r| r.report.final_metrics.logloss), 4));
+        row.push(format!("{:.0}", rate.0));
+        if against_none {
+            row.push(none_rate(cell).map_or("".into(), |base| format!("{:.2}", rate.0 / base)));
+        }
+        row.push(format!(
+            "{:.1}",
+            cell.stat(|r| per_trainer(r, |s| s.mean_sync_gap)).0
+        ));
+        row.push(format!(
+            "{:.1}",
+            cell.stat(|r| per_trainer(r, |s| s.mean_staleness)).0
+        ));
+        row.push(format!("{:.1}", cell.stat(|r| r.report.train_seconds).0));
+        let _ = writeln!(md, "| {} |", row.join(" | "));
+    }
+    let _ = writeln!(
+        md,
+        "\nNE, AUC and logloss on the test set after the run{}; examples/s: all trainers \
+         together{}; sync gap and staleness: mean over trainers, in steps.\n",
+        if seeds {
+            " (mean ± standard deviation over seeds)"
+        } else {
+            ""
+        },
+        if against_none {
+            "; ÷ none: against `none` at the same other settings"
+        } else {
+            ""
+        },
+    );
+}
+
+/// The cells at the largest number of trainers, if the grid varies it (the
+/// distributions of the others would crowd the plot).
+fn largest_n<'a>(experiment: &Experiment, cells: &[Cell<'a>]) -> Vec<Cell<'a>> {
+    let n = |c: &Cell| c.setting(TRAINERS).and_then(Value::as_integer);
+    if !experiment.keys.iter().any(|k| k == TRAINERS) {
+        return cells.to_vec();
+    }
+    let largest = cells.iter().filter_map(n).max();
+    cells.iter().filter(|c| n(c) == largest).cloned().collect()
+}
+
+/// A plot's SVG text, drawn by `draw`.
+fn svg(
+    draw: impl FnOnce(
+        &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    ) -> std::result::Result<(), String>,
+) -> Result<String> {
+    let mut text = String::new();
+    {
+        let area = SVGBackend::with_string(&mut text, (860, 500)).into_drawing_area();
+        area.fill(&WHITE).map_err(plot_error)?;
+        draw(&area).map_err(|e| Error::config("report", format!("drawing a plot: {e}")))?;
+        area.present().map_err(plot_error)?;
+    }
+    Ok(text)
+}
+
+fn plot_error(e: impl std::fmt::Display) -> Error {
+    Error::config("report", format!("drawing a plot: {e}"))
+}
+
+/// Lines with a legend: (label, points).
+type Series = Vec<(String, Vec<(f64, f64)>)>;
+
+/// A line plot of `series`; `log_y` for a logarithmic y axis.
+fn line_plot(series: &Series, x_label: &str, y_label: &str, log_y: bool) -> Result<Option<String>> {
+    let points = || series.iter().flat_map(|(_, p)| p.iter());
+    if series.is_empty() || points().count() < 2 {
+        return Ok(None);
+    }
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in points().filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_y || *y > 0.0))
+    {
+        (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+    }
+    if x0 > x1 {
+        return Ok(None);
+    }
+    let pad = |lo: f64, hi: f64| {
+        let span = (hi - lo).abs().max(hi.abs() * 1e-3).max(1e-12);
+        (lo - 0.05 * span, hi + 0.05 * span)
+    };
+    let (x0, x1) = pad(x0, x1);
+    let svg_text = svg(|area| {
+        let draw = |e: DrawingAreaErrorKind<_>| e.to_string();
+        let mut builder = ChartBuilder::on(area);
+        builder
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70);
+        macro_rules! finish {
+            ($chart:expr) => {{
+                let mut chart = $chart;
+                chart
+                    .configure_mesh()
+                    .x_desc(x_label)
+                    .y_desc(y_label)
+                    .draw()
+                    .map_err(draw)?;
+                for (i, (label, pts)) in series.iter().enumerate() {
+                    let color = Palette99::pick(i).to_rgba();
+                    chart
+                        .draw_series(LineSeries::new(
+                            pts.iter()
+                                .copied()
+                                .filter(|(_, y)| y.is_finite() && (!log_y || *y > 0.0)),
+                            color.stroke_width(2),
+                        ))
+                        .map_err(draw)?
+                        .label(label.clone())
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                        });
+                }
+                chart
+                    .configure_series_labels()
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .position(SeriesLabelPosition::UpperRight)
+                    .draw()
+                    .map_err(draw)?;
+            }};
+        }
+        if log_y {
+            finish!(builder
+                .build_cartesian_2d(x0..x1, (y0 * 0.8..y1 * 1.25).log_scale())
+                .map_err(draw)?);
+        } else {
+            let (y0, y1) = pad(y0, y1);
+            finish!(builder.build_cartesian_2d(x0..x1, y0..y1).map_err(draw)?);
+        }
+        Ok(())
+    })?;
+    Ok(Some(svg_text))
+}
+
+/// Test NE against `x` of each evaluation, averaged over a cell's seeds
+/// (their evaluations are at the same points).
+fn quality_plot(
+    cells: &[Cell],
+    x: impl Fn(&crate::train::EvalPoint) -> f64,
+    x_label: &str,
+) -> Result<Option<String>> {
+    let series: Series = cells
+        .iter()
+        .filter_map(|cell| {
+            let len = cell.runs.iter().map(|r| r.report.history.len()).min()?;
+            (len >= 2).then(|| {
+                let points = (0..len)
+                    .map(|i| {
+                        let at = |f: &dyn Fn(&crate::train::EvalPoint) -> f64| {
+                            cell.stat(|r| f(&r.report.history[i])).0
+                        };
+                        (at(&x), at(&|p| p.metrics.ne))
+                    })
+                    .collect();
+                (cell.label(), points)
+            })
+        })
+        .collect();
+    line_plot(&series, x_label, "test NE", false)
+}
+
+/// Examples/s against trainers, one line per setting of the other keys.
+fn throughput_plot(experiment: &Experiment, cells: &[Cell]) -> Result<Option<String>> {
+    if !experiment.keys.iter().any(|k| k == TRAINERS) {
+        return Ok(None);
+    }
+    let mut series: Series = Vec::new();
+    for cell in cells {
+        let Some(n) = cell.setting(TRAINERS).and_then(Value::as_integer) else {
+            continue;
+        };
+        let label = cell
+            .settings
+            .iter()
+            .filter(|(k, _)| k != TRAINERS)
+            .map(|(_, v)| text(v))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let point = (n as f64, cell.stat(|r| r.report.examples_per_sec).0);
+        match series.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, points)) => points.push(point),
+            None => series.push((label, vec![point])),
+        }
+    }
+    line_plot(&series, "trainers", "examples/s, all trainers", false)
+}
+
+/// The share of each bucket of a histogram summed over a cell's trainers and
+/// runs, one line per cell that synced.
+fn histogram_plot(
+    cells: &[Cell],
+    x_label: &str,
+    histogram: impl Fn(&shadowsync_actors::stats::TrainerStats) -> [u64; HISTOGRAM_BUCKETS],
+) -> Result<Option<String>> {
+    let series: Series = cells
+        .iter()
+        .filter_map(|cell| {
+            let mut counts = [0u64; HISTOGRAM_BUCKETS];
+            for stats in cell
+                .runs
+                .iter()
+                .flat_map(|r| &r.report.cluster.trainer_stats)
+            {
+                for (total, c) in counts.iter_mut().zip(histogram(stats)) {
+                    *total += c;
+                }
+            }
+            let total: u64 = counts.iter().sum();
+            (total > 0).then(|| {
+                // Bucket k ≥ 1 holds [2^(k−1), 2^k): at the log2 of its
+                // lower end; bucket 0 (no steps) at −1.
+                let points = counts
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &c)| (k as f64 - 1.0, c as f64 / total as f64))
+                    .collect();
+                (cell.label(), points)
+            })
+        })
+        .collect();
+    line_plot(
+        &series,
+        &format!("{x_label}: log2 of the bucket's lower end (−1: none)"),
+        "share of syncs",
+        false,
+    )
+}
+
+/// Consensus distance over time, of each cell's first run.
+fn consensus_plot(cells: &[Cell]) -> Result<Option<String>> {
+    let series: Series = cells
+        .iter()
+        .filter_map(|cell| {
+            let run = cell.runs.first()?;
+            let points: Vec<(f64, f64)> = run
+                .report
+                .cluster
+                .consensus
+                .iter()
+                .map(|p| (p.seconds, p.distance))
+                .collect();
+            points
+                .iter()
+                .any(|(_, d)| *d > 0.0)
+                .then(|| (cell.label(), points))
+        })
+        .collect();
+    line_plot(&series, "seconds", "consensus distance (log)", true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_and_sample_standard_deviation() {
+        let (mean, std) = mean_std(&[1.0, 2.0, 3.0, 6.0]);
+        assert_eq!(mean, 3.0);
+        // Σ(x−3)² = 4 + 1 + 0 + 9 = 14; 14 / 3.
+        assert!((std - (14.0f64 / 3.0).sqrt()).abs() < 1e-12);
+        assert_eq!(mean_std(&[5.0]), (5.0, 0.0));
+        assert!(mean_std(&[]).0.is_nan());
+    }
+}

@@ -1,0 +1,142 @@
+//! `shadowsync experiment` and `shadowsync report` as a user runs them: a grid
+//! runs, resumes without running its finished runs again, and becomes a
+//! document with a table and plots.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn shadowsync(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shadowsync"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn said(out: &Output) -> String {
+    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
+}
+
+/// A 2 × 2 × 2 grid (two seeds) of logistic regression on 20,000 rows.
+fn write_grid(dir: &Path) -> String {
+    let path = dir.join("grid.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"cli-grid\"\ntitle = \"A grid of the CLI test\"\nabout = \"Eight small runs.\"\n\
+             [base]\ndata.synthetic = {{ train_rows = 20000, test_rows = 4000, dir = {:?} }}\n\
+             data.table_size = 4000\nmodel.kind = \"lr\"\ntrain.eval_every = 5000\n\
+             train.consensus_every_ms = 10\n\
+             [grid]\n\"sync.algorithm\" = [\"none\", \"shadow-ma\"]\n\"train.trainers\" = [1, 2]\n\
+             \"train.seed\" = [1, 2]\n",
+            dir.join("data")
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_grid_runs_resumes_and_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let grid = write_grid(dir.path());
+    let results = dir.path().join("results");
+    let results_arg = results.display().to_string();
+    let run = || shadowsync(&["experiment", &grid, "--out", &results_arg]);
+
+    let first = run();
+    assert!(first.status.success(), "{}", said(&first));
+    assert!(
+        stdout(&first).contains("8 of 8 runs done (8 now, 0 already)"),
+        "{}",
+        said(&first)
+    );
+    let again = run();
+    assert!(
+        stdout(&again).contains("8 of 8 runs done (0 now, 8 already)"),
+        "{}",
+        said(&again)
+    );
+    let runs = results.join("cli-grid/runs");
+    std::fs::remove_file(runs.join("algorithm=shadow-ma,trainers=2,seed=2.json")).unwrap();
+    let resumed = run();
+    assert!(
+        stdout(&resumed).contains("8 of 8 runs done (1 now, 7 already)"),
+        "{}",
+        said(&resumed)
+    );
+
+    let docs = dir.path().join("docs");
+    let report = shadowsync(&[
+        "report",
+        results.join("cli-grid").to_str().unwrap(),
+        "--out",
+        docs.to_str().unwrap(),
+    ]);
+    assert!(report.status.success(), "{}", said(&report));
+    let document = std::fs::read_to_string(docs.join("cli-grid.md")).unwrap();
+    assert!(
+        document.starts_with("# A grid of the CLI test"),
+        "{document}"
+    );
+    let spec = results.join("cli-grid/experiment.toml");
+    assert!(
+        document.contains(&format!("experiment {} --out", spec.display())),
+        "{document}"
+    );
+    // One row per cell (the seeds averaged), mean ± standard deviation.
+    let rows: Vec<&str> = document
+        .lines()
+        .filter(|l| l.starts_with("| none") || l.starts_with("| shadow-ma"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{document}");
+    assert!(
+        rows.iter()
+            .all(|r| r.contains(" | 2 | ") && r.contains('±')),
+        "{rows:?}"
+    );
+    for plot in [
+        "throughput.svg",
+        "sync-gap.svg",
+        "staleness.svg",
+        "consensus.svg",
+    ] {
+        assert!(document.contains(&format!("(cli-grid/{plot})")), "{plot}");
+        let svg = std::fs::read_to_string(docs.join("cli-grid").join(plot)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("shadow-ma"),
+            "{plot}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_experiment_fails_before_anything_runs_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let grid = write_grid(dir.path());
+    let text = std::fs::read_to_string(&grid)
+        .unwrap()
+        .replace("\"train.seed\"", "\"train.sead\"");
+    std::fs::write(&grid, text).unwrap();
+    let out = shadowsync(&["experiment", &grid, "--out", dir.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(said(&out).contains("sead"), "{}", said(&out));
+    assert!(!dir.path().join("cli-grid").exists());
+
+    let listed = shadowsync(&["experiment", "--list"]);
+    assert!(listed.status.success());
+    for name in ["smoke", "e1-scaling", "e2-quality", "d1-schedules"] {
+        assert!(stdout(&listed).contains(name), "{}", stdout(&listed));
+    }
+    let unknown = shadowsync(&["experiment", "no-such-grid"]);
+    assert!(!unknown.status.success());
+    assert!(
+        said(&unknown).contains("neither a built-in experiment"),
+        "{}",
+        said(&unknown)
+    );
+}

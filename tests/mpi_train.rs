@@ -1,0 +1,190 @@
+//! `mpirun -np R shadowsync train` (feature `mpi`): a job of 2 ranks × 2
+//! trainers trains as well as 4 trainers in one process, one rank behaves like
+//! one process, and a rank that fails ends the job within seconds, named.
+
+#![cfg(feature = "mpi")]
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SEEDS: [u64; 3] = [1, 2, 3];
+
+/// The binary, under `mpirun` on `ranks` ranks when given.
+fn shadowsync(ranks: Option<usize>, args: &[&str]) -> Output {
+    let exe = env!("CARGO_BIN_EXE_shadowsync");
+    let mut command = match ranks {
+        Some(ranks) => {
+            let mut c = Command::new("mpirun");
+            c.args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+                "-np",
+            ])
+            .arg(ranks.to_string())
+            .arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("mpirun (Open MPI) is needed: scripts/setup.sh --with-mpi installs it")
+}
+
+fn said(output: &Output) -> String {
+    format!(
+        "status {:?}\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// 400,000 synthetic rows (and 20,000 test rows) in `dir`.
+fn data(dir: &Path) -> (String, String) {
+    let out = dir.join("data");
+    let made = shadowsync(
+        None,
+        &[
+            "gen-data",
+            "--out",
+            out.to_str().unwrap(),
+            "--rows",
+            "400000",
+            "--test-rows",
+            "20000",
+        ],
+    );
+    assert!(made.status.success(), "{}", said(&made));
+    data_paths(dir)
+}
+
+/// The test NE and the results of a `shadow-ma` run of logistic regression.
+fn train(dir: &Path, ranks: Option<usize>, trainers: usize, seed: u64) -> (f64, Value) {
+    let (train, test) = data_paths(dir);
+    let results = dir.join(format!("r{ranks:?}-t{trainers}-s{seed}.json"));
+    let config = dir.join("mpi.toml");
+    std::fs::write(&config, "[train]\ntable_sync_ms = 50\n").unwrap();
+    let trainers = trainers.to_string();
+    let seed = seed.to_string();
+    let run = shadowsync(
+        ranks,
+        &[
+            "train",
+            "--config",
+            config.to_str().unwrap(),
+            "--train",
+            &train,
+            "--test",
+            &test,
+            "--model",
+            "lr",
+            "--table-size",
+            "20000",
+            "--trainers",
+            &trainers,
+            "--sync",
+            "shadow-ma",
+            "--eval-every",
+            "0",
+            "--seed",
+            &seed,
+            "--results",
+            results.to_str().unwrap(),
+        ],
+    );
+    assert!(run.status.success(), "{}", said(&run));
+    let report: Value = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    (report["final_metrics"]["ne"].as_f64().unwrap(), report)
+}
+
+fn data_paths(dir: &Path) -> (String, String) {
+    let path = |name: &str| dir.join("data").join(name).display().to_string();
+    (path("train.tsv"), path("test.tsv"))
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+#[test]
+fn two_ranks_of_two_trainers_train_as_well_as_four_trainers_in_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    data(dir.path());
+    let mut spread = Vec::new();
+    let mut together = Vec::new();
+    for seed in SEEDS {
+        let (ne, report) = train(dir.path(), Some(2), 2, seed);
+        // The whole pass, over both ranks; the job's figures in rank 0's results.
+        assert_eq!(report["examples"], 400_000, "{report}");
+        let distributed = &report["distributed"];
+        assert_eq!(distributed["processes"], 2, "{report}");
+        assert_eq!(distributed["job_trainers"], 4, "{report}");
+        assert!(distributed["table_sync"]["rounds"].as_u64().unwrap() >= 1);
+        assert!(distributed["dense_bytes_sent"].as_u64().unwrap() > 0);
+        spread.push(ne);
+        together.push(train(dir.path(), None, 4, seed).0);
+    }
+    let (spread, together) = (mean(&spread), mean(&together));
+    assert!(
+        (spread - together).abs() <= 0.005,
+        "2 × 2: NE {spread:.4}, 4 in one process: {together:.4}"
+    );
+}
+
+#[test]
+fn one_rank_behaves_like_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    data(dir.path());
+    let (alone, report) = train(dir.path(), Some(1), 4, 1);
+    assert!(report["distributed"].is_null(), "{report}");
+    let (local, _) = train(dir.path(), None, 4, 1);
+    assert!((alone - local).abs() <= 0.003, "{alone} vs {local}");
+}
+
+#[test]
+fn a_rank_that_fails_ends_the_job_within_seconds_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = data(dir.path());
+    // A malformed line in chunk 42 of 128 lines: shard 42 % 4 = 2, rank 1's.
+    let text = std::fs::read_to_string(&train).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let bad = 42 * 128 + 5;
+    let broken = format!("x\t{}", lines[bad].split_once('\t').unwrap().1);
+    lines[bad] = &broken;
+    let bad_train = dir.path().join("bad.tsv");
+    std::fs::write(&bad_train, lines.join("\n") + "\n").unwrap();
+    let started = Instant::now();
+    let run = shadowsync(
+        Some(2),
+        &[
+            "train",
+            "--train",
+            bad_train.to_str().unwrap(),
+            "--test",
+            &test,
+            "--model",
+            "lr",
+            "--trainers",
+            "2",
+            "--sync",
+            "shadow-ma",
+        ],
+    );
+    let took = started.elapsed();
+    assert!(!run.status.success(), "{}", said(&run));
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("rank 1 of 2"), "{}", said(&run));
+    assert!(
+        stderr.contains(&format!("bad.tsv:{}: field 1 (label)", bad + 1)),
+        "{}",
+        said(&run)
+    );
+}
