@@ -1,5 +1,6 @@
 //! `mpirun -np R shadowsync train` (feature `mpi`): a job of 2 ranks × 2
-//! trainers trains as well as 4 trainers in one process, one rank behaves like
+//! trainers trains as well as 4 trainers in one process (under MA, and under
+//! EASGD with the centre sharded over the ranks), one rank behaves like
 //! one process, and a rank that fails ends the job within seconds, named.
 
 #![cfg(feature = "mpi")]
@@ -65,12 +66,16 @@ fn data(dir: &Path) -> (String, String) {
     data_paths(dir)
 }
 
-/// The test NE and the results of a `shadow-ma` run of logistic regression.
-fn train(dir: &Path, ranks: Option<usize>, trainers: usize, seed: u64) -> (f64, Value) {
+/// The test NE and the results of a run of logistic regression under `sync`.
+fn train(dir: &Path, ranks: Option<usize>, trainers: usize, seed: u64, sync: &str) -> (f64, Value) {
     let (train, test) = data_paths(dir);
-    let results = dir.join(format!("r{ranks:?}-t{trainers}-s{seed}.json"));
+    let results = dir.join(format!("r{ranks:?}-t{trainers}-s{seed}-{sync}.json"));
     let config = dir.join("mpi.toml");
-    std::fs::write(&config, "[train]\ntable_sync_ms = 50\n").unwrap();
+    std::fs::write(
+        &config,
+        "[train]\ntable_sync_ms = 50\n[sync]\nserver_shards = 2\n",
+    )
+    .unwrap();
     let trainers = trainers.to_string();
     let seed = seed.to_string();
     let run = shadowsync(
@@ -90,7 +95,7 @@ fn train(dir: &Path, ranks: Option<usize>, trainers: usize, seed: u64) -> (f64, 
             "--trainers",
             &trainers,
             "--sync",
-            "shadow-ma",
+            sync,
             "--eval-every",
             "0",
             "--seed",
@@ -120,7 +125,7 @@ fn two_ranks_of_two_trainers_train_as_well_as_four_trainers_in_one_process() {
     let mut spread = Vec::new();
     let mut together = Vec::new();
     for seed in SEEDS {
-        let (ne, report) = train(dir.path(), Some(2), 2, seed);
+        let (ne, report) = train(dir.path(), Some(2), 2, seed, "shadow-ma");
         // The whole pass, over both ranks; the job's figures in rank 0's results.
         assert_eq!(report["examples"], 400_000, "{report}");
         let distributed = &report["distributed"];
@@ -129,7 +134,7 @@ fn two_ranks_of_two_trainers_train_as_well_as_four_trainers_in_one_process() {
         assert!(distributed["table_sync"]["rounds"].as_u64().unwrap() >= 1);
         assert!(distributed["dense_bytes_sent"].as_u64().unwrap() > 0);
         spread.push(ne);
-        together.push(train(dir.path(), None, 4, seed).0);
+        together.push(train(dir.path(), None, 4, seed, "shadow-ma").0);
     }
     let (spread, together) = (mean(&spread), mean(&together));
     assert!(
@@ -139,12 +144,37 @@ fn two_ranks_of_two_trainers_train_as_well_as_four_trainers_in_one_process() {
 }
 
 #[test]
+fn easgd_with_its_centre_sharded_over_two_ranks_trains_as_well_as_in_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    data(dir.path());
+    for sync in ["shadow-easgd", "fr-easgd:10"] {
+        let (spread, report) = train(dir.path(), Some(2), 2, 1, sync);
+        assert_eq!(report["examples"], 400_000, "{report}");
+        // Every trainer of rank 0 synced with the centre, half of it elsewhere.
+        let stats = report["cluster"]["trainer_stats"].as_array().unwrap();
+        assert!(
+            stats.iter().all(|t| t["syncs"].as_u64().unwrap() > 0),
+            "{sync}: {report}"
+        );
+        assert!(
+            report["cluster"]["errors"].as_array().unwrap().is_empty(),
+            "{report}"
+        );
+        let (together, _) = train(dir.path(), None, 4, 1, sync);
+        assert!(
+            (spread - together).abs() <= 0.005,
+            "{sync}: 2 × 2: NE {spread:.4}, 4 in one process: {together:.4}"
+        );
+    }
+}
+
+#[test]
 fn one_rank_behaves_like_one_process() {
     let dir = tempfile::tempdir().unwrap();
     data(dir.path());
-    let (alone, report) = train(dir.path(), Some(1), 4, 1);
+    let (alone, report) = train(dir.path(), Some(1), 4, 1, "shadow-ma");
     assert!(report["distributed"].is_null(), "{report}");
-    let (local, _) = train(dir.path(), None, 4, 1);
+    let (local, _) = train(dir.path(), None, 4, 1, "shadow-ma");
     assert!((alone - local).abs() <= 0.003, "{alone} vs {local}");
 }
 

@@ -6,7 +6,7 @@
 //!   `workers = W`, W of them per trainer stepping one dense replica Hogwild-style;
 //! * for `shadow-*`, a [`ShadowActor`] beside each trainer, on its own thread;
 //! * for `*-easgd`, the parameter server: one actor per shard of the centre
-//!   ([`ServerClient`]);
+//!   ([`ServerClient`]; across processes, each serves its share of the shards);
 //! * the [`GroupCoordinator`] that every sync peer asks for its group each round
 //!   (following the [`GroupPlan`] of the configured DS-Sync schedule);
 //! * the transport between trainers, with the simulated link: a [`mesh`] in
@@ -198,8 +198,9 @@ impl<L: Learner> Cluster<L> {
     /// across the job; groups are formed over all the job's trainers. Syncing
     /// ends when every process's trainers are done (for a foreground
     /// algorithm, when the first trainer anywhere is). With `resumed`, from
-    /// this process's part of a checkpoint, as [`Cluster::start_from`]. EASGD
-    /// is not available across processes yet.
+    /// this process's part of a checkpoint, as [`Cluster::start_from`]. EASGD's
+    /// centre shard `s` is served by process `s mod P` (set
+    /// `sync.server_shards` to a multiple of the processes to spread it).
     pub fn start_on(
         fabric: Arc<dyn Fabric>,
         config: ClusterConfig,
@@ -241,15 +242,6 @@ impl<L: Learner> Cluster<L> {
         };
         let plan = GroupPlan::new(sync.schedule, job_trainers, group_size)?.with_seed(sync.seed);
         let easgd = sync.algorithm.rule() == Some(crate::sync::Rule::Easgd);
-        if easgd && fabric.processes() > 1 {
-            return Err(Error::Config {
-                key: "sync.algorithm".into(),
-                reason: format!(
-                    "{} keeps its centre in this process: not available across processes yet",
-                    sync.algorithm
-                ),
-            });
-        }
         let first = learners.first().ok_or_else(|| Error::Config {
             key: "trainers".into(),
             reason: "must be at least 1".into(),
@@ -309,13 +301,15 @@ impl<L: Learner> Cluster<L> {
             let (events, initial, shards) = (events.clone(), initial.clone(), sync.server_shards);
             let faults = config.faults.clone();
             let (coordinator_events, coordinator_faults) = (events.clone(), faults.clone());
+            let fabric = Arc::clone(&fabric);
             spawn_system("shadowsync-system", move || {
                 let coordinator =
                     GroupCoordinator::start_in_arbiter(&Arbiter::new().handle(), move |_| {
                         GroupCoordinator::new(plan, coordinator_events)
                             .with_faults(&coordinator_faults)
                     });
-                let server = easgd.then(|| ServerClient::start(&initial, shards, &events, &faults));
+                let server = easgd
+                    .then(|| ServerClient::start(&initial, shards, &events, &faults, &*fabric));
                 (coordinator, server)
             })?
         };
@@ -530,7 +524,7 @@ impl<L: Learner> Cluster<L> {
         let seconds = self.inner.started.elapsed().as_secs_f64();
         // Other processes' trainers may still be training: this process's
         // sync loops keep serving them until all are done.
-        if let Err(e) = self.inner.fabric.trainers_done() {
+        if let Err(e) = self.inner.fabric.rendezvous() {
             errors.push(format!("waiting for the other processes: {e}"));
         }
         self.inner.stop.store(true, Ordering::Relaxed);
@@ -556,6 +550,14 @@ impl<L: Learner> Cluster<L> {
             .as_ref()
             .map(ServerClient::center)
             .transpose();
+        // Other processes may still be reading the shards served here.
+        if self.inner.server.is_some() {
+            if let Err(e) = self.inner.fabric.rendezvous() {
+                errors.push(format!(
+                    "waiting for the other processes to read the centre: {e}"
+                ));
+            }
+        }
         running.system.stop();
         let _ = running.system_thread.join();
         let center = center?;

@@ -36,7 +36,7 @@ pub mod recovery;
 pub mod shadow;
 pub mod stats;
 pub mod sync;
-mod system;
+pub mod system;
 pub mod trainer;
 
 pub use checkpoint::{ClusterState, TrainerState};

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 
 /// Runs an actix system on a new thread called `name`; `setup` runs inside it
 /// first (to start actors) and what it returns comes back with the system.
-pub(crate) fn spawn_system<T: Send + 'static>(
+pub fn spawn_system<T: Send + 'static>(
     name: &str,
     setup: impl FnOnce() -> T + Send + 'static,
 ) -> Result<(System, JoinHandle<()>, T)> {

@@ -1,6 +1,8 @@
-//! The MPI transport (feature `mpi`): group means across 2 and 4 ranks equal an
-//! independent computation under every DS-Sync schedule (and so do the fabric's
-//! mean, sum and gather), and a failing rank
+//! The MPI transport (feature `mpi`): group means across 2 and 4 ranks, and
+//! BMUF's targets from them, equal an independent computation under every
+//! DS-Sync schedule (and so do the fabric's mean, sum and gather); EASGD's
+//! centre, sharded over the ranks, ends where every elastic step of every
+//! trainer moved it; and a failing rank
 //! ends the whole job within seconds, named, as does a collective that never
 //! completes (the watchdog). Each test launches itself under
 //! `mpirun` (it needs Open MPI: `scripts/setup.sh --with-mpi`); the ranks run
@@ -8,8 +10,12 @@
 
 #![cfg(feature = "mpi")]
 
+use shadowsync_actors::events::EventBus;
 use shadowsync_actors::sync::mpi::MpiNode;
-use shadowsync_actors::sync::{Fabric, GroupPlan, LinkModel, Schedule};
+use shadowsync_actors::sync::{
+    BmufParams, BmufState, Fabric, GroupPlan, LinkModel, Schedule, ServerClient,
+};
+use shadowsync_actors::system::spawn_system;
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -106,8 +112,29 @@ fn plans(n: usize) -> Vec<GroupPlan> {
     plans
 }
 
-/// A rank's part: its trainers sync every plan's rounds and check each mean
-/// against the mean computed here, in f64, from the payloads' definition.
+/// BMUF as the trainers run it, with Nesterov's look-ahead.
+const BMUF: BmufParams = BmufParams {
+    eta: 0.75,
+    zeta: 1.2,
+    nesterov: true,
+};
+
+/// BMUF's round worked independently, in f64: folds `mean` into the global
+/// model `global` and block momentum `momentum`, returns the target.
+fn bmuf_round(global: &mut [f64], momentum: &mut [f64], mean: &[f64]) -> Vec<f64> {
+    let (eta, zeta) = (f64::from(BMUF.eta), f64::from(BMUF.zeta));
+    (0..mean.len())
+        .map(|j| {
+            momentum[j] = eta * momentum[j] + zeta * (1.0 - eta) * (mean[j] - global[j]);
+            global[j] += momentum[j];
+            global[j] + eta * momentum[j]
+        })
+        .collect()
+}
+
+/// A rank's part: its trainers sync every plan's rounds and check each mean,
+/// and the BMUF target each trainer makes of it, against what is computed
+/// here, in f64, from the payloads' definition.
 fn sync_and_check_on_this_rank() {
     let node = MpiNode::start(Some(Duration::from_secs(60))).unwrap();
     let n = node.ranks() * PER_RANK;
@@ -127,6 +154,8 @@ fn sync_and_check_on_this_rank() {
             endpoint.set_timeout(Some(Duration::from_secs(20)));
             s.spawn(move || {
                 let me = endpoint.id();
+                let mut bmuf = BmufState::new(&[0.0; VALUES]);
+                let (mut global, mut momentum) = (vec![0f64; VALUES], vec![0f64; VALUES]);
                 for (p, plan) in plans.iter().enumerate() {
                     for r in 0..ROUNDS {
                         let round = p as u64 * ROUNDS + r;
@@ -146,12 +175,27 @@ fn sync_and_check_on_this_rank() {
                             .filter(|&&t| contributes(t, round))
                             .map(|&t| payload(t, round))
                             .collect();
+                        let expected: Vec<f64> = (0..VALUES)
+                            .map(|j| {
+                                contributors.iter().map(|p| f64::from(p[j])).sum::<f64>()
+                                    / contributors.len() as f64
+                            })
+                            .collect();
                         for (j, got) in mean.mean.iter().enumerate() {
-                            let expected = contributors.iter().map(|p| f64::from(p[j])).sum::<f64>()
-                                / contributors.len() as f64;
                             assert!(
-                                (f64::from(*got) - expected).abs() < 1e-6,
-                                "trainer {me} round {round} ({plan:?}) value {j}: {got} vs {expected}"
+                                (f64::from(*got) - expected[j]).abs() < 1e-6,
+                                "trainer {me} round {round} ({plan:?}) value {j}: {got} vs {}",
+                                expected[j]
+                            );
+                        }
+                        let mut target = mean.mean;
+                        bmuf.round(BMUF, &mut target);
+                        let expected = bmuf_round(&mut global, &mut momentum, &expected);
+                        for (j, got) in target.iter().enumerate() {
+                            assert!(
+                                (f64::from(*got) - expected[j]).abs() < 1e-4,
+                                "trainer {me} round {round} ({plan:?}) BMUF value {j}: {got} vs {}",
+                                expected[j]
                             );
                         }
                     }
@@ -176,7 +220,7 @@ fn sync_and_check_on_this_rank() {
         .unwrap();
     let expected: Vec<Vec<u32>> = (0..ranks).map(|r| vec![r as u32; r + 1]).collect();
     assert_eq!(all, expected);
-    node.trainers_done().unwrap();
+    node.rendezvous().unwrap();
     println!(
         "rank {}: {} rounds checked, {} bytes sent to other ranks",
         node.rank(),
@@ -201,6 +245,115 @@ fn group_means_across_ranks_equal_an_independent_computation() {
             let line = format!(
                 "rank {rank}: {} rounds checked",
                 plans(ranks * PER_RANK).len() as u64 * ROUNDS
+            );
+            assert!(
+                job.output.contains(&line),
+                "{ranks} ranks, no {line:?}:\n{}",
+                job.output
+            );
+        }
+    }
+}
+
+/// Shards of the EASGD centre in the test: over 2 ranks, one serves two; over
+/// 4, one serves none.
+const SHARDS: usize = 3;
+const ALPHA: f32 = 0.3;
+
+/// A rank's part: its trainers make elastic steps against the centre sharded
+/// over the ranks, all at once. Each step moves the centre by what it takes
+/// from the replica (x − target), so the centre must end at its start plus
+/// the sum of every trainer's x − target, whatever the order the shards served
+/// them in — unless a step was lost or served twice.
+fn elastic_steps_on_this_rank() {
+    let node = Arc::new(MpiNode::start(Some(Duration::from_secs(60))).unwrap());
+    let initial: Vec<f32> = (0..VALUES).map(|j| (j % 7) as f32 * 0.1).collect();
+    let fabric: Arc<dyn Fabric> = node.clone();
+    let start = {
+        let initial = initial.clone();
+        move || ServerClient::start(&initial, SHARDS, &EventBus::default(), &[], &*fabric)
+    };
+    let (system, system_thread, server) = spawn_system("easgd-test", start).unwrap();
+    let server = server.unwrap();
+    assert_eq!(server.shard_count(), SHARDS);
+    let trainers = node.local_trainers(PER_RANK);
+    let moved: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let threads: Vec<_> = trainers
+            .map(|me| {
+                let server = &server;
+                s.spawn(move || {
+                    let mut moved = vec![0f64; VALUES];
+                    for round in 0..ROUNDS {
+                        let x = payload(me, round);
+                        let target = server
+                            .elastic(x.clone().into(), ALPHA, me, round, || false)
+                            .unwrap()
+                            .unwrap();
+                        for j in 0..VALUES {
+                            moved[j] += f64::from(x[j]) - f64::from(target[j]);
+                        }
+                    }
+                    moved
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    // Every rank's trainers' moves, as f64 bits, summed.
+    let words: Vec<u32> = (0..VALUES)
+        .flat_map(|j| {
+            let bits = moved.iter().map(|m| m[j]).sum::<f64>().to_bits();
+            [bits as u32, (bits >> 32) as u32]
+        })
+        .collect();
+    let all = node.gather(words).unwrap();
+    let total = |j: usize| -> f64 {
+        all.iter()
+            .map(|w| f64::from_bits(u64::from(w[2 * j]) | (u64::from(w[2 * j + 1]) << 32)))
+            .sum()
+    };
+    node.rendezvous().unwrap();
+    let center = server.center().unwrap();
+    for (j, got) in center.iter().enumerate() {
+        let expected = f64::from(initial[j]) + total(j);
+        assert!(
+            (f64::from(*got) - expected).abs() < 1e-4,
+            "rank {}: centre value {j}: {got} vs {expected}",
+            node.rank()
+        );
+    }
+    // Every rank reads the same centre.
+    let bits: Vec<u32> = center.iter().map(|x| x.to_bits()).collect();
+    let centres = node.gather(bits.clone()).unwrap();
+    assert!(
+        centres.iter().all(|c| *c == bits),
+        "the ranks read different centres"
+    );
+    system.stop();
+    system_thread.join().unwrap();
+    println!(
+        "rank {}: {} elastic steps accounted for",
+        node.rank(),
+        PER_RANK as u64 * ROUNDS
+    );
+    node.finish().unwrap();
+}
+
+#[test]
+fn easgd_centre_sharded_over_ranks_takes_every_elastic_step_once() {
+    if child_of().is_some() {
+        return elastic_steps_on_this_rank();
+    }
+    for ranks in [2, 4] {
+        let job = mpirun(
+            "easgd_centre_sharded_over_ranks_takes_every_elastic_step_once",
+            ranks,
+        );
+        assert!(job.success, "{ranks} ranks:\n{}", job.output);
+        for rank in 0..ranks {
+            let line = format!(
+                "rank {rank}: {} elastic steps accounted for",
+                PER_RANK as u64 * ROUNDS
             );
             assert!(
                 job.output.contains(&line),

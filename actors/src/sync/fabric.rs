@@ -4,12 +4,14 @@
 //!
 //! A [`Fabric`] numbers the trainers across the job, connects this process's
 //! trainers to all of them ([`Endpoint`]s), agrees with the other processes on
-//! when syncing ends, and averages vectors over the processes (the final model,
-//! tables that each process keeps a replica of). The cluster and its actors are
+//! when syncing ends, serves the EASGD centre's shards across processes, and
+//! averages vectors over the processes (the final model, tables that each
+//! process keeps a replica of). The cluster and its actors are
 //! the same code on any fabric.
 
-use super::{mesh, Endpoint, LinkModel};
+use super::{mesh, Endpoint, LinkModel, RemoteShards, ServerShardActor};
 use crate::Result;
+use actix::Addr;
 use std::ops::Range;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -44,12 +46,23 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
         stop: Arc<AtomicBool>,
     ) -> Result<Vec<Endpoint>>;
 
-    /// This process's trainers have all finished: returns once every
-    /// process's have (their sync loops keep serving the others until then).
-    fn trainers_done(&self) -> Result<()>;
+    /// Returns once every process has called it as many times as this one.
+    /// Not a collective (small messages): it may run while another thread is
+    /// in one. A cluster passes one when this process's trainers are done (its
+    /// sync loops serve the others' until every process's are) and, under
+    /// EASGD, one once it has read the centre (its shards serve until then).
+    fn rendezvous(&self) -> Result<()>;
 
     /// Raises the endpoints' stop flag in every other process.
     fn stop_everywhere(&self);
+
+    /// Serves this process's shards of the EASGD centre (`hosted`: each
+    /// shard's index and actor) to the other processes' trainers, and returns
+    /// how to reach the shards the others serve (`None` in one process).
+    fn serve_shards(
+        &self,
+        hosted: Vec<(usize, Addr<ServerShardActor>)>,
+    ) -> Result<Option<Arc<dyn RemoteShards>>>;
 
     /// Replaces `values` by their mean over the processes. A collective: every
     /// process calls it, the same number of times, with vectors of one length
@@ -94,11 +107,18 @@ impl Fabric for InProcess {
         Ok(mesh(local, link, stop))
     }
 
-    fn trainers_done(&self) -> Result<()> {
+    fn rendezvous(&self) -> Result<()> {
         Ok(())
     }
 
     fn stop_everywhere(&self) {}
+
+    fn serve_shards(
+        &self,
+        _hosted: Vec<(usize, Addr<ServerShardActor>)>,
+    ) -> Result<Option<Arc<dyn RemoteShards>>> {
+        Ok(None)
+    }
 
     fn average(&self, _values: &mut [f32]) -> Result<()> {
         Ok(())

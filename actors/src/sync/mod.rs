@@ -17,5 +17,8 @@ pub use fabric::{launched_by_mpirun, Fabric, InProcess};
 pub use peer::{PeerState, SharedPeerState, SyncPeer};
 pub use rules::{elastic, mean_into, BmufParams, BmufState, WriteBack};
 pub use schedule::{GroupPlan, Schedule};
-pub use server::{shard_ranges, ServerClient, ServerShard, ServerShardActor};
+pub use server::{
+    serve, shard_process, shard_ranges, RemoteShards, ServerClient, ServerShard, ServerShardActor,
+    ShardReply, ShardRequest,
+};
 pub use transport::{mesh, Endpoint, GroupMean, LinkModel, Payload};

@@ -19,12 +19,18 @@
 //! source, round, phase, length) and the `f32` values' bits, bit for bit.
 //!
 //! The node is the cluster's [`Fabric`] across ranks: besides the endpoints,
-//! it tells every rank when one rank's trainers are done or when one rank stops
-//! syncing (small control messages), averages or sums vectors over the ranks
+//! it tells every rank when one rank comes to a rendezvous (its trainers are
+//! done, say) or stops syncing (small control messages), averages or sums vectors over the ranks
 //! (`MPI_Iallreduce`) and gathers every rank's words (`MPI_Iallgatherv`). While
 //! it waits for a collective, the communication thread keeps sending and
 //! delivering trainers' messages; a send or a collective that takes longer than
 //! the node's watchdog ends the process, naming the rank and what it waited for.
+//!
+//! EASGD's centre is sharded over the ranks (shard `s` on rank `s mod R`): a
+//! trainer's request to another rank's shard crosses as one message with its
+//! slice of the replica and a ticket; the communication thread of the serving
+//! rank hands it to its shard actor and sends the answer back, which its own
+//! communication thread delivers to the waiting trainer.
 //!
 //! [`Fabric::finish`] ends the node; every rank calls it once its work is done
 //! (it waits on an MPI barrier while still receiving, then finalizes MPI). A
@@ -33,14 +39,17 @@
 //! job rather than leave the other ranks waiting.
 
 use super::transport::{mesh_part, Message, Outgoing, Phase};
-use super::{Endpoint, Fabric, LinkModel};
+use super::{
+    serve, Endpoint, Fabric, LinkModel, RemoteShards, ServerShardActor, ShardReply, ShardRequest,
+};
 use crate::{Error, Result};
 use ::mpi::datatype::PartitionMut;
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use ::mpi::Count;
+use actix::Addr;
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender, TrySendError};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -49,10 +58,12 @@ use std::time::{Duration, Instant};
 
 /// The MPI tag of parameter messages.
 const TAG: i32 = 17;
-/// The MPI tag of control messages: one word, [`DONE`] or [`STOP`].
+/// The MPI tag of control messages: one word, [`ARRIVED`] or [`STOP`].
 const CONTROL_TAG: i32 = 18;
-/// Control: the sending rank's trainers have all finished.
-const DONE: u32 = 0;
+/// The MPI tag of requests to EASGD's centre shards and their answers.
+const SERVER_TAG: i32 = 19;
+/// Control: the sending rank has come to its next rendezvous.
+const ARRIVED: u32 = 0;
 /// Control: end syncing now.
 const STOP: u32 = 1;
 /// Words of a message's header.
@@ -69,14 +80,23 @@ enum Ask {
         inboxes: Vec<Sender<Message>>,
         stop: Arc<AtomicBool>,
     },
-    /// This rank's trainers are done: tell the others, answer once all are.
-    Done(Sender<()>),
+    /// This rank is at its next rendezvous: tell the others, answer once all are.
+    Rendezvous(Sender<()>),
     /// Tell every other rank to stop syncing.
     StopAll,
     /// Sum these values over the ranks (`MPI_Iallreduce`) and answer the sums.
     Sum(Sums, Sender<Sums>),
     /// Gather every rank's words (`MPI_Iallgatherv`) and answer them.
     Gather(Vec<u32>, Sender<Vec<Vec<u32>>>),
+    /// Serve these EASGD centre shards (index, actor) to the other ranks.
+    HostShards(Vec<(usize, Addr<ServerShardActor>)>),
+    /// Send `request` to centre shard `shard` on rank `rank`; answer on `reply`.
+    Shard {
+        rank: usize,
+        shard: usize,
+        request: ShardRequest,
+        reply: Sender<ShardReply>,
+    },
     /// Wait for every rank to finish, then finalize MPI and end.
     Finish,
 }
@@ -96,10 +116,12 @@ impl std::fmt::Debug for Ask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Ask::Register { range, .. } => write!(f, "Register({range:?})"),
-            Ask::Done(_) => write!(f, "Done"),
+            Ask::Rendezvous(_) => write!(f, "Rendezvous"),
             Ask::StopAll => write!(f, "StopAll"),
             Ask::Sum(_, _) => write!(f, "Sum"),
             Ask::Gather(words, _) => write!(f, "Gather({} words)", words.len()),
+            Ask::HostShards(hosted) => write!(f, "HostShards({})", hosted.len()),
+            Ask::Shard { rank, shard, .. } => write!(f, "Shard({shard} on rank {rank})"),
             Ask::Finish => write!(f, "Finish"),
         }
     }
@@ -210,9 +232,9 @@ impl Fabric for MpiNode {
         self.mesh(local, link, stop)
     }
 
-    fn trainers_done(&self) -> Result<()> {
+    fn rendezvous(&self) -> Result<()> {
         let (done_tx, done) = bounded(1);
-        self.ask(Ask::Done(done_tx))?;
+        self.ask(Ask::Rendezvous(done_tx))?;
         done.recv()
             .map_err(|_| Error::System("the MPI thread ended waiting for the other ranks".into()))
     }
@@ -220,6 +242,16 @@ impl Fabric for MpiNode {
     fn stop_everywhere(&self) {
         // Only fails once the communication thread is gone: nobody to tell.
         let _ = self.ask(Ask::StopAll);
+    }
+
+    fn serve_shards(
+        &self,
+        hosted: Vec<(usize, Addr<ServerShardActor>)>,
+    ) -> Result<Option<Arc<dyn RemoteShards>>> {
+        self.ask(Ask::HostShards(hosted))?;
+        Ok(Some(Arc::new(ShardsOnRanks {
+            asks: self.asks.clone(),
+        })))
     }
 
     fn average(&self, values: &mut [f32]) -> Result<()> {
@@ -271,6 +303,31 @@ impl Fabric for MpiNode {
     }
 }
 
+/// The centre shards of other ranks, reached through the communication thread.
+#[derive(Debug)]
+struct ShardsOnRanks {
+    asks: Sender<Ask>,
+}
+
+impl RemoteShards for ShardsOnRanks {
+    fn send(
+        &self,
+        process: usize,
+        shard: usize,
+        request: ShardRequest,
+        reply: Sender<ShardReply>,
+    ) -> Result<()> {
+        self.asks
+            .send(Ask::Shard {
+                rank: process,
+                shard,
+                request,
+                reply,
+            })
+            .map_err(|_| Error::System("the MPI communication thread has ended".into()))
+    }
+}
+
 /// The communication thread: initializes MPI, then sends, receives and
 /// delivers until asked to finish.
 fn communicate(
@@ -292,7 +349,8 @@ fn communicate(
         return;
     }
     let mut post = PostOffice::new(rank, ranks, watchdog, outgoing, bytes_sent);
-    let mut done_waiters: Vec<Sender<()>> = Vec::new();
+    // Who waits for which rendezvous (counted from 1).
+    let mut rendezvous_waiters: Vec<(u32, Sender<()>)> = Vec::new();
     let mut finishing = false;
     let others = || (0..ranks).filter(move |&r| r != rank);
     loop {
@@ -316,12 +374,19 @@ fn communicate(
                     inboxes,
                     stop,
                 } => post.register(range, inboxes, stop),
-                Ask::Done(waiter) => {
-                    post.done[rank] = true;
-                    done_waiters.push(waiter);
-                    batch.extend(others().map(|r| Envelope::control(r, DONE)));
+                Ask::Rendezvous(waiter) => {
+                    post.arrived[rank] += 1;
+                    rendezvous_waiters.push((post.arrived[rank], waiter));
+                    batch.extend(others().map(|r| Envelope::control(r, ARRIVED)));
                 }
                 Ask::StopAll => batch.extend(others().map(|r| Envelope::control(r, STOP))),
+                Ask::HostShards(hosted) => post.host(hosted),
+                Ask::Shard {
+                    rank,
+                    shard,
+                    request,
+                    reply,
+                } => batch.push(post.ask_shard(rank, shard, request, reply)),
                 Ask::Finish => finishing = true,
                 collective => collectives.push(collective),
             }
@@ -345,11 +410,14 @@ fn communicate(
             }
         }
         post.receive(&world);
-        if !done_waiters.is_empty() && post.done.iter().all(|&d| d) {
-            done_waiters.drain(..).for_each(|waiter| {
+        let everyone = post.arrived.iter().copied().min().unwrap_or(0);
+        rendezvous_waiters.retain(|(point, waiter)| {
+            let waiting = *point > everyone;
+            if !waiting {
                 let _ = waiter.send(());
-            });
-        }
+            }
+            waiting
+        });
         if finishing && post.outgoing.is_empty() {
             barrier(&world, &mut post);
             return; // `universe` is dropped here: MPI_Finalize
@@ -515,8 +583,19 @@ struct PostOffice {
     stop: Option<Arc<AtomicBool>>,
     /// A stop that arrived before `stop` was registered.
     stop_asked: bool,
-    /// Which ranks' trainers are done.
-    done: Vec<bool>,
+    /// How many rendezvous each rank has come to.
+    arrived: Vec<u32>,
+    /// The centre shards served here, once registered.
+    hosted: Option<HashMap<usize, Addr<ServerShardActor>>>,
+    /// Requests to shards that arrived before they were registered.
+    early_requests: Vec<(usize, u64, usize, ShardRequest)>,
+    /// Requests being served here: asking rank, ticket, shard, answer to come.
+    serving: Vec<(usize, u64, usize, Receiver<ShardReply>)>,
+    /// Answers to other ranks' requests, to send.
+    answers: Vec<Envelope>,
+    /// This rank's requests to other ranks' shards, by ticket.
+    tickets: HashMap<u64, Sender<ShardReply>>,
+    next_ticket: u64,
 }
 
 impl PostOffice {
@@ -538,7 +617,126 @@ impl PostOffice {
             waiting: VecDeque::new(),
             stop: None,
             stop_asked: false,
-            done: vec![false; ranks],
+            arrived: vec![0; ranks],
+            hosted: None,
+            early_requests: Vec::new(),
+            serving: Vec::new(),
+            answers: Vec::new(),
+            tickets: HashMap::new(),
+            next_ticket: 0,
+        }
+    }
+
+    /// Serves `hosted` from now on, starting with the requests that came early.
+    fn host(&mut self, hosted: Vec<(usize, Addr<ServerShardActor>)>) {
+        self.hosted = Some(hosted.into_iter().collect());
+        for (rank, ticket, shard, request) in std::mem::take(&mut self.early_requests) {
+            self.serve(rank, ticket, shard, request);
+        }
+    }
+
+    /// The envelope of this rank's `request` to `shard` on `rank`, whose
+    /// answer will go to `reply`.
+    fn ask_shard(
+        &mut self,
+        rank: usize,
+        shard: usize,
+        request: ShardRequest,
+        reply: Sender<ShardReply>,
+    ) -> Envelope {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.tickets.insert(ticket, reply);
+        Envelope {
+            rank: rank as i32,
+            tag: SERVER_TAG,
+            words: ShardWire::Request {
+                ticket,
+                shard,
+                request,
+            }
+            .encode(),
+        }
+    }
+
+    /// Hands `rank`'s request to the shard actor (or keeps it until the
+    /// shards are registered).
+    fn serve(&mut self, rank: usize, ticket: u64, shard: usize, request: ShardRequest) {
+        let Some(hosted) = &self.hosted else {
+            self.early_requests.push((rank, ticket, shard, request));
+            return;
+        };
+        let (reply, answer) = bounded(1);
+        let served = match hosted.get(&shard) {
+            Some(addr) => serve(addr, request, reply),
+            None => Err(Error::System(format!(
+                "server shard {shard} is not served by rank {}",
+                self.rank
+            ))),
+        };
+        match served {
+            Ok(()) => self.serving.push((rank, ticket, shard, answer)),
+            Err(e) => self.answer(rank, ticket, shard, Err(e)),
+        }
+    }
+
+    /// Queues the answer to `rank`'s request `ticket`.
+    fn answer(&mut self, rank: usize, ticket: u64, shard: usize, answer: Result<Vec<f32>>) {
+        let answer = answer.map_err(|e| format!("rank {}: {e}", self.rank));
+        self.answers.push(Envelope {
+            rank: rank as i32,
+            tag: SERVER_TAG,
+            words: ShardWire::Answer {
+                ticket,
+                shard,
+                answer,
+            }
+            .encode(),
+        });
+    }
+
+    /// Queues the answers the shard actors have given.
+    fn collect_answers(&mut self) {
+        let serving = std::mem::take(&mut self.serving);
+        for (rank, ticket, shard, answer) in serving {
+            match answer.try_recv() {
+                Ok((_, result)) => self.answer(rank, ticket, shard, result),
+                Err(crossbeam_channel::TryRecvError::Empty) => {
+                    self.serving.push((rank, ticket, shard, answer))
+                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => self.answer(
+                    rank,
+                    ticket,
+                    shard,
+                    Err(Error::System(format!("server shard {shard} stopped"))),
+                ),
+            }
+        }
+    }
+
+    /// Takes a message of [`SERVER_TAG`] from `from`.
+    fn on_shard_message(&mut self, from: usize, words: &[u32]) {
+        match ShardWire::decode(words) {
+            Ok(ShardWire::Request {
+                ticket,
+                shard,
+                request,
+            }) => self.serve(from, ticket, shard, request),
+            Ok(ShardWire::Answer {
+                ticket,
+                shard,
+                answer,
+            }) => match self.tickets.remove(&ticket) {
+                // The asker may have stopped waiting.
+                Some(reply) => {
+                    let _ = reply.try_send((shard, answer.map_err(Error::System)));
+                }
+                None => tracing::error!(ticket, from_rank = from, "an answer to no request"),
+            },
+            Err(reason) => tracing::error!(
+                from_rank = from,
+                "dropped a malformed MPI shard message: {reason}"
+            ),
         }
     }
 
@@ -571,8 +769,10 @@ impl PostOffice {
         }
     }
 
-    /// Sends `batch` and every message queued meanwhile.
+    /// Sends `batch`, the shards' answers and every message queued meanwhile.
     fn send(&mut self, world: &SimpleCommunicator, mut batch: Vec<Envelope>) {
+        self.collect_answers();
+        batch.append(&mut self.answers);
         let queued: Vec<Outgoing> = self.outgoing.try_iter().collect();
         batch.extend(queued.into_iter().filter_map(|out| self.envelope(out)));
         send_all(world, &batch, self);
@@ -606,12 +806,19 @@ impl PostOffice {
         }
         while let Some(probed) = world
             .any_process()
+            .immediate_matched_probe_with_tag(SERVER_TAG)
+        {
+            let (words, status) = probed.matched_receive_vec::<u32>();
+            self.on_shard_message(status.source_rank() as usize, &words);
+        }
+        while let Some(probed) = world
+            .any_process()
             .immediate_matched_probe_with_tag(CONTROL_TAG)
         {
             let (words, status) = probed.matched_receive_vec::<u32>();
             let from = status.source_rank() as usize;
             match words[..] {
-                [DONE] if from < self.done.len() => self.done[from] = true,
+                [ARRIVED] if from < self.arrived.len() => self.arrived[from] += 1,
                 [STOP] => {
                     self.stop_asked = true;
                     if let Some(stop) = &self.stop {
@@ -701,6 +908,143 @@ fn decode(words: &[u32]) -> std::result::Result<(usize, Message), String> {
     ))
 }
 
+/// What crosses between ranks for EASGD's centre shards.
+#[derive(Debug, Clone, PartialEq)]
+enum ShardWire {
+    Request {
+        ticket: u64,
+        shard: usize,
+        request: ShardRequest,
+    },
+    Answer {
+        ticket: u64,
+        shard: usize,
+        answer: std::result::Result<Vec<f32>, String>,
+    },
+}
+
+/// [`ShardWire`]'s kinds, its first word.
+const ELASTIC: u32 = 0;
+const CENTER: u32 = 1;
+const ANSWER: u32 = 2;
+const FAILED: u32 = 3;
+
+impl ShardWire {
+    /// `[kind, ticket low, ticket high, shard]`, then for an elastic step
+    /// `[trainer, round low, round high, α, at]` and the values' bits; for an
+    /// answer the values' bits, or the error's UTF-8 bytes one per word.
+    fn encode(&self) -> Vec<u32> {
+        let head = |kind: u32, ticket: u64, shard: usize| {
+            vec![kind, ticket as u32, (ticket >> 32) as u32, shard as u32]
+        };
+        match self {
+            Self::Request {
+                ticket,
+                shard,
+                request: ShardRequest::Center,
+            } => head(CENTER, *ticket, *shard),
+            Self::Request {
+                ticket,
+                shard,
+                request:
+                    ShardRequest::Elastic {
+                        values,
+                        at,
+                        alpha,
+                        trainer,
+                        round,
+                    },
+            } => {
+                let mut words = head(ELASTIC, *ticket, *shard);
+                words.extend([
+                    *trainer as u32,
+                    *round as u32,
+                    (*round >> 32) as u32,
+                    alpha.to_bits(),
+                    *at as u32,
+                ]);
+                words.extend(values.iter().map(|x| x.to_bits()));
+                words
+            }
+            Self::Answer {
+                ticket,
+                shard,
+                answer: Ok(values),
+            } => {
+                let mut words = head(ANSWER, *ticket, *shard);
+                words.extend(values.iter().map(|x| x.to_bits()));
+                words
+            }
+            Self::Answer {
+                ticket,
+                shard,
+                answer: Err(error),
+            } => {
+                let mut words = head(FAILED, *ticket, *shard);
+                words.extend(error.bytes().map(u32::from));
+                words
+            }
+        }
+    }
+
+    fn decode(words: &[u32]) -> std::result::Result<Self, String> {
+        let Some(&[kind, low, high, shard]) = words.get(..4) else {
+            return Err(format!("{} words, shorter than a header", words.len()));
+        };
+        let (ticket, shard, rest) = (
+            u64::from(low) | (u64::from(high) << 32),
+            shard as usize,
+            &words[4..],
+        );
+        let floats = |words: &[u32]| {
+            words
+                .iter()
+                .map(|&w| f32::from_bits(w))
+                .collect::<Vec<f32>>()
+        };
+        Ok(match kind {
+            CENTER => Self::Request {
+                ticket,
+                shard,
+                request: ShardRequest::Center,
+            },
+            ELASTIC => {
+                let Some(&[trainer, low, high, alpha, at]) = rest.get(..5) else {
+                    return Err("an elastic request without its fields".into());
+                };
+                Self::Request {
+                    ticket,
+                    shard,
+                    request: ShardRequest::Elastic {
+                        values: floats(&rest[5..]).into(),
+                        at: at as usize,
+                        alpha: f32::from_bits(alpha),
+                        trainer: trainer as usize,
+                        round: u64::from(low) | (u64::from(high) << 32),
+                    },
+                }
+            }
+            ANSWER => Self::Answer {
+                ticket,
+                shard,
+                answer: Ok(floats(rest)),
+            },
+            FAILED => {
+                let bytes = rest
+                    .iter()
+                    .map(|&w| u8::try_from(w).map_err(|_| format!("{w} is not a byte")))
+                    .collect::<std::result::Result<Vec<u8>, String>>()?;
+                Self::Answer {
+                    ticket,
+                    shard,
+                    answer: Err(String::from_utf8_lossy(&bytes).into_owned()),
+                }
+            }
+            other => return Err(format!("unknown kind {other}")),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -736,5 +1080,53 @@ mod tests {
         assert!(decode(&[0, 1, 0, 0, 9, 0])
             .unwrap_err()
             .contains("unknown phase 9"));
+    }
+
+    #[test]
+    fn shard_requests_and_answers_cross_intact() {
+        let elastic = ShardRequest::Elastic {
+            values: Arc::from(vec![0.25, -1.0, 3e-39]),
+            at: 40,
+            alpha: 0.3,
+            trainer: 5,
+            round: (2u64 << 32) + 1,
+        };
+        let big = (7u64 << 32) + 3;
+        for wire in [
+            ShardWire::Request {
+                ticket: big,
+                shard: 3,
+                request: elastic,
+            },
+            ShardWire::Request {
+                ticket: 0,
+                shard: 1,
+                request: ShardRequest::Center,
+            },
+            ShardWire::Answer {
+                ticket: big,
+                shard: 2,
+                answer: Ok(vec![1.5, -0.0]),
+            },
+            ShardWire::Answer {
+                ticket: 1,
+                shard: 0,
+                answer: Err("rank 1: server shard 0 failed — «panic»".into()),
+            },
+        ] {
+            assert_eq!(ShardWire::decode(&wire.encode()).unwrap(), wire);
+        }
+        assert!(ShardWire::decode(&[0, 1])
+            .unwrap_err()
+            .contains("shorter than a header"));
+        assert!(ShardWire::decode(&[ELASTIC, 1, 0, 0, 5])
+            .unwrap_err()
+            .contains("without its fields"));
+        assert!(ShardWire::decode(&[FAILED, 1, 0, 0, 300])
+            .unwrap_err()
+            .contains("not a byte"));
+        assert!(ShardWire::decode(&[9, 1, 0, 0])
+            .unwrap_err()
+            .contains("unknown kind 9"));
     }
 }

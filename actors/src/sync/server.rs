@@ -12,11 +12,16 @@
 //! serves on from its centre as it was ([`Event::ServiceRecovered`]): the
 //! centre changes only in the elastic step's arithmetic, which cannot fail. The
 //! trainer's sync round fails and it goes on with the next one.
+//!
+//! Across processes the centre is sharded over them: shard `s` is served by
+//! process `s mod P` ([`shard_process`]), and a trainer reaches the shards of
+//! the other processes through the fabric ([`RemoteShards`]), sending each only
+//! its slice of the replica.
 
 use crate::events::{Event, EventBus};
 use crate::faults::{faults_at, faults_due, Fault, FaultSite};
 use crate::recovery::unpanicked;
-use crate::sync::elastic;
+use crate::sync::{elastic, Fabric};
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
@@ -38,6 +43,11 @@ pub fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>>> {
         .collect())
 }
 
+/// The process serving shard `shard` of the centre among `processes`.
+pub fn shard_process(shard: usize, processes: usize) -> usize {
+    shard % processes.max(1)
+}
+
 /// One shard of the centre copy `c`: the values of `range`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerShard {
@@ -55,16 +65,22 @@ impl ServerShard {
         Ok(Self { range, center })
     }
 
-    /// The elastic step (see [`elastic`]) of a replica's whole `snapshot` on
-    /// this shard; returns the target for the shard's range.
-    pub fn elastic(&mut self, snapshot: &[f32], alpha: f32) -> Result<Vec<f32>> {
-        let slice = snapshot.get(self.range.clone()).ok_or_else(|| {
-            Error::Layout(format!(
-                "snapshot of {} values has no shard {:?}",
-                snapshot.len(),
-                self.range
-            ))
-        })?;
+    /// The elastic step (see [`elastic`]) of a replica's `values`, which start
+    /// at index `at` of the whole vector, on this shard; returns the target
+    /// for the shard's range.
+    pub fn elastic(&mut self, values: &[f32], at: usize, alpha: f32) -> Result<Vec<f32>> {
+        let slice = self
+            .range
+            .start
+            .checked_sub(at)
+            .and_then(|from| values.get(from..from + self.range.len()))
+            .ok_or_else(|| {
+                Error::Layout(format!(
+                    "{} values from index {at} do not hold shard {:?}",
+                    values.len(),
+                    self.range
+                ))
+            })?;
         Ok(elastic(slice, &mut self.center, alpha))
     }
 
@@ -75,25 +91,54 @@ impl ServerShard {
 }
 
 /// What a shard answers: its index and its part of the result.
-type Reply = (usize, Result<Vec<f32>>);
+pub type ShardReply = (usize, Result<Vec<f32>>);
 
-/// An elastic step of `trainer`'s `snapshot` (whole vector) in its `round`,
-/// on one shard.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Elastic {
-    snapshot: Arc<[f32]>,
-    alpha: f32,
-    trainer: usize,
-    round: u64,
-    reply: Sender<Reply>,
+/// What a shard is asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ShardRequest {
+    /// The elastic step of `trainer`'s replica in its `round`: `values` are
+    /// the replica's from index `at` (the whole vector, or the shard's slice).
+    Elastic {
+        values: Arc<[f32]>,
+        at: usize,
+        alpha: f32,
+        trainer: usize,
+        round: u64,
+    },
+    /// A copy of the shard's values.
+    Center,
 }
 
-/// A copy of one shard's values.
+/// A request to one shard and where to answer it.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Center {
-    reply: Sender<Reply>,
+struct Serve {
+    request: ShardRequest,
+    reply: Sender<ShardReply>,
+}
+
+/// Asks the shard actor `shard` to serve `request`, answering on `reply`.
+pub fn serve(
+    shard: &Addr<ServerShardActor>,
+    request: ShardRequest,
+    reply: Sender<ShardReply>,
+) -> Result<()> {
+    shard
+        .try_send(Serve { request, reply })
+        .map_err(|e| Error::System(format!("a parameter server shard is unreachable: {e}")))
+}
+
+/// The shards that other processes serve, reached through the fabric.
+pub trait RemoteShards: Send + Sync + std::fmt::Debug {
+    /// Sends `request` to shard `shard`, served by process `process`; the
+    /// answer comes on `reply`.
+    fn send(
+        &self,
+        process: usize,
+        shard: usize,
+        request: ShardRequest,
+        reply: Sender<ShardReply>,
+    ) -> Result<()>;
 }
 
 /// The actor serving one [`ServerShard`].
@@ -109,79 +154,111 @@ impl Actor for ServerShardActor {
     type Context = Context<Self>;
 }
 
-impl Handler<Elastic> for ServerShardActor {
+impl Handler<Serve> for ServerShardActor {
     type Result = ();
 
-    fn handle(&mut self, request: Elastic, _: &mut Context<Self>) {
-        let (trainer, round, index) = (request.trainer, request.round, self.index);
-        let (faults, shard) = (&self.faults, &mut self.shard);
-        let attempt = unpanicked(|| {
-            if faults_due(faults, trainer, round).next().is_some() {
-                panic!("injected server panic");
+    fn handle(&mut self, serve: Serve, _: &mut Context<Self>) {
+        let index = self.index;
+        let answer = match serve.request {
+            ShardRequest::Center => Ok(self.shard.center().to_vec()),
+            ShardRequest::Elastic {
+                values,
+                at,
+                alpha,
+                trainer,
+                round,
+            } => {
+                let (faults, shard) = (&self.faults, &mut self.shard);
+                let attempt = unpanicked(|| {
+                    if faults_due(faults, trainer, round).next().is_some() {
+                        panic!("injected server panic");
+                    }
+                    shard.elastic(&values, at, alpha)
+                });
+                attempt.unwrap_or_else(|panic| {
+                    let cause = format!("serving trainer {trainer}'s round {round}: {panic}");
+                    self.events.publish(Event::ServiceRecovered {
+                        service: format!("server shard {index}"),
+                        cause: cause.clone(),
+                    });
+                    Err(Error::System(format!(
+                        "server shard {index} failed {cause}"
+                    )))
+                })
             }
-            shard.elastic(&request.snapshot, request.alpha)
-        });
-        let target = attempt.unwrap_or_else(|panic| {
-            let cause = format!("serving trainer {trainer}'s round {round}: {panic}");
-            self.events.publish(Event::ServiceRecovered {
-                service: format!("server shard {index}"),
-                cause: cause.clone(),
-            });
-            Err(Error::System(format!(
-                "server shard {index} failed {cause}"
-            )))
-        });
-        let _ = request.reply.send((index, target));
-    }
-}
-
-impl Handler<Center> for ServerShardActor {
-    type Result = ();
-
-    fn handle(&mut self, request: Center, _: &mut Context<Self>) {
-        let _ = request
-            .reply
-            .send((self.index, Ok(self.shard.center().to_vec())));
+        };
+        let _ = serve.reply.send((index, answer));
     }
 }
 
 /// How long a waiting trainer sleeps between two looks at the stop flag.
 const POLL: Duration = Duration::from_millis(20);
 
+/// Where a shard is served.
+#[derive(Debug, Clone)]
+enum ShardAt {
+    /// By an actor of this process.
+    Here(Addr<ServerShardActor>),
+    /// By another process.
+    There {
+        process: usize,
+        remote: Arc<dyn RemoteShards>,
+    },
+}
+
 /// A trainer's line to the server's shards.
 #[derive(Debug, Clone)]
 pub struct ServerClient {
-    shards: Vec<(Range<usize>, Addr<ServerShardActor>)>,
+    shards: Vec<(Range<usize>, ShardAt)>,
     len: usize,
 }
 
 impl ServerClient {
-    /// Starts one actor per shard of `initial` (each on its own arbiter of the
+    /// Starts one actor per shard of `initial` that this process serves on
+    /// `fabric` (all of them in one process; each on its own arbiter of the
     /// running actix system), reporting on `events` and injecting the
-    /// `server-panic` faults of `faults`, and returns their client.
+    /// `server-panic` faults of `faults`, and returns the client of every
+    /// shard of the job.
     pub fn start(
         initial: &[f32],
         shards: usize,
         events: &EventBus,
         faults: &[Fault],
+        fabric: &dyn Fabric,
     ) -> Result<Self> {
         let faults = faults_at(faults, FaultSite::Server);
-        let shards = shard_ranges(initial.len(), shards)?
+        let ranges = shard_ranges(initial.len(), shards)?;
+        let mut hosted = Vec::new();
+        for (index, range) in ranges.iter().enumerate() {
+            if shard_process(index, fabric.processes()) != fabric.process() {
+                continue;
+            }
+            let shard = ServerShard::new(initial, range.clone())?;
+            let (events, faults) = (events.clone(), faults.clone());
+            let addr = ServerShardActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                ServerShardActor {
+                    index,
+                    shard,
+                    events,
+                    faults,
+                }
+            });
+            hosted.push((index, addr));
+        }
+        let remote = fabric.serve_shards(hosted.clone())?;
+        let mut hosted = hosted.into_iter().peekable();
+        let shards = ranges
             .into_iter()
             .enumerate()
             .map(|(index, range)| {
-                let shard = ServerShard::new(initial, range.clone())?;
-                let (events, faults) = (events.clone(), faults.clone());
-                let addr =
-                    ServerShardActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
-                        ServerShardActor {
-                            index,
-                            shard,
-                            events,
-                            faults,
-                        }
-                    });
-                Ok((range, addr))
+                if let Some((_, addr)) = hosted.next_if(|(at, _)| *at == index) {
+                    return Ok((range, ShardAt::Here(addr)));
+                }
+                let remote = remote.clone().ok_or_else(|| {
+                    Error::System(format!("server shard {index} has no process serving it"))
+                })?;
+                let process = shard_process(index, fabric.processes());
+                Ok((range, ShardAt::There { process, remote }))
             })
             .collect::<Result<_>>()?;
         Ok(Self {
@@ -214,12 +291,19 @@ impl ServerClient {
             )));
         }
         self.gather(
-            |reply| Elastic {
-                snapshot: Arc::clone(&snapshot),
-                alpha,
-                trainer,
-                round,
-                reply,
+            |range, here| {
+                // Another process gets only its shard's slice.
+                let (values, at) = match here {
+                    true => (Arc::clone(&snapshot), 0),
+                    false => (Arc::from(&snapshot[range.clone()]), range.start),
+                };
+                ShardRequest::Elastic {
+                    values,
+                    at,
+                    alpha,
+                    trainer,
+                    round,
+                }
             },
             stopped,
         )
@@ -227,25 +311,25 @@ impl ServerClient {
 
     /// A copy of the whole centre.
     pub fn center(&self) -> Result<Vec<f32>> {
-        self.gather(|reply| Center { reply }, || false)?
+        self.gather(|_, _| ShardRequest::Center, || false)?
             .ok_or_else(|| Error::System("the parameter server did not answer".into()))
     }
 
-    /// Sends `request` to every shard and assembles their answers in shard order.
-    fn gather<M>(
+    /// Sends every shard its `request` (given its range and whether it is
+    /// served here) and assembles their answers in shard order.
+    fn gather(
         &self,
-        request: impl Fn(Sender<Reply>) -> M,
+        request: impl Fn(&Range<usize>, bool) -> ShardRequest,
         stopped: impl Fn() -> bool,
-    ) -> Result<Option<Vec<f32>>>
-    where
-        M: Message<Result = ()> + Send + 'static,
-        ServerShardActor: Handler<M>,
-    {
+    ) -> Result<Option<Vec<f32>>> {
         let (reply, answers) = bounded(self.shards.len());
-        for (_, addr) in &self.shards {
-            addr.try_send(request(reply.clone())).map_err(|e| {
-                Error::System(format!("a parameter server shard is unreachable: {e}"))
-            })?;
+        for (index, (range, at)) in self.shards.iter().enumerate() {
+            match at {
+                ShardAt::Here(addr) => serve(addr, request(range, true), reply.clone())?,
+                ShardAt::There { process, remote } => {
+                    remote.send(*process, index, request(range, false), reply.clone())?
+                }
+            }
         }
         drop(reply);
         let mut out = vec![0f32; self.len];
@@ -284,6 +368,7 @@ impl ServerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::InProcess;
     use crate::system::spawn_system;
 
     #[test]
@@ -295,7 +380,7 @@ mod tests {
         for shards in [1, 3, 4, 10, 16] {
             let start = {
                 let initial = initial.clone();
-                move || ServerClient::start(&initial, shards, &EventBus::default(), &[])
+                move || ServerClient::start(&initial, shards, &EventBus::default(), &[], &InProcess)
             };
             let (system, thread, server) = spawn_system("server-test", start).unwrap();
             let server = server.unwrap();
@@ -311,6 +396,21 @@ mod tests {
             assert!(server.center().is_err());
         }
         assert!(shard_ranges(10, 0).is_err());
+    }
+
+    #[test]
+    fn a_shard_steps_the_same_from_its_slice_as_from_the_whole_vector() {
+        let initial: Vec<f32> = (0..10).map(|i| i as f32).collect();
+        let snapshot: Vec<f32> = (0..10).map(|i| 3.0 - i as f32).collect();
+        let mut whole = ServerShard::new(&initial, 4..8).unwrap();
+        let mut sliced = whole.clone();
+        let from_whole = whole.elastic(&snapshot, 0, 0.25).unwrap();
+        let from_slice = sliced.elastic(&snapshot[4..8], 4, 0.25).unwrap();
+        assert_eq!(from_whole, from_slice);
+        assert_eq!(whole, sliced);
+        // A slice that does not hold the shard is refused, not misread.
+        assert!(sliced.elastic(&snapshot[5..8], 5, 0.25).is_err());
+        assert!(sliced.elastic(&snapshot[4..7], 4, 0.25).is_err());
     }
 
     #[test]
