@@ -303,11 +303,16 @@ impl Default for TrainConfig {
 impl Config {
     /// Reads and validates a TOML file.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let config: Config = toml::from_str(&text)
-            .map_err(|e| Error::config(path.display().to_string(), e.to_string()))?;
+        let config = Self::read_file(path)?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Reads a TOML file (unknown keys and wrong types are errors) to be
+    /// completed, by command-line flags say, before it is validated.
+    pub fn read_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        toml::from_str(&text).map_err(|e| Error::config(path.display().to_string(), e.to_string()))
     }
 
     /// Checks every value against its allowed range.

@@ -253,7 +253,8 @@ fn parse_write_back(text: &str) -> Result<WriteBack, String> {
 impl TrainArgs {
     fn config(&self) -> Result<Config> {
         let mut c = match &self.config {
-            Some(path) => Config::from_file(path)?,
+            // Validated with the flags applied (`train` validates it).
+            Some(path) => Config::read_file(path)?,
             None => Config::default(),
         };
         if self.train.is_some() {
@@ -689,10 +690,7 @@ fn main() -> Result<()> {
             let mut progress = Progress::new()?;
             let fabric = Backend::fabric(args.backend, args.mpi_watchdog_s)?;
             let report = match &args.resume {
-                Some(_) if fabric.processes() > 1 => {
-                    anyhow::bail!("--resume: checkpoints are not written across processes yet")
-                }
-                Some(dir) => train::resume(dir, &mut progress),
+                Some(dir) => train::resume_on(Arc::clone(&fabric), dir, &mut progress),
                 None => train::train_on(Arc::clone(&fabric), &args.config()?, &mut progress),
             };
             let report = name_rank(report, fabric.as_ref())?;

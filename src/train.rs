@@ -144,7 +144,7 @@ pub struct DistributedReport {
 pub struct Resumed {
     /// The checkpoint.
     pub checkpoint: PathBuf,
-    /// Examples it had trained (counted in [`TrainReport::examples`]).
+    /// Examples the job had trained (counted in [`TrainReport::examples`]).
     pub examples: u64,
     /// Newer checkpoints that could not be used, with why.
     pub rejected: Vec<String>,
@@ -324,44 +324,90 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
 /// This process's part of a run spread over `fabric`'s processes (each runs
 /// it with the same `config`): `config.train.trainers` trainers here, on this
 /// process's part of the data; see [`crate::distributed`]. Every process gets
-/// the report of the same final model (the mean over all trainers).
-/// Checkpoints are not written across processes yet.
+/// the report of the same final model (the mean over all trainers). Each
+/// process writes its checkpoints to its own directory under
+/// `checkpoint.dir` ([`process_dir`]).
 pub fn train_on(
     fabric: Arc<dyn Fabric>,
     config: &Config,
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
-    if fabric.processes() > 1 && config.checkpoint.dir.is_some() {
-        return Err(Error::config(
-            "checkpoint.dir",
-            "checkpoints are not written across processes yet: leave it unset under mpirun",
-        ));
-    }
     run(fabric, config, None, observer)
+}
+
+/// Where a process of a job keeps its checkpoints: `dir` itself in one
+/// process, `dir/rank-P-of-R` in process `P` of `R`.
+pub fn process_dir(dir: &Path, fabric: &dyn Fabric) -> PathBuf {
+    match fabric.processes() {
+        1 => dir.to_path_buf(),
+        processes => dir.join(format!("rank-{}-of-{processes}", fabric.process())),
+    }
 }
 
 /// Continues the run whose checkpoints are in `dir` from the newest whole one,
 /// with that run's configuration (writing further checkpoints to `dir`).
 pub fn resume(dir: &Path, observer: &mut dyn Observer) -> Result<TrainReport> {
-    let store = CheckpointStore::open(dir, 1)?;
-    let (path, checkpoint, rejected) = store.load_latest()?;
+    resume_on(Arc::new(InProcess), dir, observer)
+}
+
+/// This process's part of resuming a job of `fabric`'s processes (as many as
+/// the job that wrote the checkpoints): each continues from the newest whole
+/// checkpoint in its [`process_dir`]; the sync rounds of all trainers go on
+/// from the furthest any of them had come to.
+pub fn resume_on(
+    fabric: Arc<dyn Fabric>,
+    dir: &Path,
+    observer: &mut dyn Observer,
+) -> Result<TrainReport> {
+    let own = process_dir(dir, fabric.as_ref());
+    if fabric.processes() > 1 && !own.is_dir() {
+        return Err(Error::config(
+            "resume",
+            format!(
+                "{} does not exist: was the job run with {} processes and checkpoint.dir {}?",
+                own.display(),
+                fabric.processes(),
+                dir.display()
+            ),
+        ));
+    }
+    let store = CheckpointStore::open(&own, 1)?;
+    let (path, mut checkpoint, rejected) = store.load_latest()?;
+    if fabric.processes() > 1 {
+        // A round every trainer of the job goes on from (in one process, the
+        // cluster aligns the rounds itself).
+        let furthest = checkpoint
+            .cluster
+            .trainers
+            .iter()
+            .map(|t| t.sync.round)
+            .max()
+            .unwrap_or(0);
+        let all = fabric.gather(vec![furthest as u32, (furthest >> 32) as u32])?;
+        let furthest = all
+            .iter()
+            .filter_map(|w| Some(u64::from(*w.first()?) | (u64::from(*w.get(1)?) << 32)))
+            .max()
+            .unwrap_or(furthest);
+        for trainer in &mut checkpoint.cluster.trainers {
+            trainer.sync.round = furthest;
+        }
+    }
     let mut config = checkpoint.config.clone();
     config.checkpoint.dir = Some(dir.to_path_buf());
     tracing::info!(checkpoint = %path.display(), examples = checkpoint.examples(), "resuming");
+    // The job's examples before it.
+    let mut examples = [checkpoint.examples()];
+    fabric.sum(&mut examples)?;
     let resumed = Resumed {
         checkpoint: path,
-        examples: checkpoint.examples(),
+        examples: examples[0],
         rejected: rejected
             .iter()
             .map(|r| format!("{}: {}", r.path.display(), r.reason))
             .collect(),
     };
-    run(
-        Arc::new(InProcess),
-        &config,
-        Some((resumed, checkpoint)),
-        observer,
-    )
+    run(fabric, &config, Some((resumed, checkpoint)), observer)
 }
 
 /// The shared table's arrays, by name.
@@ -467,7 +513,9 @@ fn run(
         .checkpoint
         .dir
         .as_deref()
-        .map(|dir| CheckpointStore::open(dir, config.checkpoint.keep))
+        .map(|dir| {
+            CheckpointStore::open(&process_dir(dir, fabric.as_ref()), config.checkpoint.keep)
+        })
         .transpose()?;
     let saved_table = shared_table.share();
     let table_sync = (fabric.processes() > 1)
@@ -552,7 +600,7 @@ fn run(
     // (the evaluator answers in order).
     let mut requested_at = VecDeque::new();
     let every = config.train.eval_every;
-    let resumed_examples = resumed.as_ref().map_or(0, |(r, _)| r.examples);
+    let resumed_examples = resumed.as_ref().map_or(0, |(_, c)| c.examples());
     let mut next_eval = resumed_examples - resumed_examples % every.max(1) + every;
     loop {
         // Parked trainers wait for the checkpoint: look for them more often.

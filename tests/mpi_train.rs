@@ -1,6 +1,7 @@
 //! `mpirun -np R shadowsync train` (feature `mpi`): a job of 2 ranks × 2
 //! trainers trains as well as 4 trainers in one process (under MA, and under
-//! EASGD with the centre sharded over the ranks), one rank behaves like
+//! EASGD with the centre sharded over the ranks), a job killed mid-run resumes
+//! with the same ranks from each rank's checkpoints, one rank behaves like
 //! one process, and a rank that fails ends the job within seconds, named.
 
 #![cfg(feature = "mpi")]
@@ -12,8 +13,15 @@ use std::time::{Duration, Instant};
 
 const SEEDS: [u64; 3] = [1, 2, 3];
 
-/// The binary, under `mpirun` on `ranks` ranks when given.
+/// The binary, under `mpirun` on `ranks` ranks when given; run to its end.
 fn shadowsync(ranks: Option<usize>, args: &[&str]) -> Output {
+    command(ranks, args)
+        .output()
+        .expect("mpirun (Open MPI) is needed: scripts/setup.sh --with-mpi installs it")
+}
+
+/// The binary with `args`, under `mpirun` on `ranks` ranks when given.
+fn command(ranks: Option<usize>, args: &[&str]) -> Command {
     let exe = env!("CARGO_BIN_EXE_shadowsync");
     let mut command = match ranks {
         Some(ranks) => {
@@ -31,11 +39,8 @@ fn shadowsync(ranks: Option<usize>, args: &[&str]) -> Output {
         }
         None => Command::new(exe),
     };
+    command.args(args).stdin(Stdio::null());
     command
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("mpirun (Open MPI) is needed: scripts/setup.sh --with-mpi installs it")
 }
 
 fn said(output: &Output) -> String {
@@ -166,6 +171,131 @@ fn easgd_with_its_centre_sharded_over_two_ranks_trains_as_well_as_in_one_process
             "{sync}: 2 × 2: NE {spread:.4}, 4 in one process: {together:.4}"
         );
     }
+}
+
+/// Checkpoint files of `dir` (`rank-R-of-2/ckpt-*`): how many each rank has.
+fn checkpoints_per_rank(dir: &Path) -> [usize; 2] {
+    [0, 1].map(|rank| {
+        std::fs::read_dir(dir.join(format!("rank-{rank}-of-2")))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))
+                    .count()
+            })
+            .unwrap_or(0)
+    })
+}
+
+#[test]
+fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = data(dir.path());
+    // Every trainer stands still 20 ms every 5 steps: the job takes seconds,
+    // time to kill it after a few checkpoints.
+    let config = dir.path().join("paced.toml");
+    std::fs::write(
+        &config,
+        "faults = [\n\
+         { trainer = 0, kind = { hang = { ms = 20 } }, at_step = 1, every = 5 },\n\
+         { trainer = 1, kind = { hang = { ms = 20 } }, at_step = 1, every = 5 },\n]\n",
+    )
+    .unwrap();
+    let checkpoints = dir.path().join("ck");
+    let run = |checkpoint_dir: &Path, results: &Path| {
+        let mut c = command(
+            Some(2),
+            &[
+                "train",
+                "--config",
+                config.to_str().unwrap(),
+                "--train",
+                &train,
+                "--test",
+                &test,
+                "--model",
+                "lr",
+                "--table-size",
+                "20000",
+                "--trainers",
+                "2",
+                "--sync",
+                "shadow-ma",
+                "--eval-every",
+                "0",
+                "--checkpoint-dir",
+                checkpoint_dir.to_str().unwrap(),
+                "--checkpoint-every",
+                "100",
+                "--results",
+                results.to_str().unwrap(),
+            ],
+        );
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+        c
+    };
+    let killed_results = dir.path().join("killed.json");
+    let mut job = run(&checkpoints, &killed_results).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while checkpoints_per_rank(&checkpoints).iter().any(|&n| n < 3) {
+        assert!(Instant::now() < deadline, "no checkpoints written");
+        assert!(
+            job.try_wait().unwrap().is_none(),
+            "the job ended before it was killed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SIGKILL to every rank (mpirun's children): nothing is written at exit.
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", job.id())).unwrap();
+    for rank in children.split_whitespace() {
+        let _ = Command::new("kill").args(["-KILL", rank]).status();
+    }
+    assert!(!job.wait().unwrap().success());
+    assert!(!killed_results.exists());
+
+    let resumed = shadowsync(
+        Some(2),
+        &[
+            "train",
+            "--resume",
+            checkpoints.to_str().unwrap(),
+            "--results",
+            dir.path().join("resumed.json").to_str().unwrap(),
+        ],
+    );
+    assert!(resumed.status.success(), "{}", said(&resumed));
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("resumed.json")).unwrap()).unwrap();
+    let before = report["resumed"]["examples"].as_u64().unwrap();
+    assert!(before > 0 && before < 400_000, "{report}");
+    // Cursor accounting: the pass, whole, once, over both ranks.
+    assert_eq!(report["examples"], 400_000, "{report}");
+    let ne = report["final_metrics"]["ne"].as_f64().unwrap();
+
+    let uninterrupted = run(&dir.path().join("ck-whole"), &dir.path().join("whole.json"))
+        .status()
+        .unwrap();
+    assert!(uninterrupted.success());
+    let whole: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("whole.json")).unwrap()).unwrap();
+    let whole_ne = whole["final_metrics"]["ne"].as_f64().unwrap();
+    assert!(
+        (ne - whole_ne).abs() <= 0.005,
+        "resumed NE {ne:.4}, uninterrupted {whole_ne:.4}"
+    );
+
+    // Resuming needs as many ranks as wrote the checkpoints.
+    let three = shadowsync(
+        Some(3),
+        &["train", "--resume", checkpoints.to_str().unwrap()],
+    );
+    assert!(!three.status.success());
+    assert!(
+        String::from_utf8_lossy(&three.stderr).contains("rank-0-of-3 does not exist"),
+        "{}",
+        said(&three)
+    );
 }
 
 #[test]
