@@ -4,10 +4,10 @@
 For each R in --ranks (T = --trainers ÷ R trainers per rank), on the same data,
 model and hyperparameters, in one run:
 
-* `mpirun -np R shadowsync train --trainers T --sync shadow-ma` and the same with
-  `--sync none` (no dense sync; the table sync runs in both: the dense shadow
-  sync's cost is the ratio of the two);
-* `shadowsync train --trainers R·T --sync shadow-ma` in one process.
+* `mpirun -np R shadowsync train --trainers T --sync SYNC` (--sync, shadow-ma) and
+  the same with `--sync none` (no dense sync; the table sync runs in both: the
+  dense sync's cost is the ratio of the two);
+* `shadowsync train --trainers R·T --sync SYNC` in one process.
 
 Every cell runs --repeats times, round the whole grid. Prints one table: total
 examples/s (median), the ratio MPI ÷ in-process, the shadow sync's
@@ -31,7 +31,7 @@ def train(args, out, ranks, trainers, sync):
     command = [args.shadowsync, "train", "--train", args.train, "--test", args.test,
                "--model", args.model, "--table-size", str(args.table_size),
                "--trainers", str(trainers), "--sync", sync, "--eval-every", "0",
-               "--results", results]
+               "--server-shards", str(args.trainers), "--results", results]
     if ranks is not None:
         command = MPIRUN + ["-np", str(ranks)] + command
     run = subprocess.run(command, capture_output=True, text=True)
@@ -51,14 +51,17 @@ def main():
     p.add_argument("--ranks", default="1,2,4")
     p.add_argument("--model", default="lr")
     p.add_argument("--table-size", type=int, default=20000)
+    p.add_argument("--sync", default="shadow-ma",
+                   help="the algorithm measured (EASGD's centre has one shard per trainer "
+                        "of the job, spread over the ranks)")
     p.add_argument("--repeats", type=int, default=3,
                    help="runs per cell, round the whole grid (median examples/s, mean NE)")
     args = p.parse_args()
 
     layouts = [(r, args.trainers // r) for r in map(int, args.ranks.split(","))
                if args.trainers % r == 0]
-    cells = [(None, args.trainers, "shadow-ma")] + [
-        (r, t, sync) for r, t in layouts for sync in ("shadow-ma", "none")]
+    cells = [(None, args.trainers, args.sync)] + [
+        (r, t, sync) for r, t in layouts for sync in (args.sync, "none")]
     runs = {cell: [] for cell in cells}
     with tempfile.TemporaryDirectory() as out:
         for repeat in range(args.repeats):  # round the grid: a slow spell hits many cells
@@ -76,17 +79,17 @@ def main():
         return statistics.mean(figure(r.get("distributed") or {}) / max(r["cluster"]["examples"], 1)
                                for r in runs[cell])
 
-    local = (None, args.trainers, "shadow-ma")
+    local = (None, args.trainers, args.sync)
     rows = []
     for r, t in layouts:
-        synced, alone = (r, t, "shadow-ma"), (r, t, "none")
+        synced, alone = (r, t, args.sync), (r, t, "none")
         rows.append((r, t, rate(synced), rate(local), rate(alone), ne(synced), ne(local),
                      per_example(synced, lambda d: d.get("dense_bytes_sent", 0)),
                      per_example(synced, lambda d: d.get("table_sync", {}).get("bytes", 0))))
-    print(f"# {args.trainers} trainers in all, {args.model}, one pass over {args.train}, "
-          f"{args.repeats} runs per cell (median examples/s, mean NE)")
+    print(f"# {args.sync}, {args.trainers} trainers in all, {args.model}, one pass over "
+          f"{args.train}, {args.repeats} runs per cell (median examples/s, mean NE)")
     print("| ranks × trainers | examples/s MPI | in one process | MPI ÷ in-process "
-          "| shadow ÷ none (MPI) | NE MPI | NE in one process "
+          f"| {args.sync} ÷ none (MPI) | NE MPI | NE in one process "
           "| dense B/example | table B/example |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r, t, mpi, one, none, ne, ne_one, dense, table in rows:

@@ -42,8 +42,24 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("e1-scaling", include_str!("../experiments/e1-scaling.toml")),
     ("e2-quality", include_str!("../experiments/e2-quality.toml")),
     (
+        "e3-sync-frequency",
+        include_str!("../experiments/e3-sync-frequency.toml"),
+    ),
+    (
+        "e4-easgd-shards",
+        include_str!("../experiments/e4-easgd-shards.toml"),
+    ),
+    (
+        "e5-ablations",
+        include_str!("../experiments/e5-ablations.toml"),
+    ),
+    (
         "d1-schedules",
         include_str!("../experiments/d1-schedules.toml"),
+    ),
+    (
+        "d2-group-size",
+        include_str!("../experiments/d2-group-size.toml"),
     ),
 ];
 
@@ -56,6 +72,8 @@ struct ExperimentFile {
     title: String,
     #[serde(default)]
     about: String,
+    #[serde(default)]
+    target_ne: Option<f64>,
     #[serde(default)]
     base: Table,
     grid: Table,
@@ -70,6 +88,9 @@ pub struct Experiment {
     pub title: String,
     /// What it measures and how to read it.
     pub about: String,
+    /// A test NE whose time to reach the report gives (evaluated during the
+    /// runs: set `train.eval_every`).
+    pub target_ne: Option<f64>,
     /// The runs, in order.
     pub runs: Vec<Run>,
     /// The combinations the configuration rejects.
@@ -135,6 +156,7 @@ impl Experiment {
             name: file.name,
             title: file.title,
             about: file.about,
+            target_ne: file.target_ne,
             runs: Vec::new(),
             skipped: Vec::new(),
             keys: axes.iter().map(|(k, _)| k.clone()).collect(),
@@ -491,6 +513,7 @@ mod tests {
             let e = Experiment::named(name).unwrap();
             assert_eq!(e.name, *name);
             assert!(!e.runs.is_empty() && !e.title.is_empty(), "{name}");
+            assert!(e.skipped.is_empty(), "{name}: {:?}", e.skipped);
         }
     }
 

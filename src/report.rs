@@ -305,6 +305,12 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
         header.push("÷ none".into());
     }
     header.extend(["sync gap", "staleness", "seconds"].map(String::from));
+    if let Some(target) = experiment.target_ne {
+        header.extend([
+            "ms per sync round".into(),
+            format!("seconds to NE ≤ {target}"),
+        ]);
+    }
     let _ = writeln!(md, "| {} |", header.join(" | "));
     let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
     let pm = |(mean, std): (f64, f64), digits: usize| match seeds {
@@ -334,6 +340,21 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
             cell.stat(|r| per_trainer(r, |s| s.mean_staleness)).0
         ));
         row.push(format!("{:.1}", cell.stat(|r| r.report.train_seconds).0));
+        if let Some(target) = experiment.target_ne {
+            let round = cell.stat(|r| {
+                1000.0 * r.report.cluster.seconds / per_trainer(r, |s| s.syncs as f64).max(1.0)
+            });
+            row.push(format!("{:.1}", round.0));
+            let reached: Vec<f64> = cell
+                .runs
+                .iter()
+                .filter_map(|r| seconds_to(r, target))
+                .collect();
+            row.push(match reached.len() == cell.runs.len() {
+                true => pm(mean_std(&reached), 1),
+                false => format!("not reached ({} of {})", reached.len(), cell.runs.len()),
+            });
+        }
         let _ = writeln!(md, "| {} |", row.join(" | "));
     }
     let _ = writeln!(
@@ -351,6 +372,23 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
             ""
         },
     );
+    if let Some(target) = experiment.target_ne {
+        let _ = writeln!(
+            md,
+            "ms per sync round: the run's wall-clock time over its syncs per trainer (for a \
+             foreground algorithm syncing every step, a step and its sync); seconds to NE ≤ \
+             {target}: training seconds at the first evaluation that reached it.\n"
+        );
+    }
+}
+
+/// Training seconds at the first evaluation of `run` with test NE ≤ `target`.
+fn seconds_to(run: &RunResult, target: f64) -> Option<f64> {
+    run.report
+        .history
+        .iter()
+        .find(|p| p.metrics.ne <= target)
+        .map(|p| p.train_seconds)
 }
 
 /// The cells at the largest number of trainers, if the grid varies it (the

@@ -28,6 +28,7 @@ fn write_grid(dir: &Path) -> String {
         &path,
         format!(
             "name = \"cli-grid\"\ntitle = \"A grid of the CLI test\"\nabout = \"Eight small runs.\"\n\
+             target_ne = 1.0\n\
              [base]\ndata.synthetic = {{ train_rows = 20000, test_rows = 4000, dir = {:?} }}\n\
              data.table_size = 4000\nmodel.kind = \"lr\"\ntrain.eval_every = 5000\n\
              train.consensus_every_ms = 10\n\
@@ -99,6 +100,25 @@ fn a_grid_runs_resumes_and_is_reported() {
             .all(|r| r.contains(" | 2 | ") && r.contains('±')),
         "{rows:?}"
     );
+    // Seconds to the target NE: the first evaluation that reached it, as the
+    // runs' histories say (mean of the two seeds).
+    let history_seconds = |seed: u32| -> f64 {
+        let run = runs.join(format!("algorithm=none,trainers=1,seed={seed}.json"));
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(run).unwrap()).unwrap();
+        let history = report["report"]["history"].as_array().unwrap();
+        let reached = history
+            .iter()
+            .find(|p| p["metrics"]["ne"].as_f64().unwrap() <= 1.0)
+            .expect("no evaluation reached NE 1.0");
+        reached["train_seconds"].as_f64().unwrap()
+    };
+    let expected = (history_seconds(1) + history_seconds(2)) / 2.0;
+    assert!(document.contains("| seconds to NE ≤ 1 |"), "{document}");
+    let none_alone = rows.iter().find(|r| r.starts_with("| none | 1 |")).unwrap();
+    let cells: Vec<&str> = none_alone.split(" | ").collect();
+    let reported = cells[cells.len() - 1].split(' ').next().unwrap();
+    assert_eq!(reported, format!("{expected:.1}"), "{none_alone}");
     for plot in [
         "throughput.svg",
         "sync-gap.svg",
