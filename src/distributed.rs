@@ -18,7 +18,11 @@
 //! the process is done training, and the round in which every process says so
 //! is the last (the tables are then equal). Bytes moved per round: 4 per value
 //! of each changed row (and its optimizer state), plus its index.
+//!
+//! Under `none` a run's result is every replica's evaluation:
+//! [`every_process_metrics`] brings all processes' to each.
 
+use crate::metrics::Metrics;
 use crate::model::EmbeddingTable;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -194,6 +198,59 @@ impl Shape {
     }
 }
 
+/// Every process's `mine` (evaluations of its replicas), in process order: a
+/// collective, as [`Fabric::gather`].
+pub fn every_process_metrics(fabric: &dyn Fabric, mine: Vec<Metrics>) -> Result<Vec<Metrics>> {
+    if fabric.processes() == 1 {
+        return Ok(mine);
+    }
+    let words = mine.iter().flat_map(metric_words).collect();
+    let mut all = Vec::new();
+    for (process, words) in fabric.gather(words)?.iter().enumerate() {
+        if words.len() % METRIC_WORDS != 0 {
+            return Err(system(format!(
+                "process {process} sent {} words of evaluations, not a multiple of {METRIC_WORDS}",
+                words.len()
+            )));
+        }
+        all.extend(words.chunks(METRIC_WORDS).map(metrics_of_words));
+    }
+    Ok(all)
+}
+
+/// Words of one [`Metrics`]: six 64-bit fields.
+const METRIC_WORDS: usize = 12;
+
+fn metric_words(m: &Metrics) -> [u32; METRIC_WORDS] {
+    let fields = [
+        m.examples,
+        m.logloss.to_bits(),
+        m.ne.to_bits(),
+        m.auc.to_bits(),
+        m.calibration.to_bits(),
+        m.ctr.to_bits(),
+    ];
+    let mut words = [0; METRIC_WORDS];
+    for (i, field) in fields.into_iter().enumerate() {
+        words[2 * i] = field as u32;
+        words[2 * i + 1] = (field >> 32) as u32;
+    }
+    words
+}
+
+fn metrics_of_words(words: &[u32]) -> Metrics {
+    let field = |i: usize| u64::from(words[2 * i]) | (u64::from(words[2 * i + 1]) << 32);
+    let float = |i: usize| f64::from_bits(field(i));
+    Metrics {
+        examples: field(0),
+        logloss: float(1),
+        ne: float(2),
+        auc: float(3),
+        calibration: float(4),
+        ctr: float(5),
+    }
+}
+
 /// The tensors' values, one after another.
 fn read(state: &[Tensor]) -> Result<Vec<f32>> {
     let mut values = Vec::new();
@@ -259,6 +316,29 @@ fn write_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn evaluations_cross_processes_bit_for_bit() {
+        let m = Metrics {
+            examples: (3 << 32) + 7,
+            logloss: 0.25,
+            ne: f64::NAN,
+            auc: 0.75,
+            calibration: -1.5e-300,
+            ctr: 1.0 / 3.0,
+        };
+        let back = metrics_of_words(&metric_words(&m));
+        assert_eq!(back.examples, m.examples);
+        for (a, b) in [
+            (back.logloss, m.logloss),
+            (back.ne, m.ne),
+            (back.auc, m.auc),
+            (back.calibration, m.calibration),
+            (back.ctr, m.ctr),
+        ] {
+            assert_eq!(a.to_bits(), b.to_bits());
+        }
+    }
 
     #[test]
     fn changed_rows_cross_and_add_up_to_what_one_shared_table_gets() {

@@ -40,6 +40,10 @@ use toml::{Table, Value};
 pub const BUILT_IN: &[(&str, &str)] = &[
     ("smoke", include_str!("../experiments/smoke.toml")),
     ("e1-scaling", include_str!("../experiments/e1-scaling.toml")),
+    (
+        "e1-shadow-cost",
+        include_str!("../experiments/e1-shadow-cost.toml"),
+    ),
     ("e2-quality", include_str!("../experiments/e2-quality.toml")),
     (
         "e3-sync-frequency",
@@ -184,6 +188,19 @@ impl Experiment {
                 }),
             }
         }
+        // A run's results are found by its name: two runs may not share one.
+        let mut ids: Vec<&str> = experiment.runs.iter().map(|r| r.id.as_str()).collect();
+        ids.extend(experiment.skipped.iter().map(|s| s.id.as_str()));
+        ids.sort_unstable();
+        if let Some(twice) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::config(
+                format!("{origin}: grid"),
+                format!(
+                    "two runs would be named {}: make their values differ",
+                    twice[0]
+                ),
+            ));
+        }
         Ok(experiment)
     }
 
@@ -236,7 +253,12 @@ fn run_id(settings: &[(String, Value)]) -> String {
     fn label(value: &Value) -> String {
         match value {
             Value::String(s) => s.clone(),
-            Value::Table(t) => t.values().map(label).collect::<Vec<_>>().join("-"),
+            // Keys too: two tables setting different keys to one value differ.
+            Value::Table(t) => t
+                .iter()
+                .map(|(k, v)| format!("{k}_{}", label(v)))
+                .collect::<Vec<_>>()
+                .join("+"),
             Value::Array(a) => a.iter().map(label).collect::<Vec<_>>().join("-"),
             other => other.to_string(),
         }
@@ -459,6 +481,8 @@ mod tests {
             "sync" = [
               { algorithm = "sync-sgd" },
               { algorithm = "fr-ma:1", group_size = 2, schedule = "hypercube" },
+              { algorithm = "shadow-bmuf", eta = 0.5 },
+              { algorithm = "shadow-bmuf", zeta = 0.5 },
             ]
             "train.trainers" = [4]
         "#;
@@ -467,9 +491,17 @@ mod tests {
         assert_eq!(
             ids,
             [
-                "sync=sync-sgd,trainers=4",
-                "sync=fr-ma:1-2-hypercube,trainers=4"
+                "sync=algorithm_sync-sgd,trainers=4",
+                "sync=algorithm_fr-ma:1+group_size_2+schedule_hypercube,trainers=4",
+                "sync=algorithm_shadow-bmuf+eta_0.5,trainers=4",
+                "sync=algorithm_shadow-bmuf+zeta_0.5,trainers=4",
             ]
+        );
+        // Two runs of one name would share one results file.
+        let twice = Experiment::parse(&text.replace("[4]", "[4, 4]"), "exp.toml").unwrap_err();
+        assert!(
+            twice.to_string().contains("two runs would be named"),
+            "{twice}"
         );
         let ds_sync = &e.runs[1].config.sync;
         assert_eq!(ds_sync.algorithm.to_string(), "fr-ma:1");

@@ -140,6 +140,14 @@ impl Cell<'_> {
         self.settings.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// The sync algorithm, if the grid varies it (`sync.algorithm`, or the
+    /// `algorithm` of a `sync` table).
+    fn algorithm(&self) -> Option<&str> {
+        self.setting(ALGORITHM)
+            .or_else(|| self.setting(SYNC)?.get("algorithm"))
+            .and_then(Value::as_str)
+    }
+
     /// Mean and standard deviation over the runs of `figure`.
     fn stat(&self, figure: impl Fn(&RunResult) -> f64) -> (f64, f64) {
         mean_std(&self.runs.iter().map(|r| figure(r)).collect::<Vec<_>>())
@@ -205,6 +213,7 @@ fn per_trainer(
 }
 
 const ALGORITHM: &str = "sync.algorithm";
+const SYNC: &str = "sync";
 const TRAINERS: &str = "train.trainers";
 
 /// The document and plots of `results`.
@@ -285,17 +294,15 @@ pub fn render(results: &ExperimentResults, provenance: &Provenance) -> Result<Re
 fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
     let keys: Vec<&String> = experiment.keys.iter().filter(|k| !is_seed(k)).collect();
     let seeds = experiment.keys.iter().any(|k| is_seed(k));
-    let against_none = experiment.keys.iter().any(|k| k == ALGORITHM);
+    let against_none = cells.iter().any(|c| c.algorithm() == Some("none"));
+    // `none` at the cell's other settings.
     let none_rate = |cell: &Cell| -> Option<f64> {
-        cell.setting(ALGORITHM)?;
+        cell.algorithm()?;
         let baseline = cells.iter().find(|c| {
-            c.settings.iter().all(|(k, v)| {
-                if k == ALGORITHM {
-                    v.as_str() == Some("none")
-                } else {
-                    cell.setting(k) == Some(v)
-                }
-            })
+            c.algorithm() == Some("none")
+                && c.settings
+                    .iter()
+                    .all(|(k, v)| k == ALGORITHM || k == SYNC || cell.setting(k) == Some(v))
         })?;
         Some(baseline.stat(|r| r.report.examples_per_sec).0)
     };
@@ -352,7 +359,7 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
                 .collect();
             row.push(match reached.len() == cell.runs.len() {
                 true => pm(mean_std(&reached), 1),
-                false => format!("not reached ({} of {})", reached.len(), cell.runs.len()),
+                false => format!("reached by {} of {} runs", reached.len(), cell.runs.len()),
             });
         }
         let _ = writeln!(md, "| {} |", row.join(" | "));

@@ -713,11 +713,13 @@ fn run(
             for dense in replicas.each()? {
                 evaluator.request(dense, examples)?;
             }
-            let each = evaluator
+            let mine = evaluator
                 .wait_all()?
                 .into_iter()
                 .map(metrics_of)
                 .collect::<Result<Vec<_>>>()?;
+            // Across processes, every replica of the job.
+            let each = crate::distributed::every_process_metrics(fabric.as_ref(), mine)?;
             let mean = Metrics::mean(&each)
                 .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
             (mean, each)

@@ -71,9 +71,50 @@ fn data(dir: &Path) -> (String, String) {
     data_paths(dir)
 }
 
+/// `train` arguments of a run of logistic regression on `dir`'s data with
+/// the configuration file `config`, `trainers` per rank under `sync`, without
+/// evaluations on the way, writing `results`; then `more`.
+fn lr_run(
+    dir: &Path,
+    config: &Path,
+    trainers: usize,
+    sync: &str,
+    results: &Path,
+    more: &[&str],
+) -> Vec<String> {
+    let (train, test) = data_paths(dir);
+    let config = config.display().to_string();
+    let (trainers, results) = (trainers.to_string(), results.display().to_string());
+    let args = [
+        "train",
+        "--config",
+        &config,
+        "--train",
+        &train,
+        "--test",
+        &test,
+        "--model",
+        "lr",
+        "--table-size",
+        "20000",
+        "--trainers",
+        &trainers,
+        "--sync",
+        sync,
+        "--eval-every",
+        "0",
+        "--results",
+        &results,
+    ];
+    args.iter().chain(more).map(|a| a.to_string()).collect()
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 /// The test NE and the results of a run of logistic regression under `sync`.
 fn train(dir: &Path, ranks: Option<usize>, trainers: usize, seed: u64, sync: &str) -> (f64, Value) {
-    let (train, test) = data_paths(dir);
     let results = dir.join(format!("r{ranks:?}-t{trainers}-s{seed}-{sync}.json"));
     let config = dir.join("mpi.toml");
     std::fs::write(
@@ -81,34 +122,9 @@ fn train(dir: &Path, ranks: Option<usize>, trainers: usize, seed: u64, sync: &st
         "[train]\ntable_sync_ms = 50\n[sync]\nserver_shards = 2\n",
     )
     .unwrap();
-    let trainers = trainers.to_string();
     let seed = seed.to_string();
-    let run = shadowsync(
-        ranks,
-        &[
-            "train",
-            "--config",
-            config.to_str().unwrap(),
-            "--train",
-            &train,
-            "--test",
-            &test,
-            "--model",
-            "lr",
-            "--table-size",
-            "20000",
-            "--trainers",
-            &trainers,
-            "--sync",
-            sync,
-            "--eval-every",
-            "0",
-            "--seed",
-            &seed,
-            "--results",
-            results.to_str().unwrap(),
-        ],
-    );
+    let args = lr_run(dir, &config, trainers, sync, &results, &["--seed", &seed]);
+    let run = shadowsync(ranks, &strs(&args));
     assert!(run.status.success(), "{}", said(&run));
     let report: Value = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
     (report["final_metrics"]["ne"].as_f64().unwrap(), report)
@@ -190,7 +206,7 @@ fn checkpoints_per_rank(dir: &Path) -> [usize; 2] {
 #[test]
 fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_once() {
     let dir = tempfile::tempdir().unwrap();
-    let (train, test) = data(dir.path());
+    data(dir.path());
     // Every trainer stands still 20 ms every 5 steps: the job takes seconds,
     // time to kill it after a few checkpoints.
     let config = dir.path().join("paced.toml");
@@ -203,34 +219,15 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
     .unwrap();
     let checkpoints = dir.path().join("ck");
     let run = |checkpoint_dir: &Path, results: &Path| {
-        let mut c = command(
-            Some(2),
-            &[
-                "train",
-                "--config",
-                config.to_str().unwrap(),
-                "--train",
-                &train,
-                "--test",
-                &test,
-                "--model",
-                "lr",
-                "--table-size",
-                "20000",
-                "--trainers",
-                "2",
-                "--sync",
-                "shadow-ma",
-                "--eval-every",
-                "0",
-                "--checkpoint-dir",
-                checkpoint_dir.to_str().unwrap(),
-                "--checkpoint-every",
-                "100",
-                "--results",
-                results.to_str().unwrap(),
-            ],
-        );
+        let checkpoint_dir = checkpoint_dir.display().to_string();
+        let more = [
+            "--checkpoint-dir",
+            &checkpoint_dir,
+            "--checkpoint-every",
+            "100",
+        ];
+        let args = lr_run(dir.path(), &config, 2, "shadow-ma", results, &more);
+        let mut c = command(Some(2), &strs(&args));
         c.stdout(Stdio::null()).stderr(Stdio::null());
         c
     };
@@ -296,6 +293,19 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
         "{}",
         said(&three)
     );
+}
+
+#[test]
+fn without_sync_the_job_reports_every_ranks_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    data(dir.path());
+    let (ne, report) = train(dir.path(), Some(2), 2, 1, "none");
+    let each = report["replica_metrics"].as_array().unwrap();
+    assert_eq!(each.len(), 4, "{report}");
+    let mean = each.iter().map(|m| m["ne"].as_f64().unwrap()).sum::<f64>() / 4.0;
+    assert!((mean - ne).abs() < 1e-12, "{mean} vs {ne}");
+    // Rank 1's replicas trained on other shards than rank 0's.
+    assert_ne!(each[0]["ne"], each[2]["ne"], "{report}");
 }
 
 #[test]

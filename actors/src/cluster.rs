@@ -34,8 +34,8 @@ use crate::recovery::RecoveryPoint;
 use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{
-    Algorithm, Endpoint, Fabric, GroupPlan, InProcess, PeerState, Schedule, ServerClient,
-    SharedPeerState, SyncConfig, SyncPeer,
+    Algorithm, Endpoint, Fabric, GroupPlan, InProcess, LinkModel, PeerState, Schedule,
+    ServerClient, SharedPeerState, SyncConfig, SyncPeer,
 };
 use crate::system::spawn_system;
 use crate::trainer::{Control, Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
@@ -299,6 +299,11 @@ impl<L: Learner> Cluster<L> {
         // parameter server's shards, each on an arbiter of its own.
         let (system, system_thread, (coordinator, server)) = {
             let (events, initial, shards) = (events.clone(), initial.clone(), sync.server_shards);
+            // Between processes the network is real, not simulated.
+            let link = match fabric.processes() {
+                1 => sync.link,
+                _ => LinkModel::default(),
+            };
             let faults = config.faults.clone();
             let (coordinator_events, coordinator_faults) = (events.clone(), faults.clone());
             let fabric = Arc::clone(&fabric);
@@ -308,8 +313,10 @@ impl<L: Learner> Cluster<L> {
                         GroupCoordinator::new(plan, coordinator_events)
                             .with_faults(&coordinator_faults)
                     });
-                let server = easgd
-                    .then(|| ServerClient::start(&initial, shards, &events, &faults, &*fabric));
+                let server = easgd.then(|| {
+                    ServerClient::start(&initial, shards, &events, &faults, &*fabric)
+                        .map(|server| server.over_link(link))
+                });
                 (coordinator, server)
             })?
         };

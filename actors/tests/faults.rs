@@ -26,6 +26,24 @@ fn fault(trainer: usize, kind: FaultKind, at_step: u64, every: u64) -> Fault {
     }
 }
 
+/// Four trainers of 400 steps, 0.2 ms each.
+fn paced() -> Vec<LeastSquares> {
+    let mut ls = learners(4, Some(400));
+    ls.iter_mut()
+        .for_each(|l| l.step_delay = Duration::from_micros(200));
+    ls
+}
+
+/// Runs `learners` under `c` to their end: the outcome and every event.
+fn run_logged(
+    c: ClusterConfig,
+    learners: Vec<LeastSquares>,
+) -> (ClusterOutcome<LeastSquares>, Vec<Event>) {
+    let log = EventLog::of(&c.events);
+    let outcome = Cluster::start(c, learners).unwrap().wait().unwrap();
+    (outcome, log.finish())
+}
+
 /// Four endless trainers (0.5 ms a step) under `algorithm` with `faults`,
 /// whose groups wait 200 ms at most for a member.
 fn with_quick_timeouts(
@@ -99,14 +117,7 @@ fn repeated_errors_and_panics_in_one_trainer_are_contained() {
             fault(1, FaultKind::Error, 20, 30),
             fault(1, FaultKind::Panic, 35, 60),
         ];
-        let mut ls = learners(4, Some(400));
-        ls.iter_mut()
-            .for_each(|l| l.step_delay = Duration::from_micros(200));
-        let c = with_faults(algorithm, faults);
-        let log = EventLog::of(&c.events);
-        let cluster = Cluster::start(c, ls).unwrap();
-        let outcome = cluster.wait().unwrap();
-        let events = log.finish();
+        let (outcome, events) = run_logged(with_faults(algorithm, faults), paced());
         let report = &outcome.report;
         assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
         // Every example trained: an injected failure strikes before the batch is read.
@@ -138,10 +149,7 @@ fn a_diverged_replica_is_never_averaged_into_the_others() {
     ] {
         // An infinite learning rate on trainer 2 at steps 50, 150, 250, 350.
         let faults = vec![fault(2, FaultKind::Diverge, 50, 100)];
-        let mut ls = learners(4, Some(400));
-        ls.iter_mut()
-            .for_each(|l| l.step_delay = Duration::from_micros(200));
-        let cluster = Cluster::start(with_faults(algorithm, faults), ls).unwrap();
+        let cluster = Cluster::start(with_faults(algorithm, faults), paced()).unwrap();
         let outcome = cluster.wait().unwrap();
         let report = &outcome.report;
         assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
@@ -160,18 +168,12 @@ fn a_diverged_replica_is_never_averaged_into_the_others() {
 fn a_replica_that_stays_diverged_sits_out_its_groups_averages() {
     let _serial = exclusive();
     for algorithm in ["shadow-ma", "shadow-easgd", "shadow-bmuf"] {
-        let mut ls = learners(4, Some(400));
-        ls.iter_mut()
-            .for_each(|l| l.step_delay = Duration::from_micros(200));
+        let mut ls = paced();
         // NaN for 1.5 s from its step 100, longer than a shadow loop waits for
         // steps: it snapshots NaN.
         ls[2].poison_at = Some(100);
         ls[2].poison_hold = Duration::from_millis(1500);
-        let c = with_faults(algorithm, Vec::new());
-        let log = EventLog::of(&c.events);
-        let cluster = Cluster::start(c, ls).unwrap();
-        let outcome = cluster.wait().unwrap();
-        let events = log.finish();
+        let (outcome, events) = run_logged(with_faults(algorithm, Vec::new()), ls);
         let report = &outcome.report;
         assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
         let abstentions: Vec<u64> = report.trainer_stats.iter().map(|s| s.abstentions).collect();
@@ -360,11 +362,7 @@ fn a_trainer_that_keeps_failing_is_given_up_without_stalling_the_others() {
     for algorithm in ["shadow-ma", "none"] {
         let mut ls = learners(4, Some(300));
         ls[1].broken_after = Some(50);
-        let c = config(algorithm);
-        let log = EventLog::of(&c.events);
-        let cluster = Cluster::start(c, ls).unwrap();
-        let outcome = cluster.wait().unwrap();
-        let events = log.finish();
+        let (outcome, events) = run_logged(config(algorithm), ls);
         let report = &outcome.report;
         assert_eq!(report.errors.len(), 1, "{algorithm}: {:?}", report.errors);
         assert!(
@@ -401,13 +399,7 @@ fn a_coordinator_or_server_shard_failing_on_requests_is_contained() {
         // Trainer 1's requests of its rounds 3, 13, 23, ... fail.
         let mut c = with_faults(algorithm, vec![fault(1, kind, 3, 10)]);
         c.sync.server_shards = 2;
-        let mut ls = learners(4, Some(400));
-        ls.iter_mut()
-            .for_each(|l| l.step_delay = Duration::from_micros(200));
-        let log = EventLog::of(&c.events);
-        let cluster = Cluster::start(c, ls).unwrap();
-        let outcome = cluster.wait().unwrap();
-        let events = log.finish();
+        let (outcome, events) = run_logged(c, paced());
         let report = &outcome.report;
         assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
         assert_eq!(report.examples, 4 * 400 * 64, "{algorithm}");

@@ -133,6 +133,11 @@ impl MpiNode {
     /// that does not complete within `watchdog` ends the process (and so the
     /// job), naming the rank and what it waited for.
     pub fn start(watchdog: Option<Duration>) -> Result<Self> {
+        // Not bounded by capacity but by the protocols that fill them: a
+        // trainer's sync round sends at most 2 (m − 1) messages and one request
+        // per server shard, then waits for the answers before the next round;
+        // the other asks wait for their answer too. A bounded queue here could
+        // only block a sender for a communication thread that is still sending.
         let (outbox, outgoing) = unbounded::<Outgoing>();
         let (asks, asked) = unbounded();
         let (started_tx, started) = bounded(1);

@@ -6,9 +6,7 @@
 //! the cluster can read it for a checkpoint while the peer syncs on.
 
 use crate::coordinator::CoordinatorClient;
-use crate::sync::{
-    BmufParams, BmufState, Endpoint, LinkModel, Payload, Rule, ServerClient, SyncConfig,
-};
+use crate::sync::{BmufParams, BmufState, Endpoint, Payload, Rule, ServerClient, SyncConfig};
 use crate::{Error, Result};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -49,7 +47,6 @@ pub struct SyncPeer {
     bmuf: BmufParams,
     server: Option<ServerClient>,
     alpha: f32,
-    link: LinkModel,
 }
 
 impl SyncPeer {
@@ -82,7 +79,6 @@ impl SyncPeer {
             bmuf,
             server,
             alpha,
-            link: config.link,
         })
     }
 
@@ -176,9 +172,6 @@ impl SyncPeer {
                 let Some(server) = &self.server else {
                     return Ok(None);
                 };
-                // To the server and back, over the simulated link.
-                let bytes = std::mem::size_of_val(snapshot.values());
-                std::thread::sleep(self.link.wire_time(self.id(), LinkModel::SERVER, bytes) * 2);
                 let round = self.round();
                 self.set_round(round + 1);
                 let endpoint = &self.endpoint;

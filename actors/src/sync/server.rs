@@ -13,6 +13,12 @@
 //! centre changes only in the elastic step's arithmetic, which cannot fail. The
 //! trainer's sync round fails and it goes on with the next one.
 //!
+//! In one process, a simulated link ([`ServerClient::over_link`]) delays each
+//! elastic step as a network would: the trainer's link carries the whole
+//! vector out and back, and each shard's link (its server's) carries its slice
+//! for one trainer at a time, so requests to a busy shard queue — what more
+//! shards relieve. Across processes the network is real.
+//!
 //! Across processes the centre is sharded over them: shard `s` is served by
 //! process `s mod P` ([`shard_process`]), and a trainer reaches the shards of
 //! the other processes through the fabric ([`RemoteShards`]), sending each only
@@ -21,13 +27,13 @@
 use crate::events::{Event, EventBus};
 use crate::faults::{faults_at, faults_due, Fault, FaultSite};
 use crate::recovery::unpanicked;
-use crate::sync::{elastic, Fabric};
+use crate::sync::{elastic, Fabric, LinkModel};
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use std::ops::Range;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// `shards` (≥ 1) near-equal contiguous ranges covering `0..len`.
 pub fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>>> {
@@ -211,6 +217,32 @@ enum ShardAt {
 pub struct ServerClient {
     shards: Vec<(Range<usize>, ShardAt)>,
     len: usize,
+    links: Option<Arc<ShardLinks>>,
+}
+
+/// The simulated links to the shards: when each is free again.
+#[derive(Debug)]
+struct ShardLinks {
+    link: LinkModel,
+    free_at: Vec<Mutex<Instant>>,
+}
+
+impl ShardLinks {
+    /// When `trainer`'s elastic step of a vector cut into `ranges` is off the
+    /// wire, starting `now`: its own link carries the whole vector out and
+    /// back; each shard's carries its slice once the trainers before are done.
+    fn done(&self, trainer: usize, ranges: impl Iterator<Item = usize>, now: Instant) -> Instant {
+        let wire = |values: usize| self.link.wire_time(trainer, LinkModel::SERVER, 4 * values) * 2;
+        let mut done = now;
+        let mut total = 0;
+        for (free_at, values) in self.free_at.iter().zip(ranges) {
+            total += values;
+            let mut free_at = free_at.lock().unwrap_or_else(|p| p.into_inner());
+            *free_at = (*free_at).max(now) + wire(values);
+            done = done.max(*free_at);
+        }
+        done.max(now + wire(total))
+    }
 }
 
 impl ServerClient {
@@ -264,7 +296,24 @@ impl ServerClient {
         Ok(Self {
             shards,
             len: initial.len(),
+            links: None,
         })
+    }
+
+    /// The same client with elastic steps delayed by `link` as the simulated
+    /// network would (see the module's documentation).
+    pub fn over_link(mut self, link: LinkModel) -> Self {
+        self.links = (!link.is_ideal()).then(|| {
+            Arc::new(ShardLinks {
+                link,
+                free_at: self
+                    .shards
+                    .iter()
+                    .map(|_| Mutex::new(Instant::now()))
+                    .collect(),
+            })
+        });
+        self
     }
 
     /// Number of shards.
@@ -289,6 +338,16 @@ impl ServerClient {
                 snapshot.len(),
                 self.len
             )));
+        }
+        if let Some(links) = &self.links {
+            let ranges = self.shards.iter().map(|(range, _)| range.len());
+            let done = links.done(trainer, ranges, Instant::now());
+            while Instant::now() < done {
+                if stopped() {
+                    return Ok(None);
+                }
+                std::thread::sleep(done.saturating_duration_since(Instant::now()).min(POLL));
+            }
         }
         self.gather(
             |range, here| {
@@ -396,6 +455,38 @@ mod tests {
             assert!(server.center().is_err());
         }
         assert!(shard_ranges(10, 0).is_err());
+    }
+
+    #[test]
+    fn requests_to_a_busy_shard_queue_and_more_shards_share_the_load() {
+        let link = LinkModel {
+            bandwidth_gbps: 1.0,
+            ..LinkModel::default()
+        };
+        let now = Instant::now();
+        let links = |shards: usize| ShardLinks {
+            link,
+            free_at: (0..shards).map(|_| Mutex::new(now)).collect(),
+        };
+        let close = |a: Instant, b: Instant| {
+            let gap = a.max(b) - a.min(b);
+            assert!(gap < Duration::from_micros(1), "{gap:?}");
+        };
+        // 1,000,000 values at 1 Gbit/s: 32 ms each way.
+        let values = 1_000_000;
+        let trip = Duration::from_millis(64);
+        let one = links(1);
+        close(one.done(0, [values].into_iter(), now), now + trip);
+        // The second trainer at the same moment waits for the first.
+        close(one.done(1, [values].into_iter(), now), now + 2 * trip);
+        // Two shards: each carries half, one after the other for the two
+        // trainers; the second is done when its own link is, the first later
+        // once the shards' links are free.
+        let two = links(2);
+        let half = [values / 2, values / 2];
+        close(two.done(0, half.into_iter(), now), now + trip);
+        close(two.done(1, half.into_iter(), now), now + trip);
+        close(two.done(2, half.into_iter(), now), now + trip * 3 / 2);
     }
 
     #[test]
