@@ -82,6 +82,23 @@ fn mpirun(test: &str, ranks: usize) -> Job {
     }
 }
 
+/// Runs `test` on 2 and on 4 ranks: each job must succeed, and each rank
+/// print `line(ranks, rank)`.
+fn on_2_and_4_ranks(test: &str, line: impl Fn(usize, usize) -> String) {
+    for ranks in [2, 4] {
+        let job = mpirun(test, ranks);
+        assert!(job.success, "{ranks} ranks:\n{}", job.output);
+        for rank in 0..ranks {
+            let line = line(ranks, rank);
+            assert!(
+                job.output.contains(&line),
+                "{ranks} ranks, no {line:?}:\n{}",
+                job.output
+            );
+        }
+    }
+}
+
 /// The ranks a child was started with; `None` in the parent.
 fn child_of() -> Option<usize> {
     std::env::var(RANKS_VAR).ok().and_then(|r| r.parse().ok())
@@ -235,24 +252,15 @@ fn group_means_across_ranks_equal_an_independent_computation() {
     if child_of().is_some() {
         return sync_and_check_on_this_rank();
     }
-    for ranks in [2, 4] {
-        let job = mpirun(
-            "group_means_across_ranks_equal_an_independent_computation",
-            ranks,
-        );
-        assert!(job.success, "{ranks} ranks:\n{}", job.output);
-        for rank in 0..ranks {
-            let line = format!(
+    on_2_and_4_ranks(
+        "group_means_across_ranks_equal_an_independent_computation",
+        |ranks, rank| {
+            format!(
                 "rank {rank}: {} rounds checked",
                 plans(ranks * PER_RANK).len() as u64 * ROUNDS
-            );
-            assert!(
-                job.output.contains(&line),
-                "{ranks} ranks, no {line:?}:\n{}",
-                job.output
-            );
-        }
-    }
+            )
+        },
+    );
 }
 
 /// Shards of the EASGD centre in the test: over 2 ranks, one serves two; over
@@ -344,24 +352,15 @@ fn easgd_centre_sharded_over_ranks_takes_every_elastic_step_once() {
     if child_of().is_some() {
         return elastic_steps_on_this_rank();
     }
-    for ranks in [2, 4] {
-        let job = mpirun(
-            "easgd_centre_sharded_over_ranks_takes_every_elastic_step_once",
-            ranks,
-        );
-        assert!(job.success, "{ranks} ranks:\n{}", job.output);
-        for rank in 0..ranks {
-            let line = format!(
+    on_2_and_4_ranks(
+        "easgd_centre_sharded_over_ranks_takes_every_elastic_step_once",
+        |_, rank| {
+            format!(
                 "rank {rank}: {} elastic steps accounted for",
                 PER_RANK as u64 * ROUNDS
-            );
-            assert!(
-                job.output.contains(&line),
-                "{ranks} ranks, no {line:?}:\n{}",
-                job.output
-            );
-        }
-    }
+            )
+        },
+    );
 }
 
 #[test]
