@@ -56,7 +56,7 @@ use crate::data::{BadLinePolicy, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::faults::Fault;
-use shadowsync_actors::sync::{Algorithm, GroupPlan, SyncConfig};
+use shadowsync_actors::sync::{Algorithm, GroupPlan, Rule, Schedule, SyncConfig};
 use std::path::{Path, PathBuf};
 
 /// Everything a training run needs.
@@ -384,6 +384,32 @@ impl Config {
             ));
         }
         GroupPlan::new(self.sync.schedule, n, self.sync.group_size_for(n))?;
+        let group_size = self.sync.group_size_for(n);
+        if self.sync.schedule == Schedule::Global && group_size != n {
+            return Err(Error::config(
+                "sync.group_size",
+                format!(
+                    "groups of {group_size} need a schedule that divides the {n} trainers \
+                     (sync.schedule = random, alternating, fixed, hypercube or hierarchical); \
+                     the global schedule makes one group of all of them"
+                ),
+            ));
+        }
+        if self.sync.alpha.is_some() && self.sync.algorithm.rule() != Some(Rule::Easgd) {
+            return Err(Error::config(
+                "sync.alpha",
+                format!(
+                    "is EASGD's elasticity; {} has none (use shadow-easgd or fr-easgd:K)",
+                    self.sync.algorithm
+                ),
+            ));
+        }
+        if self.checkpoint.every_steps > 0 && self.checkpoint.dir.is_none() {
+            return Err(Error::config(
+                "checkpoint.every_steps",
+                "checkpoints need a directory: set checkpoint.dir (--checkpoint-dir)",
+            ));
+        }
         if self.checkpoint.keep == 0 {
             return Err(Error::config(
                 "checkpoint.keep",
@@ -431,6 +457,55 @@ impl Config {
         self.table_layout().map(|_| ())
     }
 
+    /// Floats per embedding row: the model's embedding width.
+    pub fn embedding_width(&self) -> u64 {
+        match self.model.kind {
+            ModelKind::Lr => 1,
+            ModelKind::Dlrm => self.model.embedding_dim.max(0) as u64,
+            ModelKind::Deepfm => 1 + self.model.embedding_dim.max(0) as u64,
+        }
+    }
+
+    /// Bytes of the embedding table and its optimizer state (Adagrad keeps a
+    /// sum per value).
+    pub fn table_bytes(&self) -> Result<u64> {
+        let rows = self.table_layout()?.total_rows().max(0) as u64;
+        let arrays = match self.optim.sparse {
+            OptimizerKind::Adagrad => 2,
+            _ => 1,
+        };
+        Ok(rows
+            .saturating_mul(self.embedding_width())
+            .saturating_mul(4 * arrays))
+    }
+
+    /// Refuses a table that does not fit in `available` bytes of memory,
+    /// naming the key that sizes it and the bytes it needs.
+    pub fn check_table_fits(&self, available: u64) -> Result<()> {
+        let needed = self.table_bytes()?;
+        if needed <= available {
+            return Ok(());
+        }
+        let key = match self.data.table_sizes {
+            Some(_) => "data.table_sizes",
+            None => "data.table_size",
+        };
+        let rows = self.table_layout()?.total_rows();
+        Err(Error::config(
+            key,
+            format!(
+                "the embedding table ({rows} rows of {} floats{}) needs {}, more than the {} of memory available",
+                self.embedding_width(),
+                match self.optim.sparse {
+                    OptimizerKind::Adagrad => ", with Adagrad's sums",
+                    _ => "",
+                },
+                human_bytes(needed),
+                human_bytes(available)
+            ),
+        ))
+    }
+
     /// The hashing layout of the embedding table.
     pub fn table_layout(&self) -> Result<TableLayout> {
         match &self.data.table_sizes {
@@ -441,6 +516,16 @@ impl Config {
             )),
             None => TableLayout::uniform(self.data.table_size),
         }
+    }
+}
+
+/// `bytes` in GB (or MB, KB) for messages.
+pub fn human_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        0..1_000_000 => format!("{:.1} KB", b / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", b / 1e6),
+        _ => format!("{:.1} GB", b / 1e9),
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A file could not be opened, read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", path.display(), plain(source))]
     Io {
         /// The file.
         path: PathBuf,
@@ -29,6 +29,15 @@ pub enum Error {
         /// The offending text (shortened).
         text: String,
     },
+    /// A data file that cannot be used as it is (beyond a malformed field):
+    /// a line without end, no examples at all.
+    #[error("{}: {reason}", path.display())]
+    Data {
+        /// The data file.
+        path: PathBuf,
+        /// What is wrong, and where in the file.
+        reason: String,
+    },
     /// A configuration value is missing, mistyped or out of range.
     #[error("config: {key}: {reason}")]
     Config {
@@ -37,8 +46,9 @@ pub enum Error {
         /// What is wrong and what is allowed.
         reason: String,
     },
-    /// A libtorch operation failed.
-    #[error("tensor operation failed: {0}")]
+    /// A libtorch operation failed (shown by its first line: libtorch appends
+    /// a C++ stack trace that says nothing to a user).
+    #[error("tensor operation failed: {}", shadowsync_actors::first_line(.0))]
     Torch(#[from] tch::TchError),
     /// The runtime failed.
     #[error(transparent)]
@@ -68,6 +78,14 @@ impl Error {
         }
     }
 
+    /// An unusable data file.
+    pub fn data(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        Error::Data {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+
     /// A config error on `key`.
     pub fn config(key: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::Config {
@@ -75,6 +93,20 @@ impl Error {
             reason: reason.into(),
         }
     }
+}
+
+/// What the OS said, in plain words: without the `(os error N)` a user has
+/// no use for, and lower-case as it follows a path.
+fn plain(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    let text = match text.find(" (os error ") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_lowercase().chain(chars).collect()
+    })
 }
 
 /// Result alias of the library.

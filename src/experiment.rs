@@ -31,7 +31,7 @@
 
 use crate::config::Config;
 use crate::train::{self, Observer, TrainReport};
-use crate::{Error, Result};
+use crate::{output, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use toml::{Table, Value};
@@ -187,6 +187,19 @@ impl Experiment {
                     reason: e.to_string(),
                 }),
             }
+        }
+        if experiment.runs.is_empty() {
+            let first = experiment
+                .skipped
+                .first()
+                .map_or(String::new(), |s| format!("; {}: {}", s.id, s.reason));
+            return Err(Error::config(
+                format!("{origin}: base"),
+                format!(
+                    "no run of the grid is a valid configuration ({} rejected){first}",
+                    experiment.skipped.len()
+                ),
+            ));
         }
         // A run's results are found by its name: two runs may not share one.
         let mut ids: Vec<&str> = experiment.runs.iter().map(|r| r.id.as_str()).collect();
@@ -372,8 +385,10 @@ pub fn run_grid(
     let directory = experiment.directory(out);
     let runs_dir = directory.join("runs");
     std::fs::create_dir_all(&runs_dir).map_err(|e| Error::io(&runs_dir, e))?;
-    let spec = directory.join("experiment.toml");
-    std::fs::write(&spec, &experiment.source).map_err(|e| Error::io(&spec, e))?;
+    output::write_atomic(
+        &directory.join("experiment.toml"),
+        experiment.source.as_bytes(),
+    )?;
     let mut outcome = GridOutcome {
         directory: directory.clone(),
         ..GridOutcome::default()
@@ -400,9 +415,7 @@ pub fn run_grid(
         let json = serde_json::to_vec_pretty(&result)
             .map_err(|e| Error::config(path.display().to_string(), e.to_string()))?;
         // Whole or not at all: a run killed while writing is run again.
-        let partial = path.with_extension("json.tmp");
-        std::fs::write(&partial, json).map_err(|e| Error::io(&partial, e))?;
-        std::fs::rename(&partial, &path).map_err(|e| Error::io(&path, e))?;
+        output::write_atomic(&path, &json)?;
         if result.report.error.is_some() {
             outcome.failed.push(run.id.clone());
         } else {

@@ -34,6 +34,7 @@ mod error;
 pub mod experiment;
 pub mod metrics;
 pub mod model;
+pub mod output;
 pub mod report;
 pub mod train;
 

@@ -1,17 +1,20 @@
 //! The `shadowsync` command line: `train`, `experiment`, `report` and `gen-data`.
 
 use anyhow::{Context, Result};
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use shadowsync::config::{Config, ModelKind, OptimizerKind};
 use shadowsync::data::{BadLinePolicy, SyntheticData, SyntheticSpec};
 use shadowsync::experiment::{self, Experiment, GridObserver, Run};
+use shadowsync::output;
 use shadowsync::report::{self, ExperimentResults, Provenance};
 use shadowsync::runtime::sync::{
     launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, WriteBack,
 };
 use shadowsync::train::{self, EvalPoint, Observer, TrainReport};
 use signal_hook::consts::{SIGINT, SIGTERM};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -65,13 +68,13 @@ struct TrainArgs {
     #[arg(long, value_enum, group = "setup")]
     optimizer: Option<OptimizerKind>,
     /// Dense learning rate.
-    #[arg(long, group = "setup")]
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
     lr: Option<f64>,
-    /// Embedding optimizer (sgd or adagrad).
-    #[arg(long, value_enum, group = "setup")]
+    /// Embedding optimizer.
+    #[arg(long, group = "setup", value_parser = sparse_optimizer())]
     sparse_optimizer: Option<OptimizerKind>,
     /// Embedding learning rate.
-    #[arg(long, group = "setup")]
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
     sparse_lr: Option<f64>,
     /// Rows of every field's hash table.
     #[arg(long, group = "setup")]
@@ -107,40 +110,40 @@ struct TrainArgs {
     /// Write-back of an average: overwrite or delta.
     #[arg(long, value_parser = parse_write_back, group = "setup")]
     write_back: Option<WriteBack>,
-    /// EASGD's elasticity α in (0, 1].
-    #[arg(long, group = "setup")]
+    /// EASGD's elasticity α in (0, 1] (shadow-easgd, fr-easgd:K).
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
     alpha: Option<f32>,
     /// Minimum milliseconds between two rounds of a shadow loop.
-    #[arg(long, group = "setup")]
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
     min_interval_ms: Option<f64>,
     /// Minimum steps of its trainer between two rounds of a shadow loop.
     #[arg(long, group = "setup")]
     min_steps: Option<u64>,
     /// Milliseconds a group member is waited for in a round before the round
     /// goes on without it (0 = for ever).
-    #[arg(long, group = "setup")]
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
     peer_timeout_ms: Option<f64>,
     /// Shards of the EASGD parameter server.
     #[arg(long, group = "setup")]
     server_shards: Option<usize>,
     /// Simulated link latency in microseconds.
-    #[arg(long, group = "setup")]
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
     link_latency_us: Option<f64>,
     /// Simulated link bandwidth in Gbit/s (0 = unlimited).
-    #[arg(long, group = "setup")]
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
     link_gbps: Option<f64>,
-    /// Synthetic training rows (built-in data).
-    #[arg(long, group = "setup")]
+    /// Synthetic training rows (built-in data; not with --train).
+    #[arg(long, group = "setup", conflicts_with = "train")]
     rows: Option<u64>,
-    /// Synthetic test rows (built-in data).
-    #[arg(long, group = "setup")]
+    /// Synthetic test rows (built-in data; not with --train).
+    #[arg(long, group = "setup", conflicts_with = "train")]
     test_rows: Option<u64>,
     /// Save checkpoints to this directory (SIGINT/SIGTERM and the end of the
     /// run save one too).
     #[arg(long, group = "setup")]
     checkpoint_dir: Option<PathBuf>,
     /// Each trainer's steps between two checkpoints (0 = only on
-    /// SIGINT/SIGTERM and at the end).
+    /// SIGINT/SIGTERM and at the end); needs a checkpoint directory.
     #[arg(long, group = "setup")]
     checkpoint_every: Option<u64>,
     /// Checkpoints to keep (the newest).
@@ -225,10 +228,10 @@ struct GenDataArgs {
     #[arg(long)]
     out: PathBuf,
     /// Training rows.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     rows: u64,
     /// Test rows.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
     test_rows: u64,
     /// Seed of the planted model and rows.
     #[arg(long, default_value_t = 1)]
@@ -238,6 +241,14 @@ struct GenDataArgs {
 fn parse<T: std::str::FromStr<Err = shadowsync::runtime::Error>>(text: &str) -> Result<T, String> {
     text.parse()
         .map_err(|e: shadowsync::runtime::Error| e.to_string())
+}
+
+/// The embedding optimizers (Adam is for dense parameters only).
+fn sparse_optimizer() -> impl clap::builder::TypedValueParser<Value = OptimizerKind> {
+    clap::builder::PossibleValuesParser::new(["sgd", "adagrad"]).map(|name| match name.as_str() {
+        "adagrad" => OptimizerKind::Adagrad,
+        _ => OptimizerKind::Sgd,
+    })
 }
 
 fn parse_write_back(text: &str) -> Result<WriteBack, String> {
@@ -260,6 +271,11 @@ impl TrainArgs {
         if self.train.is_some() {
             c.data.train.clone_from(&self.train);
             c.data.test.clone_from(&self.test);
+        }
+        if c.data.train.is_some() && (self.rows.is_some() || self.test_rows.is_some()) {
+            anyhow::bail!(
+                "--rows and --test-rows size the built-in data; this run reads data.train and data.test"
+            );
         }
         macro_rules! set {
             ($($flag:ident => $($field:ident).+),* $(,)?) => {
@@ -308,17 +324,79 @@ impl TrainArgs {
     }
 }
 
-/// A flag SIGINT and SIGTERM raise, for a graceful stop (a second signal ends
-/// the process at once).
-fn interrupt_flag() -> Result<Arc<AtomicBool>> {
-    let interrupt = Arc::new(AtomicBool::new(false));
-    for signal in [SIGINT, SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&interrupt))
+/// What SIGINT and SIGTERM do. Before training starts (reading data, which may
+/// block on a pipe) there is nothing to keep: the process ends at once. While
+/// a run trains, the first signal raises `flag` for a graceful stop (the model
+/// trained so far is evaluated, results and a checkpoint written); if that
+/// takes more than [`Interrupt::GRACE`], or on a second signal, the process ends
+/// at once. Exit status 128 + the signal's number, as a shell reports it.
+#[derive(Clone)]
+struct Interrupt {
+    /// Raised by the first signal while training.
+    flag: Arc<AtomicBool>,
+    /// Whether a run is training (a signal then stops it gracefully).
+    training: Arc<AtomicBool>,
+}
+
+impl Interrupt {
+    /// How long a graceful stop may take.
+    const GRACE: Duration = Duration::from_secs(60);
+
+    /// Installs the handling of SIGINT and SIGTERM.
+    fn install() -> Result<Self> {
+        let interrupt = Self {
+            flag: Arc::default(),
+            training: Arc::default(),
+        };
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
             .context("installing a signal handler")?;
-        signal_hook::flag::register(signal, Arc::clone(&interrupt))
-            .context("installing a signal handler")?;
+        let watch = interrupt.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    watch.received(signal);
+                }
+            })
+            .context("starting the signal thread")?;
+        Ok(interrupt)
     }
-    Ok(interrupt)
+
+    fn received(&self, signal: i32) {
+        let name = if signal == SIGINT {
+            "SIGINT"
+        } else {
+            "SIGTERM"
+        };
+        let quit = |why: &str| {
+            eprintln!("{name}: {why}");
+            signal_hook::low_level::exit(128 + signal)
+        };
+        if !self.training.load(Ordering::SeqCst) {
+            quit("interrupted before training started; nothing to keep");
+        }
+        if self.flag.swap(true, Ordering::SeqCst) {
+            quit("second signal: exiting now (the last checkpoint, if any, is kept)");
+        }
+        eprintln!(
+            "{name}: stopping: evaluating the model trained so far, writing results and a checkpoint \
+             (a second signal exits at once)"
+        );
+        std::thread::sleep(Self::GRACE);
+        quit(&format!(
+            "the graceful stop took more than {} s: exiting now",
+            Self::GRACE.as_secs()
+        ));
+    }
+
+    /// Marks whether a run is training.
+    fn set_training(&self, training: bool) {
+        self.training.store(training, Ordering::SeqCst);
+    }
+
+    fn raised(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
 }
 
 /// A progress bar on a terminal; a log line every few seconds otherwise.
@@ -326,24 +404,25 @@ struct Progress {
     bar: ProgressBar,
     last_log: Instant,
     started: Instant,
-    /// Raised by SIGINT or SIGTERM.
-    interrupt: Arc<AtomicBool>,
+    /// SIGINT and SIGTERM.
+    interrupt: Interrupt,
 }
 
 impl Progress {
     /// Progress of a run that SIGINT and SIGTERM stop gracefully.
-    fn new() -> Result<Self> {
-        Ok(Self {
+    fn new(interrupt: Interrupt) -> Self {
+        Self {
             bar: ProgressBar::hidden(),
             last_log: Instant::now(),
             started: Instant::now(),
-            interrupt: interrupt_flag()?,
-        })
+            interrupt,
+        }
     }
 }
 
 impl Observer for Progress {
     fn started(&mut self, total: Option<u64>) {
+        self.interrupt.set_training(true);
         self.bar = match total {
             Some(n) => ProgressBar::new(n).with_style(
                 ProgressStyle::with_template(
@@ -370,7 +449,7 @@ impl Observer for Progress {
     }
 
     fn interrupted(&mut self) -> bool {
-        let interrupted = self.interrupt.load(Ordering::Relaxed);
+        let interrupted = self.interrupt.raised();
         if interrupted {
             self.bar.set_message("interrupted: stopping");
         }
@@ -400,11 +479,11 @@ struct GridProgress {
     run_total: Option<u64>,
     started: Instant,
     last_log: Instant,
-    interrupt: Arc<AtomicBool>,
+    interrupt: Interrupt,
 }
 
 impl GridProgress {
-    fn new() -> Result<Self> {
+    fn new(interrupt: Interrupt) -> Result<Self> {
         let bar = ProgressBar::new(0).with_style(
             ProgressStyle::with_template("{bar:30} run {pos}/{len}  elapsed {elapsed}  {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -415,13 +494,14 @@ impl GridProgress {
             run_total: None,
             started: Instant::now(),
             last_log: Instant::now(),
-            interrupt: interrupt_flag()?,
+            interrupt,
         })
     }
 }
 
 impl Observer for GridProgress {
     fn started(&mut self, total: Option<u64>) {
+        self.interrupt.set_training(true);
         self.run_total = total;
         self.started = Instant::now();
     }
@@ -441,12 +521,15 @@ impl Observer for GridProgress {
     }
 
     fn interrupted(&mut self) -> bool {
-        self.interrupt.load(Ordering::Relaxed)
+        self.interrupt.raised()
     }
 }
 
 impl GridObserver for GridProgress {
     fn run_started(&mut self, index: usize, total: usize, run: &Run) {
+        // Between runs (a run's data being made) a signal ends the grid at
+        // once: the runs done are kept.
+        self.interrupt.set_training(false);
         self.bar.set_length(total as u64);
         self.bar.set_position(index as u64);
         self.run.clone_from(&run.id);
@@ -501,7 +584,7 @@ fn run_experiment(args: &ExperimentArgs) -> Result<()> {
     for skipped in &experiment.skipped {
         println!("  skipped {}: {}", skipped.id, skipped.reason);
     }
-    let mut progress = GridProgress::new()?;
+    let mut progress = GridProgress::new(Interrupt::install()?)?;
     let outcome = experiment::run_grid(&experiment, &args.out, &mut progress)?;
     progress.bar.finish_and_clear();
     let done = outcome.trained + outcome.reused;
@@ -562,6 +645,16 @@ fn write_reports(args: &ReportArgs) -> Result<()> {
             parent.display(),
             dir.display(),
             args.out.display()
+        );
+        for damaged in &results.damaged {
+            tracing::warn!("damaged results file, its run left out: {damaged}");
+        }
+        anyhow::ensure!(
+            !results.results.is_empty(),
+            "{}: no run has results to report ({} runs, {} results files damaged)",
+            dir.display(),
+            results.experiment.runs.len(),
+            results.damaged.len()
         );
         let document = report::render(&results, &Provenance::here(command))?;
         let path = document.write(&args.out)?;
@@ -673,8 +766,32 @@ fn print_summary(report: &TrainReport) {
     }
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+/// An error's chain of messages, one per line, without the OS's own words
+/// where shadowsync already said them plainly.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut lines = vec![error.to_string()];
+    let mut said_plainly = error.downcast_ref::<shadowsync::Error>().is_some();
+    for cause in error.chain().skip(1) {
+        let repeat = said_plainly && cause.downcast_ref::<std::io::Error>().is_some();
+        if !repeat {
+            lines.push(format!("  caused by: {cause}"));
+        }
+        said_plainly = cause.downcast_ref::<shadowsync::Error>().is_some();
+    }
+    lines.join("\n")
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error_text(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     // A grid logs its runs' warnings only: its progress bar says the rest.
     let quiet = matches!(cli.command, Command::Experiment(_) | Command::Report(_));
     tracing_subscriber::fmt()
@@ -684,11 +801,16 @@ fn main() -> Result<()> {
             }),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match cli.command {
         Command::Train(args) => {
-            let mut progress = Progress::new()?;
+            let mut progress = Progress::new(Interrupt::install()?);
             let fabric = Backend::fabric(args.backend, args.mpi_watchdog_s)?;
+            // A results file that cannot be written is found now, not after the run.
+            if let (Some(path), 0) = (&args.results, fabric.process()) {
+                output::check_writable(path).context("--results")?;
+            }
             let report = match &args.resume {
                 Some(dir) => train::resume_on(Arc::clone(&fabric), dir, &mut progress),
                 None => train::train_on(Arc::clone(&fabric), &args.config()?, &mut progress),
@@ -705,17 +827,16 @@ fn main() -> Result<()> {
             if fabric.process() > 0 {
                 return Ok(());
             }
-            if let Some(path) = &args.results {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir)
-                        .with_context(|| format!("creating {}", dir.display()))?;
-                }
-                let json = serde_json::to_string_pretty(&report)?;
-                std::fs::write(path, json)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
             print_summary(&report);
             if let Some(path) = &args.results {
+                // Atomically: on a full disk the file that was there stays whole.
+                let json = serde_json::to_vec_pretty(&report)?;
+                output::write_atomic(path, &json).with_context(|| {
+                    format!(
+                        "results not written (the summary above has the figures; {} is as it was)",
+                        path.display()
+                    )
+                })?;
                 println!("results: {}", path.display());
             }
             if let Some(error) = report.error {

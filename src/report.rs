@@ -12,7 +12,7 @@
 //! the plots in `OUT/NAME/`.
 
 use crate::experiment::{run_file, Experiment, RunResult};
-use crate::{Error, Result};
+use crate::{output, Error, Result};
 use plotters::prelude::*;
 use shadowsync_actors::stats::HISTOGRAM_BUCKETS;
 use std::fmt::Write as _;
@@ -28,6 +28,9 @@ pub struct ExperimentResults {
     pub results: Vec<RunResult>,
     /// Runs of the grid without (finished) results.
     pub missing: Vec<String>,
+    /// Results files that are there but cannot be read, with why (their runs
+    /// count as missing).
+    pub damaged: Vec<String>,
 }
 
 impl ExperimentResults {
@@ -37,18 +40,25 @@ impl ExperimentResults {
         let text = std::fs::read_to_string(&spec).map_err(|e| Error::io(&spec, e))?;
         let experiment = Experiment::parse(&text, &spec.display().to_string())?;
         let mut results = Vec::new();
-        let mut missing = Vec::new();
+        let (mut missing, mut damaged) = (Vec::new(), Vec::new());
         for run in &experiment.runs {
             let path = run_file(directory, &run.id);
             match RunResult::read(&path) {
                 Ok(result) if result.report.error.is_none() => results.push(result),
-                _ => missing.push(run.id.clone()),
+                Ok(_) => missing.push(run.id.clone()),
+                Err(e) => {
+                    if path.exists() {
+                        damaged.push(e.to_string());
+                    }
+                    missing.push(run.id.clone());
+                }
             }
         }
         Ok(Self {
             experiment,
             results,
             missing,
+            damaged,
         })
     }
 }
@@ -107,13 +117,11 @@ impl Report {
     /// document's path.
     pub fn write(&self, out: &Path) -> Result<PathBuf> {
         let plots = out.join(&self.name);
-        std::fs::create_dir_all(&plots).map_err(|e| Error::io(&plots, e))?;
         for (file, svg) in &self.plots {
-            let path = plots.join(file);
-            std::fs::write(&path, svg).map_err(|e| Error::io(&path, e))?;
+            output::write_atomic(&plots.join(file), svg.as_bytes())?;
         }
         let path = out.join(format!("{}.md", self.name));
-        std::fs::write(&path, &self.markdown).map_err(|e| Error::io(&path, e))?;
+        output::write_atomic(&path, self.markdown.as_bytes())?;
         Ok(path)
     }
 }
@@ -238,6 +246,13 @@ pub fn render(results: &ExperimentResults, provenance: &Provenance) -> Result<Re
             _ => format!(" (missing: {})", results.missing.join("; ")),
         }
     );
+    if !results.damaged.is_empty() {
+        let _ = writeln!(md, "Damaged results files, left out:\n");
+        for damaged in &results.damaged {
+            let _ = writeln!(md, "- {damaged}");
+        }
+        md.push('\n');
+    }
     table(&mut md, experiment, &cells);
     let mut plots = Vec::new();
     let mut figure = |md: &mut String, file: &str, caption: &str, svg: Option<String>| {

@@ -422,6 +422,54 @@ fn table_arrays(table: &EmbeddingTable) -> Result<Vec<(String, Vec<f32>)>> {
         .collect()
 }
 
+/// The error of a data file that gave no example: empty, or every line
+/// malformed and skipped.
+fn no_examples(path: &Path, read: &ReadStats) -> Error {
+    let reason = match (read.lines, read.skipped) {
+        (0, _) => "has no examples: the file is empty".to_string(),
+        (lines, skipped) if skipped == lines => format!(
+            "has no examples: every one of its {lines} lines is malformed (skipped under \
+             data.bad_lines = \"skip\"); the first: {}",
+            read.first_skipped.join("; ")
+        ),
+        (lines, _) => format!("has no examples in its {lines} lines"),
+    };
+    Error::data(path, reason)
+}
+
+/// Bytes of memory available to a new allocation (`MemAvailable`), if the
+/// system says.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// `config` with its file and directory paths made absolute, so that a run
+/// resumed from another working directory reads the same files.
+fn with_absolute_paths(config: &Config) -> Result<Config> {
+    let mut config = config.clone();
+    for path in [
+        &mut config.data.train,
+        &mut config.data.test,
+        &mut config.data.synthetic.dir,
+        &mut config.checkpoint.dir,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *path = std::path::absolute(&*path).map_err(|e| Error::io(&*path, e))?;
+    }
+    Ok(config)
+}
+
 fn run(
     fabric: Arc<dyn Fabric>,
     config: &Config,
@@ -429,6 +477,8 @@ fn run(
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
     config.validate_for(fabric.processes())?;
+    // What a checkpoint keeps to resume from (perhaps in another directory).
+    let resumable = with_absolute_paths(config)?;
     tch::set_num_threads(config.train.threads as i32);
     tch::manual_seed(config.train.seed as i64);
     let layout = config.table_layout()?;
@@ -463,6 +513,12 @@ fn run(
     };
     let (test_batches, test_read) =
         load_batches(&test_path, &layout, config.data.bad_lines, EVAL_BATCH)?;
+    if test_batches.is_empty() {
+        return Err(no_examples(&test_path, &test_read));
+    }
+    if let Some(available) = available_memory() {
+        config.check_table_fits(available)?;
+    }
 
     let mut pipeline = Pipeline::spawn(
         &train_path,
@@ -575,7 +631,7 @@ fn run(
             .ok_or_else(|| Error::config("checkpoint.dir", "not set"))?;
         let checkpoint = Checkpoint {
             reason,
-            config: config.clone(),
+            config: resumable.clone(),
             cluster: cluster_state,
             table,
             train_seconds: train_seconds(),
@@ -725,6 +781,9 @@ fn run(
             (mean, each)
         }
     };
+    if examples == 0 && !interrupted {
+        return Err(no_examples(&train_path, &train_read));
+    }
     let last = EvalPoint {
         examples,
         train_seconds: earlier_seconds + cluster_report.seconds,

@@ -380,3 +380,57 @@ fn a_checkpoint_that_cannot_be_written_is_reported_and_the_run_goes_on() {
     );
     assert!(report.checkpoint.unwrap().ends_with("ckpt-000001"));
 }
+
+/// Syncs per second of a run's own part, and the largest staleness any of
+/// its trainers saw.
+fn sync_rate_and_max_staleness(results: &Value) -> (f64, u64) {
+    let stats = results["cluster"]["trainer_stats"].as_array().unwrap();
+    let syncs: u64 = stats.iter().map(|s| s["syncs"].as_u64().unwrap()).sum();
+    let seconds = results["cluster"]["seconds"].as_f64().unwrap();
+    let max = stats
+        .iter()
+        .map(|s| s["max_staleness"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    (syncs as f64 / seconds, max)
+}
+
+#[test]
+fn a_shadow_run_stopped_by_sigint_syncs_after_resuming_as_an_uninterrupted_one_does() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), FEWER_ROWS, 4, "shadow-ma");
+    let clean = uninterrupted(
+        &config,
+        &dir.path().join("clean"),
+        &dir.path().join("clean.json"),
+    );
+    let checkpoints = dir.path().join("stopped");
+    let child = start(&config, &checkpoints);
+    wait_for_checkpoints(&checkpoints, 1);
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    // The shadow loops stopped a round apart: the checkpoint holds both.
+    let stopped = manifest(checkpoints_in(&checkpoints).last().unwrap());
+    assert_eq!(stopped["reason"], "interrupted");
+    let (resumed, output) = resume(&checkpoints, &dir.path().join("resumed.json"));
+    assert_eq!(resumed["examples"], FEWER_ROWS);
+    let (clean_rate, clean_staleness) = sync_rate_and_max_staleness(&clean);
+    let (rate, staleness) = sync_rate_and_max_staleness(&resumed);
+    eprintln!(
+        "uninterrupted: {clean_rate:.0} syncs/s, max staleness {clean_staleness}, NE {:.4}; \
+         resumed: {rate:.0} syncs/s, max staleness {staleness}, NE {:.4}",
+        ne(&clean),
+        ne(&resumed)
+    );
+    assert!(rate >= clean_rate / 2.0, "{output}");
+    assert!(staleness <= 2 * clean_staleness.max(1), "{output}");
+    assert!((ne(&resumed) - ne(&clean)).abs() <= 0.005);
+    assert!(!output.contains("unresponsive"), "{output}");
+}

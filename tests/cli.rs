@@ -1,6 +1,8 @@
 //! The `shadowsync` binary as a user runs it.
 
-use std::path::Path;
+mod common;
+
+use common::sample;
 use std::process::{Command, Output};
 
 fn shadowsync(args: &[&str]) -> Output {
@@ -12,14 +14,6 @@ fn shadowsync(args: &[&str]) -> Output {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn shared(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data")
-        .join(name)
-        .display()
-        .to_string()
 }
 
 #[test]
@@ -89,17 +83,17 @@ fn an_out_of_range_flag_is_rejected_naming_the_key() {
 #[test]
 fn malformed_data_fails_naming_the_line_or_is_skipped_and_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let good = std::fs::read_to_string(shared("criteo_kaggle_paddlerec_train100.tsv")).unwrap();
+    let good = std::fs::read_to_string(sample("criteo_kaggle_paddlerec_train100.tsv")).unwrap();
     let bad = good.replacen("\n", "\n0\t1\t2\tthree\n", 1);
     let path = dir.path().join("train.tsv");
     std::fs::write(&path, bad).unwrap();
-    let test = shared("criteo_kaggle_paddlerec_test100.tsv");
+    let test = sample("criteo_kaggle_paddlerec_test100.tsv");
     let args = [
         "train",
         "--train",
         path.to_str().unwrap(),
         "--test",
-        &test,
+        test.to_str().unwrap(),
         "--table-size",
         "1000",
     ];
@@ -132,7 +126,7 @@ fn a_missing_data_file_is_a_clear_error() {
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("/no/such/test.tsv") && stderr.contains("No such file"),
+        stderr.contains("/no/such/test.tsv") && stderr.contains("no such file"),
         "{stderr}"
     );
 }

@@ -1,6 +1,9 @@
 //! The data layer on real files: the shared Criteo samples, gzip, malformed
 //! files under both policies, and the sharding pipeline.
 
+mod common;
+
+use common::sample;
 use flate2::{write::GzEncoder, Compression};
 use shadowsync::data::{
     BadLinePolicy, Batch, CriteoReader, Example, Pipeline, PipelineConfig, SyntheticData,
@@ -9,12 +12,6 @@ use shadowsync::data::{
 use shadowsync::Error;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-fn shared(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data")
-        .join(name)
-}
 
 fn read_all(path: &Path) -> Vec<Example> {
     CriteoReader::open(path, BadLinePolicy::Fail)
@@ -25,13 +22,13 @@ fn read_all(path: &Path) -> Vec<Example> {
 
 #[test]
 fn the_real_criteo_samples_parse_with_their_documented_label_counts() {
-    // Counts from shared/data/README.md (an independent tally of the files).
+    // Counts from tests/data/README.md (an independent tally of the files).
     for (file, negatives, positives) in [
         ("criteo_kaggle_paddlerec_train100.tsv", 71, 29),
         ("criteo_kaggle_paddlerec_test100.tsv", 64, 36),
         ("criteo_paddlerec_part0_100.tsv", 71, 29),
     ] {
-        let examples = read_all(&shared(file));
+        let examples = read_all(&sample(file));
         let clicks = examples.iter().filter(|e| e.label == 1.0).count();
         assert_eq!(
             (examples.len() - clicks, clicks),
@@ -43,7 +40,7 @@ fn the_real_criteo_samples_parse_with_their_documented_label_counts() {
 
 #[test]
 fn trimmed_lines_and_no_final_newline_read_as_missing_values() {
-    let path = shared("criteo_kaggle_paddlerec_test100.tsv");
+    let path = sample("criteo_kaggle_paddlerec_test100.tsv");
     let text = std::fs::read(&path).unwrap();
     assert_ne!(text.last(), Some(&b'\n'));
     let examples = read_all(&path);
@@ -59,7 +56,7 @@ fn trimmed_lines_and_no_final_newline_read_as_missing_values() {
 #[test]
 fn gzip_and_plain_files_read_the_same_and_crlf_is_tolerated() {
     let dir = tempfile::tempdir().unwrap();
-    let plain = std::fs::read(shared("criteo_paddlerec_part0_100.tsv")).unwrap();
+    let plain = std::fs::read(sample("criteo_paddlerec_part0_100.tsv")).unwrap();
     let gz_path = dir.path().join("part.tsv.anything");
     let mut gz = GzEncoder::new(
         std::fs::File::create(&gz_path).unwrap(),
@@ -73,14 +70,14 @@ fn gzip_and_plain_files_read_the_same_and_crlf_is_tolerated() {
         .replace('\n', "\r\n")
         .into_bytes();
     std::fs::write(&crlf_path, crlf).unwrap();
-    let expected = read_all(&shared("criteo_paddlerec_part0_100.tsv"));
+    let expected = read_all(&sample("criteo_paddlerec_part0_100.tsv"));
     assert_eq!(read_all(&gz_path), expected);
     assert_eq!(read_all(&crlf_path), expected);
 }
 
 /// A copy of a real file with line 7 broken in field I3.
 fn malformed_file(dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(shared("criteo_paddlerec_part0_100.tsv")).unwrap();
+    let text = std::fs::read_to_string(sample("criteo_paddlerec_part0_100.tsv")).unwrap();
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
     let mut fields: Vec<&str> = lines[6].split('\t').collect();
     fields[3] = "12x";

@@ -2,22 +2,19 @@
 //! an error naming its line and field, never a panic; a truncated gzip file is
 //! an I/O error naming the file.
 
+mod common;
+
+use common::sample;
 use flate2::{write::GzEncoder, Compression};
 use proptest::prelude::*;
 use shadowsync::data::{parse_line, BadLinePolicy, CriteoReader, NUM_SPARSE};
 use shadowsync::Error;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn shared(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data")
-        .join(name)
-}
-
-/// The real lines of the shared Criteo sample.
+/// The real lines of a shipped Criteo sample.
 fn real_lines() -> Vec<Vec<u8>> {
-    let text = std::fs::read(shared("criteo_kaggle_paddlerec_train100.tsv")).unwrap();
+    let text = std::fs::read(sample("criteo_kaggle_paddlerec_train100.tsv")).unwrap();
     text.split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
         .map(<[u8]>::to_vec)
@@ -145,7 +142,7 @@ proptest! {
 #[test]
 fn a_truncated_gzip_file_is_an_error_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read(shared("criteo_kaggle_paddlerec_train100.tsv")).unwrap();
+    let text = std::fs::read(sample("criteo_kaggle_paddlerec_train100.tsv")).unwrap();
     let mut gz = GzEncoder::new(Vec::new(), Compression::default());
     gz.write_all(&text).unwrap();
     let bytes = gz.finish().unwrap();

@@ -1,8 +1,11 @@
 //! Training through the library: one trainer, and Hogwild workers.
 
+mod common;
+
+use common::sample;
 use shadowsync::config::{Config, ModelKind, OptimizerKind};
 use shadowsync::train::{train, TrainReport};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 /// libtorch's random generator is process-wide: tests that seed it and then
@@ -10,12 +13,6 @@ use std::sync::{Mutex, MutexGuard};
 fn exclusive() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn shared(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data")
-        .join(name)
 }
 
 fn synthetic_config(dir: &Path, rows: u64) -> Config {
@@ -104,8 +101,8 @@ fn every_model_trains_on_the_real_criteo_rows() {
     for kind in [ModelKind::Lr, ModelKind::Dlrm, ModelKind::Deepfm] {
         let mut c = Config::default();
         c.model.kind = kind;
-        c.data.train = Some(shared("criteo_kaggle_paddlerec_train100.tsv"));
-        c.data.test = Some(shared("criteo_kaggle_paddlerec_test100.tsv"));
+        c.data.train = Some(sample("criteo_kaggle_paddlerec_train100.tsv"));
+        c.data.test = Some(sample("criteo_kaggle_paddlerec_test100.tsv"));
         c.data.table_size = 1000;
         c.train.batch_size = 16;
         let report: TrainReport = train(&c, &mut ()).unwrap();

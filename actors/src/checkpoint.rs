@@ -63,7 +63,6 @@ impl ClusterState {
             .map(|t| t.sync.round)
             .max()
             .unwrap_or(0);
-        let in_step = matches!(algorithm, Algorithm::Foreground { .. } | Algorithm::SyncSgd);
         for (trainer, (peer, saved)) in peers.iter().zip(&self.trainers).enumerate() {
             let mut state = peer.lock().unwrap_or_else(|p| p.into_inner());
             if !state.fits(&saved.sync) {
@@ -75,9 +74,10 @@ impl ClusterState {
                 });
             }
             *state = saved.sync.clone();
-            if in_step {
-                state.round = furthest;
-            }
+            // Every peer goes on from one round: a checkpoint catches shadow
+            // loops (which run at their own pace) a round apart, and a peer
+            // asking for a round its group has left would wait for ever.
+            state.round = furthest;
         }
         Ok(())
     }

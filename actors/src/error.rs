@@ -3,8 +3,9 @@
 /// Everything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A libtorch operation failed.
-    #[error("tensor operation failed: {0}")]
+    /// A libtorch operation failed (shown by its first line: libtorch appends
+    /// a C++ stack trace that says nothing to a user).
+    #[error("tensor operation failed: {}", first_line(.0))]
     Torch(#[from] tch::TchError),
     /// A setting is out of its allowed range.
     #[error("config: {key}: {reason}")]
@@ -46,6 +47,17 @@ impl Error {
     pub fn learner(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         Error::Learner(Box::new(e))
     }
+}
+
+/// The first line of `error`'s message (libtorch's errors go on with a C++
+/// stack trace).
+pub fn first_line(error: &impl std::fmt::Display) -> String {
+    let text = error.to_string();
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end()
+        .to_string()
 }
 
 /// Result alias of the runtime.

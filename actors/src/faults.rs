@@ -80,7 +80,10 @@ pub struct Fault {
     pub trainer: usize,
     /// What goes wrong.
     pub kind: FaultKind,
-    /// The first step it hits (the trainer's step count before the step, from 0).
+    /// The first step it hits, from 0. For the kinds that hit a step, steps are
+    /// counted as attempts: steps taken plus failed attempts, so that a failed
+    /// step's retry is the next attempt (with `every = 1` every retry fails too,
+    /// and the trainer is given up after its fifth failure in a row).
     pub at_step: u64,
     /// Hits again every `every` steps after `at_step` (0 or absent: once).
     #[serde(default)]

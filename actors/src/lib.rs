@@ -41,7 +41,7 @@ pub mod trainer;
 
 pub use checkpoint::{ClusterState, TrainerState};
 pub use cluster::{Cluster, ClusterConfig, ClusterOutcome, ClusterReport};
-pub use error::{Error, Result};
+pub use error::{first_line, Error, Result};
 pub use hogwild::ParamAlias;
 pub use learner::{Learner, LearnerState, StepOutcome};
 pub use params::FlatParams;

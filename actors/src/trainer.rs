@@ -90,8 +90,10 @@ pub struct TrainerCore<L> {
     /// parameters (when no sync hands it group averages).
     keeps_own_state: bool,
     faults: Vec<Fault>,
-    /// The step count at which faults were last injected (each step's once).
-    injected_at: Option<u64>,
+    /// Attempts that failed, all told: a fault's `at_step` counts attempts
+    /// (steps taken plus failed attempts), so a retry is a new attempt and a
+    /// fault hitting every attempt fails every retry too.
+    failed_attempts: u64,
     /// Steps up to which the foreground algorithms do not sync (see
     /// [`TrainerCore::catching_up_to`]).
     catch_up: u64,
@@ -116,7 +118,7 @@ impl<L: Learner> TrainerCore<L> {
             counters,
             keeps_own_state,
             faults: Vec::new(),
-            injected_at: None,
+            failed_attempts: 0,
             catch_up: 0,
             consecutive_faults: 0,
         })
@@ -205,6 +207,7 @@ impl<L: Learner> TrainerCore<L> {
     /// Reloads the replica from the recovery point after a failure.
     fn recover(&mut self, cause: String) -> Result<Stepped> {
         self.consecutive_faults += 1;
+        self.failed_attempts += 1;
         if self.consecutive_faults > Self::MAX_CONSECUTIVE_FAULTS {
             return Err(Error::Faulty {
                 trainer: self.counters.trainer(),
@@ -225,13 +228,9 @@ impl<L: Learner> TrainerCore<L> {
         Ok(Stepped::Recovered { cause })
     }
 
-    /// Injects the faults due at this step; an injected error as a failure.
+    /// Injects the faults due at this attempt; an injected error as a failure.
     fn inject(&mut self) -> std::result::Result<Option<FaultKind>, Failure> {
-        let step = self.counters.steps();
-        if self.injected_at == Some(step) {
-            return Ok(None);
-        }
-        self.injected_at = Some(step);
+        let step = self.counters.steps() + self.failed_attempts;
         let mut diverge = None;
         for fault in faults_due(&self.faults, self.counters.trainer(), step) {
             match fault.kind {

@@ -157,6 +157,38 @@ fn parse_hex(raw: &[u8]) -> Result<u32, &'static str> {
     })
 }
 
+/// The longest line read, in bytes. A Criteo line is under 1 KB; a stream with
+/// no newline in this many bytes is not a data file (`/dev/zero`, a binary),
+/// and reading it whole would take all the memory there is.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Appends the next line of `input` (with its `\n`, if any) to `buf`; `path`
+/// and `line` (1-based) name it in errors. Returns the bytes read, 0 at the
+/// end; a line longer than [`MAX_LINE_BYTES`] is an error.
+pub fn read_line(
+    input: &mut dyn BufRead,
+    buf: &mut Vec<u8>,
+    path: &Path,
+    line: u64,
+) -> Result<usize> {
+    let start = buf.len();
+    let n = input
+        .take(MAX_LINE_BYTES as u64 + 1)
+        .read_until(b'\n', buf)
+        .map_err(|e| Error::io(path, e))?;
+    if n > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
+        buf.truncate(start);
+        return Err(Error::data(
+            path,
+            format!(
+                "line {line} is longer than {} KiB (no newline): not a Criteo TSV file?",
+                MAX_LINE_BYTES / 1024
+            ),
+        ));
+    }
+    Ok(n)
+}
+
 /// Opens a data file, plain or gzip, for buffered reading. Reaching its end
 /// is an error if the file shrank or was removed or replaced meanwhile (see
 /// [`WatchedFile`]).
@@ -315,15 +347,16 @@ impl Iterator for CriteoReader {
                 return None;
             }
             self.buf.clear();
-            match self.input.read_until(b'\n', &mut self.buf) {
+            let line = self.stats.lines + 1;
+            match read_line(&mut self.input, &mut self.buf, &self.path, line) {
                 Ok(0) => return None,
                 Ok(_) => {}
                 Err(e) => {
                     self.broken = true;
-                    return Some(Err(Error::io(&self.path, e)));
+                    return Some(Err(e));
                 }
             }
-            self.stats.lines += 1;
+            self.stats.lines = line;
             let line = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
             match parse_line(line) {
                 Ok(example) => return Some(Ok(example)),

@@ -209,13 +209,14 @@ fn read_chunks(
             if skipped {
                 chunk.bytes.clear();
             }
-            match input.read_until(b'\n', &mut chunk.bytes) {
+            let number = line + taken as u64 + 1;
+            match criteo::read_line(&mut input, &mut chunk.bytes, path, number) {
                 Ok(0) => break,
                 Ok(_) => taken += 1,
                 Err(e) => {
                     // To this chunk's consumer, or any consumer here.
                     if let Some(consumer) = target.as_ref().or(senders.iter().flatten().next()) {
-                        send_until_stopped(consumer, Err(Error::io(path, e)), stop);
+                        send_until_stopped(consumer, Err(e), stop);
                     }
                     return line;
                 }

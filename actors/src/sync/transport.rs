@@ -441,10 +441,13 @@ impl Endpoint {
             .filter(|&&t| t != self.id && !received.iter().any(|m| m.from == t))
             .copied()
             .collect();
+        // The simulated link delivers at `deliver_at`; a stop ends the wait.
         if let Some(latest) = received.iter().map(|m| m.deliver_at).max() {
-            let now = Instant::now();
-            if latest > now {
-                std::thread::sleep(latest - now);
+            while let Some(left) = latest.checked_duration_since(Instant::now()) {
+                if self.stopped() {
+                    return Ok(None);
+                }
+                std::thread::sleep(left.min(POLL));
             }
         }
         Ok(Some((received, missing)))
