@@ -10,7 +10,9 @@
 //! * `manifest.json` ([`Manifest`]): the run's configuration (with the group
 //!   schedule's seed), each trainer's steps, examples and next sync round, each
 //!   learner's position in its data, the training seconds and evaluations so
-//!   far, and the size and SHA-256 of the state file.
+//!   far, the size and SHA-256 of the state file, and the size and SHA-256 of
+//!   the first MiB of each data file ([`DataFile`]: a run is never resumed on
+//!   other data than it trained on).
 //!
 //! [`CheckpointStore::save`] writes atomically: into `.tmp-ckpt-NNNNNN`, each
 //! file synced, the directory renamed into place and its parent synced; then
@@ -86,6 +88,10 @@ pub struct Manifest {
     /// The evaluations during training so far.
     #[serde(default)]
     pub history: Vec<EvalPoint>,
+    /// The data files the run read (none in checkpoints from before they were
+    /// kept).
+    #[serde(default)]
+    pub data: Vec<DataFile>,
     /// Bytes of the state file.
     pub state_bytes: u64,
     /// SHA-256 of the state file, in hex.
@@ -107,6 +113,65 @@ pub struct Checkpoint {
     pub train_seconds: f64,
     /// The evaluations during training so far.
     pub history: Vec<EvalPoint>,
+    /// The data files the run read.
+    pub data: Vec<DataFile>,
+}
+
+/// A data file as a run read it: its size and the SHA-256 of its first MiB,
+/// enough to tell another file, or the same one changed, from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFile {
+    /// The file (absolute).
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// SHA-256 of its first MiB, in hex.
+    pub head_sha256: String,
+}
+
+impl DataFile {
+    /// How much of a file's start is hashed.
+    const HEAD: u64 = 1 << 20;
+
+    /// The fingerprint of `path`; `None` for what is not a regular file (a
+    /// pipe must not be read ahead of the run).
+    pub fn of(path: &Path) -> Result<Option<Self>> {
+        use std::io::Read;
+        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let mut head = Vec::new();
+        File::open(path)
+            .and_then(|f| f.take(Self::HEAD).read_to_end(&mut head))
+            .map_err(|e| Error::io(path, e))?;
+        Ok(Some(Self {
+            path: std::path::absolute(path).map_err(|e| Error::io(path, e))?,
+            bytes: meta.len(),
+            head_sha256: sha256_hex(&head),
+        }))
+    }
+
+    /// An error unless the file at `self.path` is still the one fingerprinted.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let now = Self::of(&self.path)?;
+        let changed = match &now {
+            Some(now) if now == self => return Ok(()),
+            Some(now) if now.bytes != self.bytes => {
+                format!("it had {} bytes, it has {} now", self.bytes, now.bytes)
+            }
+            Some(_) => "its first MiB differs".to_string(),
+            None => "it is not a regular file any more".to_string(),
+        };
+        Err(Error::config(
+            "resume",
+            format!(
+                "{} changed since the checkpoint was written ({changed}): resuming would skip \
+                 examples of other data; start a new run for new data",
+                self.path.display()
+            ),
+        ))
+    }
 }
 
 impl Checkpoint {
@@ -217,6 +282,7 @@ impl Checkpoint {
             reason: manifest.reason,
             train_seconds: manifest.train_seconds,
             history: manifest.history,
+            data: manifest.data,
             config: manifest.config,
             cluster: ClusterState {
                 trainers,
@@ -300,6 +366,7 @@ impl CheckpointStore {
                 .collect(),
             train_seconds: checkpoint.train_seconds,
             history: checkpoint.history.clone(),
+            data: checkpoint.data.clone(),
             state_bytes: state.len() as u64,
             state_sha256: sha256_hex(&state),
         };
@@ -511,6 +578,11 @@ mod tests {
                 examples: 4,
                 train_seconds: 3.25,
                 metrics: crate::metrics::evaluate(&[0.25, 0.5], &[0.0, 1.0]),
+            }],
+            data: vec![DataFile {
+                path: "/data/day_0.tsv".into(),
+                bytes: 1234,
+                head_sha256: "ab".repeat(32),
             }],
         }
     }

@@ -301,6 +301,13 @@ impl Default for TrainConfig {
 }
 
 impl Config {
+    /// The largest batch (a batch is parsed into one buffer).
+    pub const MAX_BATCH: usize = 1 << 20;
+    /// The most learners (trainers × workers) one process runs.
+    pub const MAX_LEARNERS: usize = 1024;
+    /// The most libtorch intra-op threads per trainer.
+    pub const MAX_THREADS: usize = 256;
+
     /// Reads and validates a TOML file.
     pub fn from_file(path: &Path) -> Result<Self> {
         let config = Self::read_file(path)?;
@@ -338,14 +345,29 @@ impl Config {
         if self.optim.sparse == OptimizerKind::Adam {
             return Err(Error::config("optim.sparse", "must be sgd or adagrad"));
         }
-        if self.train.batch_size == 0 {
-            return Err(Error::config("train.batch_size", "must be at least 1"));
+        if !(1..=Self::MAX_BATCH).contains(&self.train.batch_size) {
+            return Err(Error::config(
+                "train.batch_size",
+                format!("must be in 1..={}", Self::MAX_BATCH),
+            ));
         }
         if self.train.trainers == 0 {
             return Err(Error::config("train.trainers", "must be at least 1"));
         }
         if self.train.workers == 0 {
             return Err(Error::config("train.workers", "must be at least 1"));
+        }
+        // Each learner is a few threads (parser, trainer, sync loop).
+        if self.train.trainers.saturating_mul(self.train.workers) > Self::MAX_LEARNERS {
+            return Err(Error::config(
+                "train.trainers",
+                format!(
+                    "{} trainers of {} workers each are more than the {} learners one process runs",
+                    self.train.trainers,
+                    self.train.workers,
+                    Self::MAX_LEARNERS
+                ),
+            ));
         }
         if self.train.table_sync_ms == 0 {
             return Err(Error::config("train.table_sync_ms", "must be at least 1"));
@@ -416,8 +438,11 @@ impl Config {
                 "must be at least 1 (the newest checkpoint)",
             ));
         }
-        if self.train.threads == 0 {
-            return Err(Error::config("train.threads", "must be at least 1"));
+        if !(1..=Self::MAX_THREADS).contains(&self.train.threads) {
+            return Err(Error::config(
+                "train.threads",
+                format!("must be in 1..={}", Self::MAX_THREADS),
+            ));
         }
         if self.model.embedding_dim < 1 {
             return Err(Error::config("model.embedding_dim", "must be at least 1"));

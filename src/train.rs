@@ -25,7 +25,7 @@
 //! trainer's data goes on from the batches it had trained, so that over both
 //! runs every example is trained exactly once.
 
-use crate::checkpoint::{Checkpoint, CheckpointStore, Reason};
+use crate::checkpoint::{Checkpoint, CheckpointStore, DataFile, Reason};
 use crate::config::Config;
 use crate::data::{
     BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, SyntheticData,
@@ -511,6 +511,16 @@ fn run(
             )
         }
     };
+    // The files as read now; a resumed run must read the same ones.
+    let data_files = [&train_path, &test_path]
+        .into_iter()
+        .filter_map(|path| DataFile::of(path).transpose())
+        .collect::<Result<Vec<_>>>()?;
+    if let Some((_, checkpoint)) = &resumed {
+        for file in &checkpoint.data {
+            file.check_unchanged()?;
+        }
+    }
     let (test_batches, test_read) =
         load_batches(&test_path, &layout, config.data.bad_lines, EVAL_BATCH)?;
     if test_batches.is_empty() {
@@ -636,6 +646,7 @@ fn run(
             table,
             train_seconds: train_seconds(),
             history: history.to_vec(),
+            data: data_files.clone(),
         };
         let path = store.save(&checkpoint)?;
         tracing::info!(
@@ -657,7 +668,7 @@ fn run(
     let mut requested_at = VecDeque::new();
     let every = config.train.eval_every;
     let resumed_examples = resumed.as_ref().map_or(0, |(_, c)| c.examples());
-    let mut next_eval = resumed_examples - resumed_examples % every.max(1) + every;
+    let mut next_eval = (resumed_examples - resumed_examples % every.max(1)).saturating_add(every);
     loop {
         // Parked trainers wait for the checkpoint: look for them more often.
         let tick = Instant::now();
@@ -704,7 +715,7 @@ fn run(
         // One live evaluation at a time: a slow one delays the next rather than
         // queueing them up.
         if every > 0 && examples >= next_eval && training && evaluator.pending() == 0 {
-            next_eval = examples - examples % every + every;
+            next_eval = (examples - examples % every).saturating_add(every);
             evaluator.request(replicas.model()?, examples)?;
             requested_at.push_back(train_seconds());
         }

@@ -309,6 +309,56 @@ fn options_that_would_be_ignored_are_refused_naming_the_key() {
             &["gen-data", "--out", "/tmp/never", "--rows", "0"],
             &["--rows", "0"],
         ),
+        // Edge values of integer and time fields.
+        (
+            &["train", "--trainers", "18446744073709551615"],
+            &["train.trainers"],
+        ),
+        (
+            &["train", "--trainers", "100000"],
+            &["train.trainers", "1024"],
+        ),
+        (
+            &["train", "--batch-size", "18446744073709551615"],
+            &["train.batch_size"],
+        ),
+        (&["train", "--threads", "100000"], &["train.threads"]),
+        (
+            &[
+                "train",
+                "--sync",
+                "shadow-easgd",
+                "--trainers",
+                "2",
+                "--server-shards",
+                "100000",
+            ],
+            &["sync.server_shards"],
+        ),
+        (
+            &[
+                "train",
+                "--sync",
+                "shadow-ma",
+                "--trainers",
+                "2",
+                "--peer-timeout-ms",
+                "1e300",
+            ],
+            &["sync.peer_timeout_ms"],
+        ),
+        (
+            &[
+                "train",
+                "--sync",
+                "shadow-ma",
+                "--trainers",
+                "2",
+                "--link-latency-us",
+                "1e300",
+            ],
+            &["sync.link"],
+        ),
     ];
     for (args, words) in cases {
         fails_saying(&run(args), words);
@@ -456,5 +506,30 @@ fn a_run_resumes_from_another_working_directory() {
         text(&resumed).contains("test (100 examples)"),
         "{}",
         text(&resumed)
+    );
+}
+
+#[test]
+fn a_run_is_not_resumed_on_a_changed_data_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train.tsv");
+    std::fs::copy(sample("criteo_kaggle_paddlerec_train100.tsv"), &train).unwrap();
+    let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
+    let checkpoints = dir.path().join("ckpt");
+    let first = shadowsync(&small(path(&train), &test))
+        .args(["--checkpoint-dir", path(&checkpoints)])
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{}", text(&first));
+    // The file gets more rows, as a log being appended to would.
+    let mut more = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&train)
+        .unwrap();
+    more.write_all(b"1\t\t\t\t\t\t\t\t\t\t\t\t\t\n").unwrap();
+    let out = run(&["train", "--resume", path(&checkpoints)]);
+    fails_saying(
+        &out,
+        &["resume", "train.tsv", "changed since the checkpoint"],
     );
 }

@@ -358,7 +358,7 @@ fn a_checkpoint_that_cannot_be_written_is_reported_and_the_run_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let rows = 64_000;
     let mut config =
-        shadowsync::config::Config::from_file(&write_config(dir.path(), rows, 1, "none")).unwrap();
+        shadowsync::config::Config::read_file(&write_config(dir.path(), rows, 1, "none")).unwrap();
     let checkpoints = dir.path().join("checkpoints");
     config.checkpoint.dir = Some(checkpoints.clone());
     let report = shadowsync::train::train(&config, &mut BreakTheDirectory).unwrap();

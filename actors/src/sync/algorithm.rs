@@ -189,7 +189,10 @@ impl Default for SyncConfig {
 }
 
 impl SyncConfig {
-    /// Group size for `trainers` (0 means all).
+    /// The most shards an EASGD server may have (each is an actor thread).
+    pub const MAX_SERVER_SHARDS: usize = 256;
+
+    /// The group size for `trainers` trainers (0: all of them).
     pub fn group_size_for(&self, trainers: usize) -> usize {
         if self.group_size == 0 {
             trainers
@@ -239,17 +242,23 @@ impl SyncConfig {
         if !(self.zeta > 0.0 && self.zeta.is_finite()) {
             return bad("sync.zeta", "must be > 0");
         }
-        if self.server_shards == 0 {
-            return bad("sync.server_shards", "must be at least 1");
+        if !(1..=Self::MAX_SERVER_SHARDS).contains(&self.server_shards) {
+            return bad("sync.server_shards", "must be in 1..=256");
         }
-        if !(self.peer_timeout_ms >= 0.0 && self.peer_timeout_ms.is_finite()) {
-            return bad("sync.peer_timeout_ms", "must be ≥ 0 (0 = wait for ever)");
+        // A day, in milliseconds: longer waits are mistakes (and overflow a clock).
+        const DAY_MS: f64 = 86_400_000.0;
+        if !(0.0..=DAY_MS).contains(&self.peer_timeout_ms) {
+            return bad(
+                "sync.peer_timeout_ms",
+                "must be in [0, 86400000] (a day; 0 = wait for ever)",
+            );
         }
-        if !(self.min_interval_ms >= 0.0 && self.min_interval_ms.is_finite()) {
-            return bad("sync.min_interval_ms", "must be ≥ 0");
+        if !(0.0..=DAY_MS).contains(&self.min_interval_ms) {
+            return bad("sync.min_interval_ms", "must be in [0, 86400000] (a day)");
         }
         let link = &self.link;
-        if !(link.latency_us >= 0.0 && link.bandwidth_gbps >= 0.0)
+        if !(0.0..=DAY_MS * 1e3).contains(&link.latency_us)
+            || !(link.bandwidth_gbps >= 0.0)
             || (link.slow_trainer.is_some() && link.slow_factor < 1.0)
         {
             return bad(

@@ -66,7 +66,8 @@ impl LinkModel {
         if self.slow_trainer.is_some_and(|t| t == from || t == to) {
             seconds *= self.slow_factor.max(1.0);
         }
-        Duration::from_secs_f64(seconds)
+        // A day at most: a link that slow is a link that never delivers.
+        Duration::try_from_secs_f64(seconds.min(86_400.0)).unwrap_or(Duration::ZERO)
     }
 }
 
