@@ -258,8 +258,8 @@ impl SyncConfig {
         }
         let link = &self.link;
         if !(0.0..=DAY_MS * 1e3).contains(&link.latency_us)
-            || !(link.bandwidth_gbps >= 0.0)
-            || (link.slow_trainer.is_some() && link.slow_factor < 1.0)
+            || !(0.0..=f64::INFINITY).contains(&link.bandwidth_gbps)
+            || (link.slow_trainer.is_some() && !(1.0..=f64::INFINITY).contains(&link.slow_factor))
         {
             return bad(
                 "sync.link",
