@@ -30,7 +30,7 @@ cache=${SHADOWSYNC_CACHE:-$HOME/.cache/shadowsync}
 libtorch=$cache/libtorch-2.13.0-cpu
 wheels=$cache/wheels
 
-# name | sha256 — the three wheels a CPU libtorch is made from (DESIGN.md §4).
+# name | sha256 — the three wheels a CPU libtorch is made from (docs/design.md §2).
 pins=(
   "torch==2.13.0|torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl|60fcdcb2f3876e21146cb4524ef06397d727ca9ad5f020818547e25075fe3cb7"
   "nvidia-cuda-runtime==13.0.96|nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl|7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548"

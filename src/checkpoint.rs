@@ -23,7 +23,7 @@
 //! is ever read: no pickled objects, no code.
 
 use crate::config::Config;
-use crate::train::EvalPoint;
+use crate::metrics::EvalPoint;
 use crate::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};

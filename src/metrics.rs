@@ -1,4 +1,4 @@
-//! Quality metrics of click predictions (DESIGN.md §6).
+//! Quality metrics of click predictions (docs/design.md §3).
 //!
 //! * **logloss**: mean binary cross-entropy, predictions clamped to
 //!   `[1e-7, 1 − 1e-7]`;
@@ -114,6 +114,17 @@ pub fn auc(scores: &[f32], labels: &[f32]) -> f64 {
         start = end;
     }
     (positive_rank_sum - positives * (positives + 1.0) / 2.0) / (positives * negatives)
+}
+
+/// One evaluation during training: the metrics, and when they were taken.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EvalPoint {
+    /// Training examples seen before this evaluation.
+    pub examples: u64,
+    /// Training wall-clock seconds before it (evaluations excluded).
+    pub train_seconds: f64,
+    /// Test metrics.
+    pub metrics: Metrics,
 }
 
 #[cfg(test)]

@@ -523,7 +523,7 @@ fn line_plot(series: &Series, x_label: &str, y_label: &str, log_y: bool) -> Resu
 /// (their evaluations are at the same points).
 fn quality_plot(
     cells: &[Cell],
-    x: impl Fn(&crate::train::EvalPoint) -> f64,
+    x: impl Fn(&crate::metrics::EvalPoint) -> f64,
     x_label: &str,
 ) -> Result<Option<String>> {
     let series: Series = cells
@@ -533,7 +533,7 @@ fn quality_plot(
             (len >= 2).then(|| {
                 let points = (0..len)
                     .map(|i| {
-                        let at = |f: &dyn Fn(&crate::train::EvalPoint) -> f64| {
+                        let at = |f: &dyn Fn(&crate::metrics::EvalPoint) -> f64| {
                             cell.stat(|r| f(&r.report.history[i])).0
                         };
                         (at(&x), at(&|p| p.metrics.ne))

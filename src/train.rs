@@ -32,7 +32,7 @@ use crate::data::{
     TableLayout,
 };
 use crate::distributed::{TableSync, TableSyncReport};
-use crate::metrics::{evaluate, Metrics};
+use crate::metrics::{evaluate, EvalPoint, Metrics};
 use crate::model::{CtrLearner, EmbeddingTable};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -51,17 +51,6 @@ const EVAL_BATCH: usize = 8192;
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// How often trainers parked for a checkpoint are looked for.
 const PARKED_EVERY: Duration = Duration::from_millis(2);
-
-/// One evaluation during training.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct EvalPoint {
-    /// Training examples seen before this evaluation.
-    pub examples: u64,
-    /// Training wall-clock seconds before it (evaluations excluded).
-    pub train_seconds: f64,
-    /// Test metrics.
-    pub metrics: Metrics,
-}
 
 /// The data a run used.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@
 //! tensor object with its own autograd version counter, so in-place writes through
 //! it never trip the trainer's autograd check ("modified by an inplace operation"),
 //! as a `shallow_clone` would. Reads may see a half-updated replica and concurrent
-//! updates may overwrite each other: Hogwild semantics, by design (DESIGN.md §4).
+//! updates may overwrite each other: Hogwild semantics, by design (docs/design.md §2).
 //!
 //! This is the only module of the project with `unsafe` code.
 

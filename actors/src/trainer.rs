@@ -16,7 +16,7 @@
 use crate::events::{Event, EventBus};
 use crate::faults::{faults_due, Fault, FaultKind};
 use crate::recovery::{all_finite, unpanicked, RecoveryPoint};
-use crate::stats::{TrainerCounters, TrainerStats};
+use crate::stats::TrainerCounters;
 use crate::sync::{Payload, SyncPeer};
 use crate::{Error, Learner, LearnerState, Result};
 use actix::prelude::*;
@@ -153,11 +153,6 @@ impl<L: Learner> TrainerCore<L> {
             .copied()
             .collect();
         self
-    }
-
-    /// The recovery point.
-    pub fn recovery(&self) -> &Arc<RecoveryPoint> {
-        &self.recovery
     }
 
     /// The learner.
@@ -406,11 +401,6 @@ pub struct WorkerState {
     pub learner: Result<LearnerState>,
 }
 
-/// Asks a trainer for its [`TrainerStats`].
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "TrainerStats")]
-pub struct GetStats;
-
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Chunk;
@@ -571,13 +561,5 @@ impl<L: Learner> Handler<SaveState> for TrainerActor<L> {
                 learner,
             });
         }
-    }
-}
-
-impl<L: Learner> Handler<GetStats> for TrainerActor<L> {
-    type Result = MessageResult<GetStats>;
-
-    fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.counters.stats())
     }
 }

@@ -1,5 +1,5 @@
 //! The averaging math of every synchronization algorithm, as pure functions of
-//! flat `f32` buffers (DESIGN.md §2).
+//! flat `f32` buffers (docs/design.md §1).
 //!
 //! A sync round always has the same three steps:
 //! 1. take a **snapshot** of the replica's dense parameters;
@@ -87,7 +87,7 @@ pub struct BmufParams {
 }
 
 impl BmufParams {
-    /// DESIGN.md §2's rule of thumb for a group of `n`: ζ = 1, η = 1 − 1/n.
+    /// docs/design.md §1: the rule of thumb for a group of `n`: ζ = 1, η = 1 − 1/n.
     pub fn for_group(n: usize) -> Self {
         Self {
             eta: 1.0 - 1.0 / n.max(1) as f32,

@@ -223,11 +223,6 @@ impl Endpoint {
         self.id
     }
 
-    /// Payload bytes this endpoint has sent.
-    pub fn bytes_sent(&self) -> u64 {
-        self.bytes_sent.load(Ordering::Relaxed)
-    }
-
     /// A shared counter of the payload bytes this endpoint sends.
     pub fn bytes_counter(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.bytes_sent)

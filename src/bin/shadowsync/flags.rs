@@ -1,0 +1,321 @@
+//! The command line: subcommands, their flags, and a run's configuration from
+//! a config file and the flags that override it.
+
+use anyhow::Result;
+use clap::builder::TypedValueParser as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use shadowsync::config::{Config, ModelKind, OptimizerKind};
+use shadowsync::data::BadLinePolicy;
+use shadowsync::runtime::sync::{
+    launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, WriteBack,
+};
+use std::path::PathBuf;
+use std::sync::Arc;
+#[cfg(feature = "mpi")]
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "shadowsync",
+    version,
+    about = "Train CTR models with background synchronization"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Train a model for one pass and evaluate it (built-in synthetic data unless
+    /// --train/--test are given).
+    Train(Box<TrainArgs>),
+    /// Run a grid of training runs, keeping every run's results as JSON (run it
+    /// again to go on after an interruption: finished runs are not run again).
+    Experiment(ExperimentArgs),
+    /// Turn experiments' results into Markdown documents with SVG plots.
+    Report(ReportArgs),
+    /// Write synthetic Criteo-format data labelled by a planted model.
+    GenData(GenDataArgs),
+}
+
+/// Flags override the config file's values.
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("setup").multiple(true)))]
+pub(crate) struct TrainArgs {
+    /// TOML configuration file.
+    #[arg(long, group = "setup")]
+    pub(crate) config: Option<PathBuf>,
+    /// Training file (Criteo TSV, plain or gzip).
+    #[arg(long, requires = "test", group = "setup")]
+    pub(crate) train: Option<PathBuf>,
+    /// Test file (Criteo TSV, plain or gzip).
+    #[arg(long, requires = "train", group = "setup")]
+    pub(crate) test: Option<PathBuf>,
+    /// Model architecture.
+    #[arg(long, value_enum, group = "setup")]
+    pub(crate) model: Option<ModelKind>,
+    /// Examples per step.
+    #[arg(long, group = "setup")]
+    pub(crate) batch_size: Option<usize>,
+    /// Dense optimizer.
+    #[arg(long, value_enum, group = "setup")]
+    pub(crate) optimizer: Option<OptimizerKind>,
+    /// Dense learning rate.
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) lr: Option<f64>,
+    /// Embedding optimizer.
+    #[arg(long, group = "setup", value_parser = sparse_optimizer())]
+    pub(crate) sparse_optimizer: Option<OptimizerKind>,
+    /// Embedding learning rate.
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) sparse_lr: Option<f64>,
+    /// Rows of every field's hash table.
+    #[arg(long, group = "setup")]
+    pub(crate) table_size: Option<u32>,
+    /// What to do with malformed lines.
+    #[arg(long, value_enum, group = "setup")]
+    pub(crate) bad_lines: Option<BadLinePolicy>,
+    /// Examples between evaluations (0 = only at the end).
+    #[arg(long, group = "setup")]
+    pub(crate) eval_every: Option<u64>,
+    /// libtorch intra-op threads.
+    #[arg(long, group = "setup")]
+    pub(crate) threads: Option<usize>,
+    /// Seed of parameter initialization.
+    #[arg(long, group = "setup")]
+    pub(crate) seed: Option<u64>,
+    /// Trainers, each on 1/N of the data.
+    #[arg(long, group = "setup")]
+    pub(crate) trainers: Option<usize>,
+    /// Hogwild worker threads per trainer (with none and shadow-*).
+    #[arg(long, group = "setup")]
+    pub(crate) workers: Option<usize>,
+    /// Synchronization: none, sync-sgd, fr-ma:K, fr-easgd:K, fr-bmuf:K, shadow-ma,
+    /// shadow-easgd, shadow-bmuf.
+    #[arg(long, value_parser = parse::<Algorithm>, group = "setup")]
+    pub(crate) sync: Option<Algorithm>,
+    /// Trainers per DS-Sync group (0 = all).
+    #[arg(long, group = "setup")]
+    pub(crate) group_size: Option<usize>,
+    /// Group schedule: global, fixed, alternating, random, hypercube, hierarchical.
+    #[arg(long, value_parser = parse::<Schedule>, group = "setup")]
+    pub(crate) schedule: Option<Schedule>,
+    /// Write-back of an average: overwrite or delta.
+    #[arg(long, value_parser = parse_write_back, group = "setup")]
+    pub(crate) write_back: Option<WriteBack>,
+    /// EASGD's elasticity α in (0, 1] (shadow-easgd, fr-easgd:K).
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) alpha: Option<f32>,
+    /// Minimum milliseconds between two rounds of a shadow loop.
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) min_interval_ms: Option<f64>,
+    /// Minimum steps of its trainer between two rounds of a shadow loop.
+    #[arg(long, group = "setup")]
+    pub(crate) min_steps: Option<u64>,
+    /// Milliseconds a group member is waited for in a round before the round
+    /// goes on without it (0 = for ever).
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) peer_timeout_ms: Option<f64>,
+    /// Shards of the EASGD parameter server.
+    #[arg(long, group = "setup")]
+    pub(crate) server_shards: Option<usize>,
+    /// Simulated link latency in microseconds.
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) link_latency_us: Option<f64>,
+    /// Simulated link bandwidth in Gbit/s (0 = unlimited).
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) link_gbps: Option<f64>,
+    /// Synthetic training rows (built-in data; not with --train).
+    #[arg(long, group = "setup", conflicts_with = "train")]
+    pub(crate) rows: Option<u64>,
+    /// Synthetic test rows (built-in data; not with --train).
+    #[arg(long, group = "setup", conflicts_with = "train")]
+    pub(crate) test_rows: Option<u64>,
+    /// Save checkpoints to this directory (SIGINT/SIGTERM and the end of the
+    /// run save one too).
+    #[arg(long, group = "setup")]
+    pub(crate) checkpoint_dir: Option<PathBuf>,
+    /// Each trainer's steps between two checkpoints (0 = only on
+    /// SIGINT/SIGTERM and at the end); needs a checkpoint directory.
+    #[arg(long, group = "setup")]
+    pub(crate) checkpoint_every: Option<u64>,
+    /// Checkpoints to keep (the newest).
+    #[arg(long, group = "setup")]
+    pub(crate) keep_checkpoints: Option<usize>,
+    /// Continue the run checkpointed in this directory, from its newest whole
+    /// checkpoint, with that run's configuration.
+    #[arg(long, conflicts_with = "setup")]
+    pub(crate) resume: Option<PathBuf>,
+    /// Write the results as JSON to this file (under mpirun: rank 0 writes it).
+    #[arg(long)]
+    pub(crate) results: Option<PathBuf>,
+    /// Where the trainers run: local (this process) or mpi (this process is one
+    /// rank of an mpirun job, hosting --trainers of the job's trainers); the
+    /// default is mpi when launched by mpirun.
+    #[arg(long, value_enum)]
+    pub(crate) backend: Option<Backend>,
+    /// Under MPI: seconds a send or a collective may take before the rank ends
+    /// the job, naming itself (0 = wait for ever).
+    #[arg(long, default_value_t = 120)]
+    pub(crate) mpi_watchdog_s: u64,
+}
+
+/// Where a run's trainers live.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Backend {
+    /// All in this process.
+    Local,
+    /// Spread over the ranks of an `mpirun` job (feature `mpi`).
+    Mpi,
+}
+
+impl Backend {
+    /// The fabric of this backend (`None`: MPI's default when under mpirun),
+    /// with a watchdog of `watchdog_s` seconds (0: none) under MPI.
+    pub(crate) fn fabric(backend: Option<Self>, watchdog_s: u64) -> Result<Arc<dyn Fabric>> {
+        let mpi = backend.map_or_else(launched_by_mpirun, |b| b == Backend::Mpi);
+        if !mpi {
+            return Ok(Arc::new(InProcess));
+        }
+        #[cfg(feature = "mpi")]
+        return Ok(Arc::new(shadowsync::runtime::sync::mpi::MpiNode::start(
+            (watchdog_s > 0).then(|| Duration::from_secs(watchdog_s)),
+        )?));
+        #[cfg(not(feature = "mpi"))]
+        {
+            let _ = watchdog_s; // only MPI ranks have a watchdog
+            anyhow::bail!(
+                "--backend mpi (or a launch by mpirun): this shadowsync was built without the \
+                 `mpi` feature; build it with `cargo build --release --features mpi`"
+            )
+        }
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct ExperimentArgs {
+    /// A built-in experiment (see --list) or an experiment file (TOML).
+    #[arg(required_unless_present = "list")]
+    pub(crate) experiment: Option<String>,
+    /// Directory of the results (each experiment's in a directory of its own).
+    #[arg(long, default_value = "results")]
+    pub(crate) out: PathBuf,
+    /// List the built-in experiments.
+    #[arg(long)]
+    pub(crate) list: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct ReportArgs {
+    /// Results directories of experiments (RESULTS/NAME); none: every one
+    /// under `results/`.
+    pub(crate) dirs: Vec<PathBuf>,
+    /// Directory of the documents (NAME.md, plots in NAME/).
+    #[arg(long, default_value = "docs/results")]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(Args)]
+pub(crate) struct GenDataArgs {
+    /// Output directory (gets train.tsv, test.tsv, oracle.json).
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+    /// Training rows.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) rows: u64,
+    /// Test rows.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) test_rows: u64,
+    /// Seed of the planted model and rows.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+}
+
+pub(crate) fn parse<T: std::str::FromStr<Err = shadowsync::runtime::Error>>(
+    text: &str,
+) -> Result<T, String> {
+    text.parse()
+        .map_err(|e: shadowsync::runtime::Error| e.to_string())
+}
+
+/// The embedding optimizers (Adam is for dense parameters only).
+pub(crate) fn sparse_optimizer() -> impl clap::builder::TypedValueParser<Value = OptimizerKind> {
+    clap::builder::PossibleValuesParser::new(["sgd", "adagrad"]).map(|name| match name.as_str() {
+        "adagrad" => OptimizerKind::Adagrad,
+        _ => OptimizerKind::Sgd,
+    })
+}
+
+pub(crate) fn parse_write_back(text: &str) -> Result<WriteBack, String> {
+    match text {
+        "overwrite" => Ok(WriteBack::Overwrite),
+        "delta" => Ok(WriteBack::Delta),
+        _ => Err(format!(
+            "{text:?} is not a write-back mode; expected overwrite or delta"
+        )),
+    }
+}
+
+impl TrainArgs {
+    pub(crate) fn config(&self) -> Result<Config> {
+        let mut c = match &self.config {
+            // Validated with the flags applied (`train` validates it).
+            Some(path) => Config::read_file(path)?,
+            None => Config::default(),
+        };
+        if self.train.is_some() {
+            c.data.train.clone_from(&self.train);
+            c.data.test.clone_from(&self.test);
+        }
+        if c.data.train.is_some() && (self.rows.is_some() || self.test_rows.is_some()) {
+            anyhow::bail!(
+                "--rows and --test-rows size the built-in data; this run reads data.train and data.test"
+            );
+        }
+        macro_rules! set {
+            ($($flag:ident => $($field:ident).+),* $(,)?) => {
+                $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
+            };
+        }
+        set!(
+            model => model.kind,
+            batch_size => train.batch_size,
+            optimizer => optim.dense,
+            lr => optim.dense_lr,
+            sparse_optimizer => optim.sparse,
+            sparse_lr => optim.sparse_lr,
+            table_size => data.table_size,
+            bad_lines => data.bad_lines,
+            eval_every => train.eval_every,
+            threads => train.threads,
+            seed => train.seed,
+            rows => data.synthetic.train_rows,
+            test_rows => data.synthetic.test_rows,
+            trainers => train.trainers,
+            workers => train.workers,
+            group_size => sync.group_size,
+            schedule => sync.schedule,
+            write_back => sync.write_back,
+            min_interval_ms => sync.min_interval_ms,
+            min_steps => sync.min_steps,
+            peer_timeout_ms => sync.peer_timeout_ms,
+            server_shards => sync.server_shards,
+            link_latency_us => sync.link.latency_us,
+            link_gbps => sync.link.bandwidth_gbps,
+            checkpoint_every => checkpoint.every_steps,
+            keep_checkpoints => checkpoint.keep,
+        );
+        if self.checkpoint_dir.is_some() {
+            c.checkpoint.dir.clone_from(&self.checkpoint_dir);
+        }
+        if let Some(algorithm) = self.sync {
+            c.sync.algorithm = algorithm;
+        }
+        if self.alpha.is_some() {
+            c.sync.alpha = self.alpha;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}

@@ -1,0 +1,248 @@
+//! The `shadowsync` command line: `train`, `experiment`, `report` and `gen-data`.
+
+mod flags;
+mod progress;
+mod summary;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use flags::{Backend, Cli, Command, ExperimentArgs, GenDataArgs, ReportArgs, TrainArgs};
+use progress::{GridProgress, Interrupt, Progress};
+use shadowsync::data::{SyntheticData, SyntheticSpec};
+use shadowsync::experiment::{self, Experiment};
+use shadowsync::output;
+use shadowsync::report::{self, ExperimentResults, Provenance};
+use shadowsync::runtime::sync::Fabric;
+use shadowsync::train;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use summary::{error_text, print_summary};
+
+fn run_experiment(args: &ExperimentArgs) -> Result<()> {
+    if args.list {
+        for (name, _) in experiment::BUILT_IN {
+            let e = Experiment::named(name)?;
+            println!("{name:14} {} runs  {}", e.runs.len(), e.title);
+        }
+        return Ok(());
+    }
+    let name = args
+        .experiment
+        .as_deref()
+        .context("name an experiment or give --list")?;
+    let experiment = Experiment::named(name)?;
+    println!(
+        "{}: {} runs{}",
+        experiment.title,
+        experiment.runs.len(),
+        match experiment.skipped.len() {
+            0 => String::new(),
+            n => format!(" ({n} combinations skipped)"),
+        }
+    );
+    for skipped in &experiment.skipped {
+        println!("  skipped {}: {}", skipped.id, skipped.reason);
+    }
+    let mut progress = GridProgress::new(Interrupt::install()?)?;
+    let outcome = experiment::run_grid(&experiment, &args.out, &mut progress)?;
+    progress.bar.finish_and_clear();
+    let done = outcome.trained + outcome.reused;
+    println!(
+        "{done} of {} runs done ({} now, {} already), results in {}",
+        experiment.runs.len(),
+        outcome.trained,
+        outcome.reused,
+        outcome.directory.display()
+    );
+    if outcome.interrupted {
+        anyhow::bail!("interrupted; run the same command again to go on");
+    }
+    if !outcome.failed.is_empty() {
+        anyhow::bail!(
+            "{} runs failed (their results say why; they run again next time): {}",
+            outcome.failed.len(),
+            outcome.failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn write_reports(args: &ReportArgs) -> Result<()> {
+    let dirs = match args.dirs.is_empty() {
+        false => args.dirs.clone(),
+        true => {
+            let root = PathBuf::from("results");
+            let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+                .with_context(|| {
+                    format!(
+                        "reading {} (name results directories to report)",
+                        root.display()
+                    )
+                })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.join("experiment.toml").exists())
+                .collect();
+            dirs.sort();
+            dirs
+        }
+    };
+    anyhow::ensure!(!dirs.is_empty(), "no experiment results to report");
+    for dir in &dirs {
+        let results = ExperimentResults::load(dir)?;
+        let name = &results.experiment.name;
+        let built_in = experiment::BUILT_IN.iter().any(|(n, _)| n == name);
+        let source = match built_in {
+            true => name.clone(),
+            false => dir.join("experiment.toml").display().to_string(),
+        };
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let command = format!(
+            "./dev shadowsync experiment {source} --out {}\n./dev shadowsync report {} --out {}",
+            parent.display(),
+            dir.display(),
+            args.out.display()
+        );
+        for damaged in &results.damaged {
+            tracing::warn!("damaged results file, its run left out: {damaged}");
+        }
+        anyhow::ensure!(
+            !results.results.is_empty(),
+            "{}: no run has results to report ({} runs, {} results files damaged)",
+            dir.display(),
+            results.experiment.runs.len(),
+            results.damaged.len()
+        );
+        let document = report::render(&results, &Provenance::here(command))?;
+        let path = document.write(&args.out)?;
+        println!(
+            "{}: {} of {} runs, {} plots",
+            path.display(),
+            results.results.len(),
+            results.experiment.runs.len(),
+            document.plots.len()
+        );
+    }
+    Ok(())
+}
+
+/// `result`, its error naming this process's rank when there are several (a
+/// rank that fails exits at once, which ends the whole `mpirun` job).
+fn name_rank<T, E: Into<anyhow::Error>>(
+    result: std::result::Result<T, E>,
+    fabric: &dyn Fabric,
+) -> Result<T> {
+    result.map_err(|e| match fabric.processes() {
+        1 => e.into(),
+        ranks => e
+            .into()
+            .context(format!("rank {} of {ranks}", fabric.process())),
+    })
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error_text(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    // A grid logs its runs' warnings only: its progress bar says the rest.
+    let quiet = matches!(cli.command, Command::Experiment(_) | Command::Report(_));
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(if quiet { "warn" } else { "info" })
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    match cli.command {
+        Command::Train(args) => train_command(&args),
+        Command::Experiment(args) => run_experiment(&args),
+        Command::Report(args) => write_reports(&args),
+        Command::GenData(args) => gen_data(&args),
+    }
+}
+
+/// `shadowsync train`: one run (or this rank's part of one), its summary and
+/// results; non-zero when it stopped early or was interrupted.
+fn train_command(args: &TrainArgs) -> Result<()> {
+    let mut progress = Progress::new(Interrupt::install()?);
+    let fabric = Backend::fabric(args.backend, args.mpi_watchdog_s)?;
+    // A results file that cannot be written is found now, not after the run.
+    if let (Some(path), 0) = (&args.results, fabric.process()) {
+        output::check_writable(path).context("--results")?;
+    }
+    let report = match &args.resume {
+        Some(dir) => train::resume_on(Arc::clone(&fabric), dir, &mut progress),
+        None => train::train_on(Arc::clone(&fabric), &args.config()?, &mut progress),
+    };
+    let report = name_rank(report, fabric.as_ref())?;
+    // One rank of a job speaks for it: they all have the same model.
+    if let Some(error) = report.error.as_ref().filter(|_| fabric.processes() > 1) {
+        name_rank(
+            Err(anyhow::anyhow!("training stopped early: {error}")),
+            fabric.as_ref(),
+        )?;
+    }
+    fabric.finish()?;
+    if fabric.process() > 0 {
+        return Ok(());
+    }
+    print_summary(&report);
+    if let Some(path) = &args.results {
+        // Atomically: on a full disk the file that was there stays whole.
+        let json = serde_json::to_vec_pretty(&report)?;
+        output::write_atomic(path, &json).with_context(|| {
+            format!(
+                "results not written (the summary above has the figures; {} is as it was)",
+                path.display()
+            )
+        })?;
+        println!("results: {}", path.display());
+    }
+    if let Some(error) = report.error {
+        anyhow::bail!("training stopped early: {error}");
+    }
+    if report.interrupted {
+        match &report.config.checkpoint.dir {
+            Some(dir) => anyhow::bail!(
+                "interrupted; continue with: {}shadowsync train --resume {}",
+                match fabric.processes() {
+                    1 => String::new(),
+                    ranks => format!("mpirun -np {ranks} "),
+                },
+                dir.display()
+            ),
+            None => anyhow::bail!("interrupted (no checkpoint: --checkpoint-dir not set)"),
+        }
+    }
+    Ok(())
+}
+
+/// `shadowsync gen-data`: synthetic data and its oracle's figures.
+fn gen_data(args: &GenDataArgs) -> Result<()> {
+    let spec = SyntheticSpec {
+        train_rows: args.rows,
+        test_rows: args.test_rows,
+        seed: args.seed,
+    };
+    let data = SyntheticData::generate(spec, &args.out)?;
+    println!("wrote {} and {}", data.train.display(), data.test.display());
+    for (name, o) in [("train", data.train_oracle), ("test", data.test_oracle)] {
+        println!(
+            "{name}: {} rows, CTR {:.4}, oracle logloss {:.4}, oracle NE {:.4}",
+            o.rows, o.ctr, o.logloss, o.ne
+        );
+    }
+    Ok(())
+}

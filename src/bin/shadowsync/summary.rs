@@ -1,0 +1,102 @@
+//! What a finished run prints, and how an error reads.
+
+use shadowsync::runtime::sync::Algorithm;
+use shadowsync::train::TrainReport;
+
+pub(crate) fn print_summary(report: &TrainReport) {
+    let m = &report.final_metrics;
+    let cluster = &report.cluster;
+    let trainers = report
+        .distributed
+        .as_ref()
+        .map_or(cluster.trainers, |d| d.job_trainers);
+    println!(
+        "trained {:?} on {} examples in {:.1} s: {:.0} examples/s ({} trainer{}{}, {})",
+        report.config.model.kind,
+        report.examples,
+        report.train_seconds,
+        report.examples_per_sec,
+        trainers,
+        if trainers == 1 { "" } else { "s" },
+        report
+            .distributed
+            .as_ref()
+            .map_or(String::new(), |d| format!(" in {} processes", d.processes)),
+        cluster.algorithm,
+    );
+    if let Some(d) = &report.distributed {
+        println!(
+            "across processes (rank 0): {} table-sync rounds, {:.0} bytes moved per example (dense {} B, tables {} B)",
+            d.table_sync.rounds, d.bytes_per_example, d.dense_bytes_sent, d.table_sync.bytes
+        );
+    }
+    if trainers > 1 && cluster.algorithm != Algorithm::None {
+        let n = cluster.trainer_stats.len() as f64;
+        let mean = |f: fn(&shadowsync::runtime::stats::TrainerStats) -> f64| {
+            cluster.trainer_stats.iter().map(f).sum::<f64>() / n
+        };
+        println!(
+            "sync: groups of {} ({:?}), {:.0} syncs per trainer, sync gap {:.1} steps, staleness {:.1} steps",
+            cluster.group_size,
+            report.config.sync.schedule,
+            mean(|s| s.syncs as f64),
+            mean(|s| s.mean_sync_gap),
+            mean(|s| s.mean_staleness),
+        );
+    }
+    println!(
+        "test ({} examples): NE {:.4}  AUC {:.4}  logloss {:.4}  calibration {:.3}",
+        m.examples, m.ne, m.auc, m.logloss, m.calibration
+    );
+    if let Some(o) = &report.data.test_oracle {
+        println!(
+            "oracle (true probabilities) on test: NE {:.4}  logloss {:.4}",
+            o.ne, o.logloss
+        );
+    }
+    if let Some(resumed) = &report.resumed {
+        println!(
+            "resumed from {} ({} examples trained before it)",
+            resumed.checkpoint.display(),
+            resumed.examples
+        );
+        for rejected in &resumed.rejected {
+            println!("  unusable newer checkpoint: {rejected}");
+        }
+    }
+    if let Some(path) = &report.checkpoint {
+        println!("checkpoint: {}", path.display());
+    }
+    for error in &report.checkpoint_errors {
+        println!("checkpoint not written: {error}");
+    }
+    for (name, read) in [
+        ("train", &report.data.train_read),
+        ("test", &report.data.test_read),
+    ] {
+        if read.skipped > 0 {
+            println!(
+                "skipped {} malformed {name} lines of {}; first:",
+                read.skipped, read.lines
+            );
+            for reason in &read.first_skipped {
+                println!("  {reason}");
+            }
+        }
+    }
+}
+
+/// An error's chain of messages, one per line, without the OS's own words
+/// where shadowsync already said them plainly.
+pub(crate) fn error_text(error: &anyhow::Error) -> String {
+    let mut lines = vec![error.to_string()];
+    let mut said_plainly = error.downcast_ref::<shadowsync::Error>().is_some();
+    for cause in error.chain().skip(1) {
+        let repeat = said_plainly && cause.downcast_ref::<std::io::Error>().is_some();
+        if !repeat {
+            lines.push(format!("  caused by: {cause}"));
+        }
+        said_plainly = cause.downcast_ref::<shadowsync::Error>().is_some();
+    }
+    lines.join("\n")
+}
