@@ -330,6 +330,15 @@ impl Config {
     /// [`Config::validate`] for one of `processes` processes of a job, each
     /// with `train.trainers` trainers (groups may span processes).
     pub fn validate_for(&self, processes: usize) -> Result<()> {
+        self.validate_optim()?;
+        self.validate_train()?;
+        self.validate_sync(processes)?;
+        self.validate_checkpoint()?;
+        self.validate_model()?;
+        self.validate_data()
+    }
+
+    fn validate_optim(&self) -> Result<()> {
         let positive_lr = |key: &str, lr: f64| {
             if lr.is_finite() && lr > 0.0 {
                 Ok(())
@@ -345,6 +354,10 @@ impl Config {
         if self.optim.sparse == OptimizerKind::Adam {
             return Err(Error::config("optim.sparse", "must be sgd or adagrad"));
         }
+        Ok(())
+    }
+
+    fn validate_train(&self) -> Result<()> {
         if !(1..=Self::MAX_BATCH).contains(&self.train.batch_size) {
             return Err(Error::config(
                 "train.batch_size",
@@ -386,6 +399,17 @@ impl Config {
                 ),
             ));
         }
+        if !(1..=Self::MAX_THREADS).contains(&self.train.threads) {
+            return Err(Error::config(
+                "train.threads",
+                format!("must be in 1..={}", Self::MAX_THREADS),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The sync settings, over the job's `processes` × `train.trainers` trainers.
+    fn validate_sync(&self, processes: usize) -> Result<()> {
         self.sync.validate()?;
         let n = self.train.trainers;
         if let Some(fault) = self.faults.iter().find(|f| f.trainer >= n) {
@@ -426,6 +450,10 @@ impl Config {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    fn validate_checkpoint(&self) -> Result<()> {
         if self.checkpoint.every_steps > 0 && self.checkpoint.dir.is_none() {
             return Err(Error::config(
                 "checkpoint.every_steps",
@@ -438,12 +466,10 @@ impl Config {
                 "must be at least 1 (the newest checkpoint)",
             ));
         }
-        if !(1..=Self::MAX_THREADS).contains(&self.train.threads) {
-            return Err(Error::config(
-                "train.threads",
-                format!("must be in 1..={}", Self::MAX_THREADS),
-            ));
-        }
+        Ok(())
+    }
+
+    fn validate_model(&self) -> Result<()> {
         if self.model.embedding_dim < 1 {
             return Err(Error::config("model.embedding_dim", "must be at least 1"));
         }
@@ -456,6 +482,10 @@ impl Config {
                 return Err(Error::config(key, "every layer width must be at least 1"));
             }
         }
+        Ok(())
+    }
+
+    fn validate_data(&self) -> Result<()> {
         match (&self.data.train, &self.data.test) {
             (Some(_), None) => {
                 return Err(Error::config(

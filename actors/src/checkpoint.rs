@@ -82,6 +82,11 @@ impl ClusterState {
         Ok(())
     }
 
+    /// The most steps any trainer had taken.
+    pub(crate) fn furthest_steps(&self) -> u64 {
+        self.trainers.iter().map(|t| t.steps).max().unwrap_or(0)
+    }
+
     /// Loads the replicas and learner states into `learners` (`workers` per
     /// trainer); an error if their number or sizes do not match.
     pub(crate) fn restore<L: Learner>(&self, learners: &mut [L], workers: usize) -> Result<()> {

@@ -41,7 +41,7 @@ use crate::system::spawn_system;
 use crate::trainer::{Control, Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
-use crossbeam_channel::{bounded, Receiver};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -235,59 +235,15 @@ impl<L: Learner> Cluster<L> {
         check_workers(&learners, workers, sync.algorithm)?;
         let n = learners.len() / workers;
         let job_trainers = n * fabric.processes();
-        // A hierarchical plan's blocks are the processes' trainers unless set.
-        let group_size = match (sync.schedule, sync.group_size) {
-            (Schedule::Hierarchical, 0) => n,
-            _ => sync.group_size_for(job_trainers),
-        };
-        let plan = GroupPlan::new(sync.schedule, job_trainers, group_size)?.with_seed(sync.seed);
-        let easgd = sync.algorithm.rule() == Some(crate::sync::Rule::Easgd);
-        let first = learners.first().ok_or_else(|| Error::Config {
-            key: "trainers".into(),
-            reason: "must be at least 1".into(),
-        })?;
-        let mut initial = vec![0.0; first.dense_params().numel()];
-        let counters: Vec<_> = match resumed {
-            Some(state) => {
-                state.restore(&mut learners, workers)?;
-                initial
-                    .copy_from_slice(state.center.as_deref().unwrap_or(&state.trainers[0].dense));
-                state
-                    .trainers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| {
-                        Arc::new(
-                            TrainerCounters::with_workers(i, workers)
-                                .resumed_from(t.steps, t.examples),
-                        )
-                    })
-                    .collect()
-            }
-            None => {
-                first.dense_params().copy_to(&mut initial)?;
-                // Every replica starts from the same point.
-                for learner in learners.iter().step_by(workers).skip(1) {
-                    learner.dense_params().load_from(&initial)?;
-                }
-                (0..n)
-                    .map(|i| Arc::new(TrainerCounters::with_workers(i, workers)))
-                    .collect()
-            }
-        };
+        let plan = group_plan(sync, n, job_trainers)?;
+        let group_size = plan.group_size();
+        let (initial, counters) = starting_point(&mut learners, workers, resumed)?;
         let replicas = learners
             .iter()
             .step_by(workers)
             .map(|l| ParamAlias::new(l.dense_params()))
             .collect::<Result<Vec<_>>>()?;
-        let parking = Parking {
-            every: match (config.checkpoint_every, sync.algorithm) {
-                (0, _) => 0,
-                (every, Algorithm::Foreground { every: k, .. }) => every.div_ceil(k) * k,
-                (every, _) => every,
-            },
-            parked: Arc::default(),
-        };
+        let parking = parking_of(&config);
         let stop = Arc::new(AtomicBool::new(false));
         let mut endpoints = fabric.endpoints(n, sync.link, Arc::clone(&stop))?;
         for endpoint in &mut endpoints {
@@ -295,31 +251,8 @@ impl<L: Learner> Cluster<L> {
         }
         let events = config.events.clone();
         let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
-        // The actor system, with the group coordinator and, for EASGD, the
-        // parameter server's shards, each on an arbiter of its own.
-        let (system, system_thread, (coordinator, server)) = {
-            let (events, initial, shards) = (events.clone(), initial.clone(), sync.server_shards);
-            // Between processes the network is real, not simulated.
-            let link = match fabric.processes() {
-                1 => sync.link,
-                _ => LinkModel::default(),
-            };
-            let faults = config.faults.clone();
-            let (coordinator_events, coordinator_faults) = (events.clone(), faults.clone());
-            let fabric = Arc::clone(&fabric);
-            spawn_system("shadowsync-system", move || {
-                let coordinator =
-                    GroupCoordinator::start_in_arbiter(&Arbiter::new().handle(), move |_| {
-                        GroupCoordinator::new(plan, coordinator_events)
-                            .with_faults(&coordinator_faults)
-                    });
-                let server = easgd.then(|| {
-                    ServerClient::start(&initial, shards, &events, &faults, &*fabric)
-                        .map(|server| server.over_link(link))
-                });
-                (coordinator, server)
-            })?
-        };
+        let (system, system_thread, (coordinator, server)) =
+            start_services(&config, &fabric, plan, &initial)?;
         // On a failure from here on, the system thread is told to end (and does).
         let stop_system = |e: Error| {
             system.stop();
@@ -344,9 +277,7 @@ impl<L: Learner> Cluster<L> {
         }
         // A resumed foreground algorithm syncs again once every trainer is
         // past the furthest one.
-        let catch_up = resumed.map_or(0, |state| {
-            state.trainers.iter().map(|t| t.steps).max().unwrap_or(0)
-        });
+        let catch_up = resumed.map_or(0, ClusterState::furthest_steps);
         let cores: Vec<_> = cores
             .into_iter()
             .map(|core| core.catching_up_to(catch_up))
@@ -354,74 +285,29 @@ impl<L: Learner> Cluster<L> {
 
         let (trainer_exit_tx, trainer_exits) = bounded(cores.len());
         let (shadow_exit_tx, shadow_exits) = bounded(n);
-        let (ready_tx, ready_rx) = bounded(1);
-        let chunk = Duration::from_millis(config.chunk_ms.max(1));
-        let threads = config.intra_op_threads.max(1);
-        let pacing = Pacing {
-            min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
-            min_steps: sync.min_steps,
-        };
-        let shadow = matches!(sync.algorithm, Algorithm::Shadow { .. });
-        {
-            let (events, stop, parking) = (events.clone(), Arc::clone(&stop), parking.clone());
-            let fabric = Arc::clone(&fabric);
-            let launched = system.arbiter().spawn_fn(move || {
-                let addrs: Vec<_> = cores
-                    .into_iter()
-                    .enumerate()
-                    .map(|(worker, core)| {
-                        let (exits, events, stop, parking, fabric) = (
-                            trainer_exit_tx.clone(),
-                            events.clone(),
-                            Arc::clone(&stop),
-                            parking.clone(),
-                            Arc::clone(&fabric),
-                        );
-                        let on_finish: Box<dyn Fn() + Send> = if shadow {
-                            Box::new(|| {})
-                        } else {
-                            Box::new(move || {
-                                stop.store(true, Ordering::Relaxed);
-                                fabric.stop_everywhere();
-                            })
-                        };
-                        TrainerActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
-                            // OpenMP teams are per thread: size this one.
-                            tch::set_num_threads(threads as i32);
-                            TrainerActor::new(
-                                worker, core, chunk, parking, exits, events, on_finish,
-                            )
-                        })
-                    })
-                    .collect();
-                for (trainer, shadow) in shadows.into_iter().enumerate() {
-                    let (events, exits, stop) =
-                        (events.clone(), shadow_exit_tx.clone(), Arc::clone(&stop));
-                    ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
-                        tch::set_num_threads(1);
-                        ShadowActor::new(trainer, shadow, pacing, events, exits, stop)
-                    });
-                }
-                let _ = ready_tx.send(addrs);
-            });
-            if !launched {
-                return Err(stop_system(Error::System(
-                    "the actor system stopped".into(),
-                )));
-            }
-        }
-        let addrs = ready_rx
-            .recv()
-            .map_err(|_| stop_system(Error::System("the actors did not start".into())))?;
+        let addrs = start_actors(
+            &system,
+            cores,
+            shadows,
+            Actors {
+                shadow: matches!(sync.algorithm, Algorithm::Shadow { .. }),
+                chunk: Duration::from_millis(config.chunk_ms.max(1)),
+                threads: config.intra_op_threads.max(1),
+                pacing: Pacing {
+                    min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
+                    min_steps: sync.min_steps,
+                },
+                events: events.clone(),
+                stop: Arc::clone(&stop),
+                parking: parking.clone(),
+                fabric: Arc::clone(&fabric),
+                trainer_exits: trainer_exit_tx,
+                shadow_exits: shadow_exit_tx,
+            },
+        )
+        .map_err(stop_system)?;
         let started = Instant::now();
-        let monitor = (config.consensus_every_ms > 0).then(|| {
-            let every = Duration::from_millis(config.consensus_every_ms);
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                tch::set_num_threads(1);
-                sample_consensus(&monitor_replicas, every, &stop, started)
-            })
-        });
+        let monitor = start_monitor(monitor_replicas, &config, &stop, started);
         tracing::info!(
             trainers = n,
             job_trainers,
@@ -599,6 +485,205 @@ impl<L: Learner> Cluster<L> {
             },
         })
     }
+}
+
+/// Where a cluster's training starts: the initial dense parameters (the
+/// first replica's, which every replica then takes, or the checkpoint's
+/// centre or first replica), and each trainer's counters (resumed ones go on
+/// from the checkpoint's).
+fn starting_point<L: Learner>(
+    learners: &mut [L],
+    workers: usize,
+    resumed: Option<&ClusterState>,
+) -> Result<(Vec<f32>, Vec<Arc<TrainerCounters>>)> {
+    let first = learners.first().ok_or_else(|| Error::Config {
+        key: "trainers".into(),
+        reason: "must be at least 1".into(),
+    })?;
+    let mut initial = vec![0.0; first.dense_params().numel()];
+    let counters = match resumed {
+        Some(state) => {
+            state.restore(learners, workers)?;
+            initial.copy_from_slice(state.center.as_deref().unwrap_or(&state.trainers[0].dense));
+            state
+                .trainers
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    Arc::new(
+                        TrainerCounters::with_workers(i, workers).resumed_from(t.steps, t.examples),
+                    )
+                })
+                .collect()
+        }
+        None => {
+            first.dense_params().copy_to(&mut initial)?;
+            // Every replica starts from the same point.
+            for learner in learners.iter().step_by(workers).skip(1) {
+                learner.dense_params().load_from(&initial)?;
+            }
+            (0..learners.len() / workers)
+                .map(|i| Arc::new(TrainerCounters::with_workers(i, workers)))
+                .collect()
+        }
+    };
+    Ok((initial, counters))
+}
+
+/// The groups of the job's `job_trainers` trainers (`n` in this process): a
+/// hierarchical plan's blocks are the processes' trainers unless set.
+fn group_plan(sync: &SyncConfig, n: usize, job_trainers: usize) -> Result<GroupPlan> {
+    let group_size = match (sync.schedule, sync.group_size) {
+        (Schedule::Hierarchical, 0) => n,
+        _ => sync.group_size_for(job_trainers),
+    };
+    Ok(GroupPlan::new(sync.schedule, job_trainers, group_size)?.with_seed(sync.seed))
+}
+
+/// The thread sampling the replicas' consensus distance every
+/// `config.consensus_every_ms` (none for 0).
+fn start_monitor(
+    replicas: Vec<ParamAlias>,
+    config: &ClusterConfig,
+    stop: &Arc<AtomicBool>,
+    started: Instant,
+) -> Option<JoinHandle<Vec<ConsensusPoint>>> {
+    (config.consensus_every_ms > 0).then(|| {
+        let every = Duration::from_millis(config.consensus_every_ms);
+        let stop = Arc::clone(stop);
+        std::thread::spawn(move || {
+            tch::set_num_threads(1);
+            sample_consensus(&replicas, every, &stop, started)
+        })
+    })
+}
+
+/// Where the trainers park for checkpoints: every `checkpoint_every` steps,
+/// rounded up to a multiple of a foreground algorithm's sync period.
+fn parking_of(config: &ClusterConfig) -> Parking {
+    Parking {
+        every: match (config.checkpoint_every, config.sync.algorithm) {
+            (0, _) => 0,
+            (every, Algorithm::Foreground { every: k, .. }) => every.div_ceil(k) * k,
+            (every, _) => every,
+        },
+        parked: Arc::default(),
+    }
+}
+
+/// The actor system and its services, each on an arbiter of its own: the
+/// group coordinator following `plan` and, for EASGD, the parameter server's
+/// shards starting from `initial` (behind the simulated link in one process;
+/// between processes the network is real).
+fn start_services(
+    config: &ClusterConfig,
+    fabric: &Arc<dyn Fabric>,
+    plan: GroupPlan,
+    initial: &[f32],
+) -> Result<(System, JoinHandle<()>, Services)> {
+    let sync = &config.sync;
+    let easgd = sync.algorithm.rule() == Some(crate::sync::Rule::Easgd);
+    let (events, initial, shards) = (config.events.clone(), initial.to_vec(), sync.server_shards);
+    let link = match fabric.processes() {
+        1 => sync.link,
+        _ => LinkModel::default(),
+    };
+    let faults = config.faults.clone();
+    let (coordinator_events, coordinator_faults) = (events.clone(), faults.clone());
+    let fabric = Arc::clone(fabric);
+    spawn_system("shadowsync-system", move || {
+        let coordinator = GroupCoordinator::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+            GroupCoordinator::new(plan, coordinator_events).with_faults(&coordinator_faults)
+        });
+        let server = easgd.then(|| {
+            ServerClient::start(&initial, shards, &events, &faults, &*fabric)
+                .map(|server| server.over_link(link))
+        });
+        (coordinator, server)
+    })
+}
+
+/// The group coordinator, and EASGD's server if it has one.
+type Services = (Addr<GroupCoordinator>, Option<Result<ServerClient>>);
+
+/// What the trainer and shadow actors are started with.
+struct Actors<L: Learner> {
+    /// Whether shadow loops sync (else a finished trainer ends syncing).
+    shadow: bool,
+    chunk: Duration,
+    threads: usize,
+    pacing: Pacing,
+    events: EventBus,
+    stop: Arc<AtomicBool>,
+    parking: Parking,
+    fabric: Arc<dyn Fabric>,
+    trainer_exits: Sender<TrainerExit<L>>,
+    shadow_exits: Sender<(usize, Option<String>)>,
+}
+
+/// Starts a trainer actor per core and a shadow actor per loop, each on an
+/// arbiter of its own in `system`; the trainers' addresses.
+fn start_actors<L: Learner>(
+    system: &System,
+    cores: Vec<TrainerCore<L>>,
+    shadows: Vec<ShadowLoop>,
+    actors: Actors<L>,
+) -> Result<Vec<Addr<TrainerActor<L>>>> {
+    let (ready_tx, ready_rx) = bounded(1);
+    let launched = system.arbiter().spawn_fn(move || {
+        let Actors {
+            shadow,
+            chunk,
+            threads,
+            pacing,
+            events,
+            stop,
+            parking,
+            fabric,
+            trainer_exits,
+            shadow_exits,
+        } = actors;
+        let addrs: Vec<_> = cores
+            .into_iter()
+            .enumerate()
+            .map(|(worker, core)| {
+                let (exits, events, stop, parking, fabric) = (
+                    trainer_exits.clone(),
+                    events.clone(),
+                    Arc::clone(&stop),
+                    parking.clone(),
+                    Arc::clone(&fabric),
+                );
+                let on_finish: Box<dyn Fn() + Send> = if shadow {
+                    Box::new(|| {})
+                } else {
+                    Box::new(move || {
+                        stop.store(true, Ordering::Relaxed);
+                        fabric.stop_everywhere();
+                    })
+                };
+                TrainerActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                    // OpenMP teams are per thread: size this one.
+                    tch::set_num_threads(threads as i32);
+                    TrainerActor::new(worker, core, chunk, parking, exits, events, on_finish)
+                })
+            })
+            .collect();
+        for (trainer, shadow) in shadows.into_iter().enumerate() {
+            let (events, exits, stop) = (events.clone(), shadow_exits.clone(), Arc::clone(&stop));
+            ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                tch::set_num_threads(1);
+                ShadowActor::new(trainer, shadow, pacing, events, exits, stop)
+            });
+        }
+        let _ = ready_tx.send(addrs);
+    });
+    if !launched {
+        return Err(Error::System("the actor system stopped".into()));
+    }
+    ready_rx
+        .recv()
+        .map_err(|_| Error::System("the actors did not start".into()))
 }
 
 /// What runs a cluster's trainers: one core per learner, one shadow loop per

@@ -1,0 +1,458 @@
+//! A training run: N trainers, one pass over the training data, evaluated on
+//! held-out data.
+//!
+//! [`train`] resolves the data (files, or the built-in synthetic set), starts the
+//! [`Pipeline`] with one shard per trainer, builds one [`CtrLearner`] per trainer
+//! (all sharing one embedding table), runs them on the runtime's [`Cluster`] with
+//! the configured synchronization, has the runtime's [`Evaluator`] actor score
+//! the live model every `train.eval_every` examples (training and the progress
+//! display go on meanwhile) and at the end, and
+//! returns a [`TrainReport`]. The model evaluated is EASGD's centre for
+//! `*-easgd` and the mean of the replicas for the other synchronized algorithms.
+//! Under `none` the replicas are independent models: the live evaluations score
+//! trainer 0's, and the final figures are the mean of every replica's own
+//! evaluation (each is in the report), not an arbitrary pick of one.
+//!
+//! A failure mid-run (a malformed line under `fail`, a read error) stops every
+//! trainer but loses nothing already computed: the report keeps the history, the
+//! final evaluation of the model trained so far, and the error; the last
+//! checkpoint stays as it was.
+//!
+//! With `checkpoint.dir` set, the run saves its whole state there (see
+//! [`crate::checkpoint`]) every `checkpoint.every_steps` steps of each trainer,
+//! when the observer reports an interruption (the CLI's SIGINT/SIGTERM), and at
+//! the end. [`resume`] continues a run from its newest whole checkpoint: each
+//! trainer's data goes on from the batches it had trained, so that over both
+//! runs every example is trained exactly once.
+//!
+//! A run goes through named phases, each in a function of its own: the data
+//! ([`data`]: files resolved and checked, the test set loaded), the learners
+//! ([`build_learners`], on the [`Pipeline`]'s shards), the session ([`session`]:
+//! the cluster started, supervised until the trainers are done, the final model
+//! scored) and the report ([`report`]).
+
+use crate::checkpoint::{Checkpoint, CheckpointStore};
+use crate::config::Config;
+use crate::data::{
+    BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, TableLayout,
+};
+use crate::distributed::TableSyncReport;
+use crate::metrics::{EvalPoint, Metrics};
+use crate::model::{CtrLearner, EmbeddingTable};
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use shadowsync_actors::events::Event;
+use shadowsync_actors::sync::{Fabric, InProcess};
+use shadowsync_actors::ClusterReport;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+mod data;
+mod session;
+
+use data::{no_examples, RunData};
+use session::{Ended, Session};
+
+/// Examples per evaluation batch.
+pub(crate) const EVAL_BATCH: usize = 8192;
+
+/// The data a run used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataSummary {
+    /// Training file.
+    pub train: PathBuf,
+    /// Test file.
+    pub test: PathBuf,
+    /// Training file read counts.
+    pub train_read: ReadStats,
+    /// Test file read counts.
+    pub test_read: ReadStats,
+    /// The planted model's figures on the test file (synthetic data only).
+    pub test_oracle: Option<Oracle>,
+}
+
+/// Everything a run measured (written as JSON by `shadowsync train --results`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainReport {
+    /// The configuration the run used.
+    pub config: Config,
+    /// The data it used.
+    pub data: DataSummary,
+    /// Training examples consumed (with those of the run it resumed).
+    pub examples: u64,
+    /// Optimizer steps taken.
+    pub steps: u64,
+    /// Training wall-clock seconds (with those of the run it resumed).
+    pub train_seconds: f64,
+    /// Examples this run trained per second.
+    pub examples_per_sec: f64,
+    /// Evaluations during training, in order (with those of the run it
+    /// resumed, up to its checkpoint).
+    pub history: Vec<EvalPoint>,
+    /// Evaluation of the final model (under `none`, the mean of
+    /// `replica_metrics`).
+    pub final_metrics: Metrics,
+    /// Under `none`, each replica's final evaluation; empty otherwise.
+    pub replica_metrics: Vec<Metrics>,
+    /// Why the run stopped early, if it did.
+    pub error: Option<String>,
+    /// The runtime's figures: per-trainer examples/s, syncs, sync gap,
+    /// staleness, consensus distance over time.
+    pub cluster: ClusterReport,
+    /// The checkpoint this run resumed from, if it did.
+    pub resumed: Option<Resumed>,
+    /// The last checkpoint written, if any.
+    pub checkpoint: Option<PathBuf>,
+    /// Why checkpoints could not be written, if some could not (the run went
+    /// on without them).
+    pub checkpoint_errors: Vec<String>,
+    /// Whether the run was interrupted before the end of its data.
+    pub interrupted: bool,
+    /// For a run spread over processes, this process's part in it (`examples`
+    /// and `examples_per_sec` above are then the whole job's; `cluster` is
+    /// this process's).
+    pub distributed: Option<DistributedReport>,
+}
+
+/// A process's part in a run spread over processes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DistributedReport {
+    /// Number of processes.
+    pub processes: usize,
+    /// This process's index.
+    pub process: usize,
+    /// Trainers of the whole job.
+    pub job_trainers: usize,
+    /// Bytes this process sent to the others syncing dense replicas.
+    pub dense_bytes_sent: u64,
+    /// The embedding table's averaging across processes.
+    pub table_sync: TableSyncReport,
+    /// Bytes this process moved (dense sync and table sync) per example it
+    /// trained.
+    pub bytes_per_example: f64,
+}
+
+/// Where a resumed run started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resumed {
+    /// The checkpoint.
+    pub checkpoint: PathBuf,
+    /// Examples the job had trained (counted in [`TrainReport::examples`]).
+    pub examples: u64,
+    /// Newer checkpoints that could not be used, with why.
+    pub rejected: Vec<String>,
+}
+
+/// Receives progress from a running training loop.
+pub trait Observer {
+    /// Training starts; `total` examples if known.
+    fn started(&mut self, _total: Option<u64>) {}
+    /// `examples` seen so far.
+    fn progressed(&mut self, _examples: u64) {}
+    /// An evaluation finished.
+    fn evaluated(&mut self, _point: &EvalPoint) {}
+    /// The trainers' cluster started; `events` receives what happens in it
+    /// (every sync written back, every trainer finishing).
+    fn cluster_started(&mut self, _events: crossbeam_channel::Receiver<Event>) {}
+    /// A checkpoint was written.
+    fn checkpointed(&mut self, _path: &Path) {}
+    /// Whether to stop the run now (asked every progress tick), keeping what
+    /// it trained: it is evaluated and, with checkpoints, saved.
+    fn interrupted(&mut self) -> bool {
+        false
+    }
+}
+
+/// An observer that ignores everything.
+impl Observer for () {}
+
+/// Reads a whole (test) file into batches.
+pub fn load_batches(
+    path: &Path,
+    layout: &TableLayout,
+    policy: BadLinePolicy,
+    batch_size: usize,
+) -> Result<(Vec<Batch>, ReadStats)> {
+    let mut reader = CriteoReader::open(path, policy)?;
+    let mut batches = Vec::new();
+    let mut examples = Vec::with_capacity(batch_size);
+    for example in reader.by_ref() {
+        examples.push(example?);
+        if examples.len() == batch_size {
+            batches.push(Batch::from_examples(&examples, layout)?);
+            examples.clear();
+        }
+    }
+    if !examples.is_empty() {
+        batches.push(Batch::from_examples(&examples, layout)?);
+    }
+    Ok((batches, reader.stats().clone()))
+}
+
+/// Trains `config.train.trainers` replicas for one pass over the data (each on
+/// its shard, synchronized by `config.sync`) and evaluates the result.
+pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport> {
+    run(Arc::new(InProcess), config, None, observer)
+}
+
+/// This process's part of a run spread over `fabric`'s processes (each runs
+/// it with the same `config`): `config.train.trainers` trainers here, on this
+/// process's part of the data; see [`crate::distributed`]. Every process gets
+/// the report of the same final model (the mean over all trainers). Each
+/// process writes its checkpoints to its own directory under
+/// `checkpoint.dir` ([`process_dir`]).
+pub fn train_on(
+    fabric: Arc<dyn Fabric>,
+    config: &Config,
+    observer: &mut dyn Observer,
+) -> Result<TrainReport> {
+    run(fabric, config, None, observer)
+}
+
+/// Where a process of a job keeps its checkpoints: `dir` itself in one
+/// process, `dir/rank-P-of-R` in process `P` of `R`.
+pub fn process_dir(dir: &Path, fabric: &dyn Fabric) -> PathBuf {
+    match fabric.processes() {
+        1 => dir.to_path_buf(),
+        processes => dir.join(format!("rank-{}-of-{processes}", fabric.process())),
+    }
+}
+
+/// Continues the run whose checkpoints are in `dir` from the newest whole one,
+/// with that run's configuration (writing further checkpoints to `dir`).
+pub fn resume(dir: &Path, observer: &mut dyn Observer) -> Result<TrainReport> {
+    resume_on(Arc::new(InProcess), dir, observer)
+}
+
+/// This process's part of resuming a job of `fabric`'s processes (as many as
+/// the job that wrote the checkpoints): each continues from the newest whole
+/// checkpoint in its [`process_dir`]; the sync rounds of all trainers go on
+/// from the furthest any of them had come to.
+pub fn resume_on(
+    fabric: Arc<dyn Fabric>,
+    dir: &Path,
+    observer: &mut dyn Observer,
+) -> Result<TrainReport> {
+    let own = process_dir(dir, fabric.as_ref());
+    if fabric.processes() > 1 && !own.is_dir() {
+        return Err(Error::config(
+            "resume",
+            format!(
+                "{} does not exist: was the job run with {} processes and checkpoint.dir {}?",
+                own.display(),
+                fabric.processes(),
+                dir.display()
+            ),
+        ));
+    }
+    let store = CheckpointStore::open(&own, 1)?;
+    let (path, mut checkpoint, rejected) = store.load_latest()?;
+    if fabric.processes() > 1 {
+        // A round every trainer of the job goes on from (in one process, the
+        // cluster aligns the rounds itself).
+        let furthest = checkpoint
+            .cluster
+            .trainers
+            .iter()
+            .map(|t| t.sync.round)
+            .max()
+            .unwrap_or(0);
+        let all = fabric.gather(vec![furthest as u32, (furthest >> 32) as u32])?;
+        let furthest = all
+            .iter()
+            .filter_map(|w| Some(u64::from(*w.first()?) | (u64::from(*w.get(1)?) << 32)))
+            .max()
+            .unwrap_or(furthest);
+        for trainer in &mut checkpoint.cluster.trainers {
+            trainer.sync.round = furthest;
+        }
+    }
+    let mut config = checkpoint.config.clone();
+    config.checkpoint.dir = Some(dir.to_path_buf());
+    tracing::info!(checkpoint = %path.display(), examples = checkpoint.examples(), "resuming");
+    // The job's examples before it.
+    let mut examples = [checkpoint.examples()];
+    fabric.sum(&mut examples)?;
+    let resumed = Resumed {
+        checkpoint: path,
+        examples: examples[0],
+        rejected: rejected
+            .iter()
+            .map(|r| format!("{}: {}", r.path.display(), r.reason))
+            .collect(),
+    };
+    run(fabric, &config, Some((resumed, checkpoint)), observer)
+}
+
+/// One run (or this process's part of one), phase by phase.
+fn run(
+    fabric: Arc<dyn Fabric>,
+    config: &Config,
+    resumed: Option<(Resumed, Checkpoint)>,
+    observer: &mut dyn Observer,
+) -> Result<TrainReport> {
+    config.validate_for(fabric.processes())?;
+    tch::set_num_threads(config.train.threads as i32);
+    tch::manual_seed(config.train.seed as i64);
+    let layout = config.table_layout()?;
+    let checkpoint = resumed.as_ref().map(|(_, c)| c);
+    let mut data = RunData::prepare(fabric.as_ref(), config, &layout, checkpoint)?;
+    let mut pipeline = spawn_pipeline(&data.train, &layout, config, fabric.as_ref(), checkpoint)?;
+    let learners = build_learners(config, &layout, &mut pipeline, checkpoint)?;
+    let mut session = Session::start(
+        Arc::clone(&fabric),
+        config,
+        learners,
+        &mut data,
+        checkpoint,
+        observer,
+    )?;
+    session.supervise(observer, data.total)?;
+    let ended = session.end(observer)?;
+    let train_read = pipeline.finish()?;
+    report(
+        fabric.as_ref(),
+        config,
+        data,
+        train_read,
+        ended,
+        resumed.map(|(r, _)| r),
+        observer,
+    )
+}
+
+/// The reader and parsers of the training file, one shard per learner of
+/// the job (this process's kept), each past the chunks `resumed` had trained.
+fn spawn_pipeline(
+    train: &Path,
+    layout: &TableLayout,
+    config: &Config,
+    fabric: &dyn Fabric,
+    resumed: Option<&Checkpoint>,
+) -> Result<Pipeline> {
+    let learners = config.train.trainers * config.train.workers;
+    Pipeline::spawn(
+        train,
+        layout.clone(),
+        &PipelineConfig {
+            batch_size: config.train.batch_size,
+            shards: learners * fabric.processes(),
+            keep: Some(fabric.local_trainers(learners)),
+            policy: config.data.bad_lines,
+            capacity: 64,
+            // A learner that had finished its data skips all of it.
+            skip: resumed.map_or_else(Vec::new, |c| {
+                c.cluster
+                    .learners
+                    .iter()
+                    .map(|l| l.as_ref().map_or(u64::MAX, |l| l.position))
+                    .collect()
+            }),
+        },
+    )
+}
+
+/// One learner per shard of `pipeline`, all sharing one embedding table (the
+/// checkpoint's, when resumed); the table is returned too.
+fn build_learners(
+    config: &Config,
+    layout: &TableLayout,
+    pipeline: &mut Pipeline,
+    resumed: Option<&Checkpoint>,
+) -> Result<(Vec<CtrLearner>, EmbeddingTable)> {
+    let learners = CtrLearner::replicas(
+        &config.model,
+        &config.optim,
+        layout,
+        pipeline.take_shards(),
+        config.train.workers,
+    )?;
+    let table = learners
+        .first()
+        .map(|l| l.table().share())
+        .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
+    if let Some(checkpoint) = resumed {
+        table.load_state(|name| {
+            checkpoint
+                .table
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, values)| values.clone())
+                .ok_or_else(|| {
+                    Error::config(
+                        "resume",
+                        format!("the checkpoint has no embedding table {name:?} (another sparse optimizer?)"),
+                    )
+                })
+        })?;
+    }
+    Ok((learners, table))
+}
+
+/// The report of an ended session: the whole job's examples and examples/s,
+/// the final evaluation added to the history. A run that trained nothing (an
+/// empty training file) is an error, unless interrupted.
+fn report(
+    fabric: &dyn Fabric,
+    config: &Config,
+    data: RunData,
+    train_read: ReadStats,
+    ended: Ended,
+    resumed: Option<Resumed>,
+    observer: &mut dyn Observer,
+) -> Result<TrainReport> {
+    let cluster = ended.cluster;
+    let mut job = [cluster.examples, cluster.examples_per_sec.round() as u64];
+    fabric.sum(&mut job)?;
+    let [examples, job_examples_per_sec] = job;
+    if examples == 0 && !ended.interrupted {
+        return Err(no_examples(&data.train, &train_read));
+    }
+    let distributed = ended.table_sync.map(|table_sync| {
+        let dense_bytes_sent = fabric.bytes_sent();
+        DistributedReport {
+            processes: fabric.processes(),
+            process: fabric.process(),
+            job_trainers: config.train.trainers * fabric.processes(),
+            dense_bytes_sent,
+            table_sync,
+            bytes_per_example: (dense_bytes_sent + table_sync.bytes) as f64
+                / cluster.examples.max(1) as f64,
+        }
+    });
+    let last = EvalPoint {
+        examples,
+        train_seconds: ended.earlier_seconds + cluster.seconds,
+        metrics: ended.metrics,
+    };
+    observer.evaluated(&last);
+    let mut history = ended.history;
+    history.push(last);
+    Ok(TrainReport {
+        config: config.clone(),
+        data: DataSummary {
+            train: data.train,
+            test: data.test,
+            train_read,
+            test_read: data.test_read,
+            test_oracle: data.test_oracle,
+        },
+        examples,
+        steps: cluster.trainer_stats.iter().map(|s| s.steps).sum(),
+        train_seconds: last.train_seconds,
+        examples_per_sec: match distributed {
+            Some(_) => job_examples_per_sec as f64,
+            None => cluster.examples_per_sec,
+        },
+        history,
+        final_metrics: last.metrics,
+        replica_metrics: ended.replica_metrics,
+        error: cluster.errors.first().cloned(),
+        cluster,
+        resumed,
+        checkpoint: ended.checkpoints.last,
+        checkpoint_errors: ended.checkpoints.errors,
+        interrupted: ended.interrupted,
+        distributed,
+    })
+}

@@ -1,0 +1,530 @@
+//! A run in progress: the trainers' cluster, the evaluator beside it, and the
+//! checkpoints.
+//!
+//! [`Session::start`] starts them; [`Session::supervise`] watches the run
+//! every [`PROGRESS_EVERY`] until the trainers are done: it saves a checkpoint
+//! whenever the trainers park for one, stops the run on an interruption or a
+//! failed trainer, reports progress, and asks for a live evaluation every
+//! `train.eval_every` examples. [`Session::end`] waits for the cluster, saves
+//! the last checkpoint and scores the final model.
+
+use super::data::RunData;
+use super::{process_dir, Observer};
+use crate::checkpoint::{Checkpoint, CheckpointStore, DataFile, Reason};
+use crate::config::Config;
+use crate::data::Batch;
+use crate::distributed::{TableSync, TableSyncReport};
+use crate::metrics::{evaluate, EvalPoint, Metrics};
+use crate::model::{CtrLearner, EmbeddingTable};
+use crate::{Error, Result};
+use crossbeam_channel::Receiver;
+use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
+use shadowsync_actors::events::Event;
+use shadowsync_actors::sync::{Algorithm, Fabric};
+use shadowsync_actors::{Cluster, ClusterConfig, ClusterReport, Learner, ParamAlias};
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the progress (and the need for an evaluation) is checked.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+/// How often trainers parked for a checkpoint are looked for.
+const PARKED_EVERY: Duration = Duration::from_millis(2);
+
+/// What the run had before this process took it up (from the checkpoint it
+/// resumes): training seconds, evaluations, examples.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Earlier {
+    pub train_seconds: f64,
+    pub history: Vec<EvalPoint>,
+    pub examples: u64,
+}
+
+/// How a session ended.
+pub(super) struct Ended {
+    /// The runtime's figures.
+    pub cluster: ClusterReport,
+    /// The embedding table's averaging across processes, if several.
+    pub table_sync: Option<TableSyncReport>,
+    /// The final model's metrics, and under `none` each replica's.
+    pub metrics: Metrics,
+    pub replica_metrics: Vec<Metrics>,
+    /// Every evaluation, the run's earlier ones first (not the final one).
+    pub history: Vec<EvalPoint>,
+    /// Training seconds before this process took the run up.
+    pub earlier_seconds: f64,
+    /// The checkpoints written, and why some could not be.
+    pub checkpoints: Checkpoints,
+    pub interrupted: bool,
+}
+
+/// The checkpoints a run wrote, and why some could not be.
+#[derive(Default)]
+pub(super) struct Checkpoints {
+    pub last: Option<PathBuf>,
+    pub errors: Vec<String>,
+}
+
+/// Which model the evaluations score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FinalModel {
+    /// Each replica on its own (independent trainers: an average of their
+    /// parameters would mix unrelated models); trainer 0's while training.
+    EachReplica,
+    /// The mean of all replicas (what a last global sync gives).
+    Mean,
+}
+
+/// Scores dense parameters on the test set with the shared embedding table.
+struct CtrScorer {
+    model: CtrLearner,
+    test: Vec<Batch>,
+}
+
+impl Scorer for CtrScorer {
+    type Score = Metrics;
+    type Error = Error;
+
+    fn score(&mut self, dense: &[f32]) -> Result<Metrics> {
+        self.model.dense_params().load_from(dense)?;
+        let (predictions, labels) = self.model.predict_all(&self.test)?;
+        Ok(evaluate(&predictions, &labels))
+    }
+}
+
+/// The replicas as they train, read without stopping them.
+struct Replicas {
+    aliases: Vec<ParamAlias>,
+    which: FinalModel,
+}
+
+impl Replicas {
+    /// Each replica's current parameters.
+    fn each(&self) -> Result<Vec<Vec<f32>>> {
+        Self::read(&self.aliases)
+    }
+
+    /// The current parameters of `aliases`.
+    fn read(aliases: &[ParamAlias]) -> Result<Vec<Vec<f32>>> {
+        aliases
+            .iter()
+            .map(|replica| {
+                let mut dense = vec![0f32; replica.len()];
+                replica.snapshot_into(&mut dense)?;
+                Ok(dense)
+            })
+            .collect()
+    }
+
+    /// The model the replicas make right now: trainer 0's or their mean.
+    fn model(&self) -> Result<Vec<f32>> {
+        let each = match self.which {
+            FinalModel::EachReplica => Self::read(&self.aliases[..1.min(self.aliases.len())])?,
+            FinalModel::Mean => self.each()?,
+        };
+        let len = each.first().map_or(0, Vec::len);
+        let mut mean = vec![0f32; len];
+        for replica in &each {
+            mean.iter_mut()
+                .zip(replica)
+                .for_each(|(m, v)| *m += v / each.len() as f32);
+        }
+        Ok(mean)
+    }
+}
+
+/// Where a run's checkpoints go, and what each keeps besides the state.
+struct Saver {
+    store: CheckpointStore,
+    /// The configuration with absolute paths (a resumed run may start in
+    /// another directory).
+    config: Config,
+    files: Vec<DataFile>,
+}
+
+impl Saver {
+    /// Saves a checkpoint; `held`: how long the trainers stood still for it.
+    fn save(
+        &self,
+        reason: Reason,
+        cluster: shadowsync_actors::ClusterState,
+        table: Vec<(String, Vec<f32>)>,
+        held: Duration,
+        train_seconds: f64,
+        history: &[EvalPoint],
+    ) -> Result<PathBuf> {
+        let writing = Instant::now();
+        let checkpoint = Checkpoint {
+            reason,
+            config: self.config.clone(),
+            cluster,
+            table,
+            train_seconds,
+            history: history.to_vec(),
+            data: self.files.clone(),
+        };
+        let path = self.store.save(&checkpoint)?;
+        tracing::info!(
+            checkpoint = %path.display(),
+            examples = checkpoint.examples(),
+            ?reason,
+            trainers_held_ms = held.as_millis() as u64,
+            write_ms = writing.elapsed().as_millis() as u64,
+            "checkpoint written"
+        );
+        Ok(path)
+    }
+}
+
+/// A run in progress.
+pub(super) struct Session<'a> {
+    config: &'a Config,
+    fabric: Arc<dyn Fabric>,
+    cluster: Cluster<CtrLearner>,
+    /// The cluster's events, for failed trainers.
+    events: Receiver<Event>,
+    evaluator: Evaluator<CtrScorer>,
+    replicas: Replicas,
+    /// The shared embedding table, for checkpoints.
+    table: EmbeddingTable,
+    table_sync: Option<TableSync>,
+    saver: Option<Saver>,
+    earlier: Earlier,
+    started: Instant,
+    history: Vec<EvalPoint>,
+    /// Training seconds at each live evaluation still being scored, in
+    /// request order (the evaluator answers in order).
+    requested_at: VecDeque<f64>,
+    next_eval: u64,
+    checkpoints: Checkpoints,
+    interrupted: bool,
+}
+
+impl<'a> Session<'a> {
+    /// Starts `learners` (sharing `table`) on `fabric`'s cluster, with an
+    /// evaluator over `data`'s test set (taken from it), going on from
+    /// `resumed` if given.
+    pub fn start(
+        fabric: Arc<dyn Fabric>,
+        config: &'a Config,
+        (learners, table): (Vec<CtrLearner>, EmbeddingTable),
+        data: &mut RunData,
+        resumed: Option<&Checkpoint>,
+        observer: &mut dyn Observer,
+    ) -> Result<Self> {
+        let test = std::mem::take(&mut data.test_batches);
+        let saver = match &config.checkpoint.dir {
+            Some(dir) => Some(Saver {
+                store: CheckpointStore::open(
+                    &process_dir(dir, fabric.as_ref()),
+                    config.checkpoint.keep,
+                )?,
+                config: with_absolute_paths(config)?,
+                files: data.files.clone(),
+            }),
+            None => None,
+        };
+        let table_sync = (fabric.processes() > 1)
+            .then(|| {
+                let every = Duration::from_millis(config.train.table_sync_ms);
+                TableSync::start(Arc::clone(&fabric), table.share(), every)
+            })
+            .transpose()?;
+        let evaluator = Evaluator::start(CtrScorer {
+            model: CtrLearner::with_table(&config.model, &config.optim, table.share(), None)?,
+            test,
+        })?;
+        let replicas = Replicas {
+            aliases: learners
+                .iter()
+                .step_by(config.train.workers)
+                .map(|l| ParamAlias::new(l.dense_params()))
+                .collect::<shadowsync_actors::Result<_>>()?,
+            which: match config.sync.algorithm {
+                Algorithm::None => FinalModel::EachReplica,
+                _ => FinalModel::Mean,
+            },
+        };
+        let cluster_config = ClusterConfig {
+            sync: config.sync.clone(),
+            intra_op_threads: config.train.threads,
+            consensus_every_ms: config.train.consensus_every_ms,
+            workers: config.train.workers,
+            faults: config.faults.clone(),
+            checkpoint_every: match saver {
+                Some(_) => config.checkpoint.every_steps,
+                None => 0,
+            },
+            ..ClusterConfig::default()
+        };
+        // Subscribed before the start: a trainer failing at once is seen.
+        let events = cluster_config.events.subscribe();
+        let observed = cluster_config.events.subscribe();
+        let cluster = Cluster::start_on(
+            Arc::clone(&fabric),
+            cluster_config,
+            learners,
+            resumed.map(|checkpoint| &checkpoint.cluster),
+        )?;
+        observer.cluster_started(observed);
+        let earlier = resumed.map_or_else(Earlier::default, |c| Earlier {
+            train_seconds: c.train_seconds,
+            history: c.history.clone(),
+            examples: c.examples(),
+        });
+        let every = config.train.eval_every;
+        Ok(Self {
+            config,
+            fabric,
+            cluster,
+            events,
+            evaluator,
+            replicas,
+            table,
+            table_sync,
+            saver,
+            next_eval: (earlier.examples - earlier.examples % every.max(1)).saturating_add(every),
+            history: earlier.history.clone(),
+            earlier,
+            started: Instant::now(),
+            requested_at: VecDeque::new(),
+            checkpoints: Checkpoints::default(),
+            interrupted: false,
+        })
+    }
+
+    /// Training seconds so far, the earlier runs' included.
+    fn train_seconds(&self) -> f64 {
+        self.earlier.train_seconds + self.started.elapsed().as_secs_f64()
+    }
+
+    /// Watches the run until every trainer is done (see the module doc).
+    pub fn supervise(&mut self, observer: &mut dyn Observer, total: Option<u64>) -> Result<()> {
+        observer.started(total);
+        loop {
+            self.checkpoint_when_parked(observer);
+            if !self.interrupted && observer.interrupted() {
+                self.interrupted = true;
+                self.cluster.stop();
+            }
+            self.stop_on_failure()?;
+            let stats = self.cluster.stats();
+            let examples: u64 = stats.iter().map(|s| s.examples).sum();
+            observer.progressed(examples);
+            let done = self.evaluator.finished();
+            self.record_live(done, observer)?;
+            let training = !stats.iter().all(|s| s.finished);
+            if !training {
+                return Ok(());
+            }
+            self.evaluate_live(examples)?;
+        }
+    }
+
+    /// Waits a progress tick, and saves a checkpoint if the trainers parked
+    /// for one meanwhile (they wait for it: they are looked for more often).
+    fn checkpoint_when_parked(&mut self, observer: &mut dyn Observer) {
+        let tick = Instant::now();
+        let parked = || self.saver.is_some() && self.cluster.parked();
+        while tick.elapsed() < PROGRESS_EVERY && !parked() {
+            std::thread::sleep(PARKED_EVERY);
+        }
+        let Some(saver) = self.saver.as_ref().filter(|_| self.cluster.parked()) else {
+            return;
+        };
+        let holding = Instant::now();
+        let saved = self
+            .cluster
+            .checkpoint(|| table_arrays(&self.table))
+            .map_err(Error::from)
+            .and_then(|(state, table)| {
+                let held = holding.elapsed();
+                let seconds = self.train_seconds();
+                saver.save(
+                    Reason::Periodic,
+                    state,
+                    table?,
+                    held,
+                    seconds,
+                    &self.history,
+                )
+            });
+        note_checkpoint(saved, &mut self.checkpoints, observer);
+    }
+
+    /// Stops the run when a trainer failed. Across processes it is an error
+    /// at once: the others cannot finish the pass without this one's shards,
+    /// and its exit ends the job.
+    fn stop_on_failure(&mut self) -> Result<()> {
+        let failed = self.events.try_iter().find_map(|e| match e {
+            Event::TrainerFailed { trainer, error } => Some(format!("trainer {trainer}: {error}")),
+            _ => None,
+        });
+        if let Some(failure) = failed {
+            self.cluster.stop(); // a failed shard ends the run, as one trainer would
+            if self.fabric.processes() > 1 {
+                return Err(Error::Runtime(shadowsync_actors::Error::System(failure)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks for a live evaluation when `examples` passed the next one's
+    /// mark; one at a time: a slow one delays the next rather than queueing
+    /// them up.
+    fn evaluate_live(&mut self, examples: u64) -> Result<()> {
+        let every = self.config.train.eval_every;
+        if every > 0 && examples >= self.next_eval && self.evaluator.pending() == 0 {
+            self.next_eval = (examples - examples % every).saturating_add(every);
+            self.evaluator.request(self.replicas.model()?, examples)?;
+            self.requested_at.push_back(self.train_seconds());
+        }
+        Ok(())
+    }
+
+    /// Hands finished live evaluations to the history and the observer.
+    fn record_live(
+        &mut self,
+        done: Vec<Evaluation<Metrics>>,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        for evaluation in done {
+            let train_seconds = self.requested_at.pop_front().unwrap_or_default();
+            let point = EvalPoint {
+                examples: evaluation.tag,
+                train_seconds,
+                metrics: metrics_of(evaluation)?,
+            };
+            observer.evaluated(&point);
+            self.history.push(point);
+        }
+        Ok(())
+    }
+
+    /// Waits for the cluster, saves the state as it ended (unless a trainer
+    /// failed: the last checkpoint stays the one to resume from then) and
+    /// scores the final model: EASGD's centre, the mean of the replicas (of
+    /// the whole job), or under `none` each replica.
+    pub fn end(mut self, observer: &mut dyn Observer) -> Result<Ended> {
+        let outcome = self.cluster.wait()?;
+        let table_sync = self.table_sync.take().map(TableSync::finish).transpose()?;
+        let done = self.evaluator.wait_all()?;
+        self.record_live(done, observer)?;
+        if let (Some(saver), true) = (&self.saver, outcome.report.errors.is_empty()) {
+            let reason = match self.interrupted {
+                true => Reason::Interrupted,
+                false => Reason::End,
+            };
+            let seconds = self.train_seconds();
+            let saved = outcome
+                .state(self.config.train.workers)
+                .map_err(Error::from)
+                .and_then(|state| {
+                    let table = table_arrays(&self.table)?;
+                    saver.save(reason, state, table, Duration::ZERO, seconds, &self.history)
+                });
+            note_checkpoint(saved, &mut self.checkpoints, observer);
+        }
+        // The whole job's examples (this process's, in one).
+        let mut examples = [outcome.report.examples];
+        self.fabric.sum(&mut examples)?;
+        let (metrics, replica_metrics) = self.final_metrics(outcome.center, examples[0])?;
+        Ok(Ended {
+            cluster: outcome.report,
+            table_sync,
+            metrics,
+            replica_metrics,
+            history: self.history,
+            earlier_seconds: self.earlier.train_seconds,
+            checkpoints: self.checkpoints,
+            interrupted: self.interrupted,
+        })
+    }
+
+    /// The final model's metrics, and under `none` each replica's (of every
+    /// process).
+    fn final_metrics(
+        &mut self,
+        center: Option<Vec<f32>>,
+        examples: u64,
+    ) -> Result<(Metrics, Vec<Metrics>)> {
+        let evaluator = &mut self.evaluator;
+        match (center, self.replicas.which) {
+            (Some(center), _) => Ok((metrics_of(evaluator.score(center, examples)?)?, Vec::new())),
+            (None, FinalModel::Mean) => {
+                let mut model = self.replicas.model()?;
+                self.fabric.average(&mut model)?;
+                Ok((metrics_of(evaluator.score(model, examples)?)?, Vec::new()))
+            }
+            (None, FinalModel::EachReplica) => {
+                for dense in self.replicas.each()? {
+                    evaluator.request(dense, examples)?;
+                }
+                let mine = evaluator
+                    .wait_all()?
+                    .into_iter()
+                    .map(metrics_of)
+                    .collect::<Result<Vec<_>>>()?;
+                let each = crate::distributed::every_process_metrics(self.fabric.as_ref(), mine)?;
+                let mean = Metrics::mean(&each)
+                    .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
+                Ok((mean, each))
+            }
+        }
+    }
+}
+
+/// The metrics of a finished evaluation.
+fn metrics_of(evaluation: Evaluation<Metrics>) -> Result<Metrics> {
+    evaluation.score.map_err(Error::Evaluation)
+}
+
+/// Notes a checkpoint written, or why it could not be: the run goes on, as a
+/// failed checkpoint must not cost what was trained.
+fn note_checkpoint(
+    saved: Result<PathBuf>,
+    checkpoints: &mut Checkpoints,
+    observer: &mut dyn Observer,
+) {
+    match saved {
+        Ok(path) => {
+            observer.checkpointed(&path);
+            checkpoints.last = Some(path);
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "checkpoint not written; training goes on");
+            checkpoints.errors.push(e.to_string());
+        }
+    }
+}
+
+/// The shared table's arrays, by name.
+fn table_arrays(table: &EmbeddingTable) -> Result<Vec<(String, Vec<f32>)>> {
+    table
+        .state()
+        .into_iter()
+        .map(|(name, tensor)| {
+            let flat = tensor.f_flatten(0, -1)?;
+            Ok((name.to_string(), Vec::<f32>::try_from(&flat)?))
+        })
+        .collect()
+}
+
+/// `config` with its file and directory paths made absolute, so that a run
+/// resumed from another working directory reads the same files.
+fn with_absolute_paths(config: &Config) -> Result<Config> {
+    let mut config = config.clone();
+    for path in [
+        &mut config.data.train,
+        &mut config.data.test,
+        &mut config.data.synthetic.dir,
+        &mut config.checkpoint.dir,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *path = std::path::absolute(&*path).map_err(|e| Error::io(&*path, e))?;
+    }
+    Ok(config)
+}
