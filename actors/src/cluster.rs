@@ -141,6 +141,28 @@ pub struct ClusterOutcome<L> {
     pub report: ClusterReport,
 }
 
+impl<L: Learner> ClusterOutcome<L> {
+    /// The trained model's dense parameters: EASGD's centre, or else the mean
+    /// of the trainers' replicas (of this process's, across processes).
+    pub fn model(&self) -> Result<Vec<f32>> {
+        if let Some(center) = &self.center {
+            return Ok(center.clone());
+        }
+        let workers = (self.learners.len() / self.report.trainers.max(1)).max(1);
+        let replicas: Vec<&L> = self.learners.iter().step_by(workers).collect();
+        let len = replicas.first().map_or(0, |l| l.dense_params().numel());
+        let (mut mean, mut replica) = (vec![0f32; len], vec![0f32; len]);
+        for learner in &replicas {
+            learner.dense_params().copy_to(&mut replica)?;
+            let share = 1.0 / replicas.len() as f32;
+            mean.iter_mut()
+                .zip(&replica)
+                .for_each(|(m, r)| *m += r * share);
+        }
+        Ok(mean)
+    }
+}
+
 pub(crate) struct Running<L: Learner> {
     pub(crate) trainers: Vec<Addr<TrainerActor<L>>>,
     trainer_exits: Receiver<TrainerExit<L>>,

@@ -1,0 +1,54 @@
+//! The examples, run as a user runs them (`cargo run --release --example NAME`;
+//! `cargo test` builds them beside the tests): each ends well and shows a
+//! model that learned.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Runs the example `name`, built by `cargo test` next to this test.
+fn example(name: &str) -> Output {
+    let deps = std::env::current_exe().unwrap();
+    let profile = deps.parent().and_then(|d| d.parent()).unwrap();
+    let path: PathBuf = profile.join("examples").join(name);
+    let out = Command::new(&path)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        out.status.success(),
+        "{name}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The number after `label` in `text`.
+fn figure_after(text: &str, label: &str) -> f64 {
+    let at = text
+        .find(label)
+        .unwrap_or_else(|| panic!("no {label:?} in {text}"))
+        + label.len();
+    text[at..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .find(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no figure after {label:?} in {text}"))
+}
+
+#[test]
+fn custom_learner_trains_a_regression_that_learns() {
+    let out = String::from_utf8(example("custom_learner").stdout).unwrap();
+    let before = figure_after(&out, "error: ");
+    let after = figure_after(&out, "before training, ");
+    assert!(after < before / 4.0, "{out}");
+}
+
+#[test]
+fn the_ctr_examples_train_models_that_learn() {
+    for name in ["four_trainers", "embed_runtime", "sync_monitor"] {
+        let out = String::from_utf8(example(name).stdout).unwrap();
+        let ne = figure_after(&out, "test NE");
+        assert!(ne < 0.95, "{name}: {out}");
+    }
+}
