@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 /// Everything that can go wrong in shadowsync.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A file could not be opened, read or written.
     #[error("{}: {}", path.display(), plain(source))]

@@ -26,6 +26,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod checkpoint;
 pub mod config;
 pub mod data;

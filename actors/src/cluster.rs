@@ -9,7 +9,7 @@
 //!   ([`ServerClient`]; across processes, each serves its share of the shards);
 //! * the [`GroupCoordinator`] that every sync peer asks for its group each round
 //!   (following the [`GroupPlan`] of the configured DS-Sync schedule);
-//! * the transport between trainers, with the simulated link: a [`mesh`] in
+//! * the transport between trainers, with the simulated link: a [`mesh`](crate::sync::mesh) in
 //!   this process, or across the processes of a job through a [`Fabric`]
 //!   ([`Cluster::start_on`]; the trainers of this process are then numbered
 //!   across the job, groups span processes, and syncing ends when every
@@ -209,7 +209,7 @@ impl<L: Learner> Clone for Cluster<L> {
 impl<L: Learner> Cluster<L> {
     /// Starts training `learners` under `config`: one per trainer, or with
     /// `config.workers = W`, W consecutive learners per trainer whose dense
-    /// parameters are one buffer (built with [`FlatParams::adopt_shared`]).
+    /// parameters are one buffer (built with [`FlatParams::adopt_shared`](crate::FlatParams::adopt_shared)).
     /// Every replica starts from the first one's parameters.
     pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
         Self::launch(Arc::new(InProcess), config, learners, None)

@@ -2,6 +2,7 @@
 
 /// Everything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A libtorch operation failed (shown by its first line: libtorch appends
     /// a C++ stack trace that says nothing to a user).

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 /// Something that happened in the cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Event {
     /// A sync round's average was written back into `trainer`'s replica.
     Synced {

@@ -22,6 +22,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod checkpoint;
 pub mod cluster;
 pub mod coordinator;

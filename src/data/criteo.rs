@@ -190,8 +190,7 @@ pub fn read_line(
 }
 
 /// Opens a data file, plain or gzip, for buffered reading. Reaching its end
-/// is an error if the file shrank or was removed or replaced meanwhile (see
-/// [`WatchedFile`]).
+/// is an error if the file shrank or was removed or replaced meanwhile.
 pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
     let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut magic = [0u8; 2];

@@ -3,8 +3,8 @@
 //!
 //! [`train`] resolves the data (files, or the built-in synthetic set), starts the
 //! [`Pipeline`] with one shard per trainer, builds one [`CtrLearner`] per trainer
-//! (all sharing one embedding table), runs them on the runtime's [`Cluster`] with
-//! the configured synchronization, has the runtime's [`Evaluator`] actor score
+//! (all sharing one embedding table), runs them on the runtime's [`Cluster`](shadowsync_actors::Cluster) with
+//! the configured synchronization, has the runtime's [`Evaluator`](shadowsync_actors::evaluator::Evaluator) actor score
 //! the live model every `train.eval_every` examples (training and the progress
 //! display go on meanwhile) and at the end, and
 //! returns a [`TrainReport`]. The model evaluated is EASGD's centre for
@@ -26,10 +26,10 @@
 //! runs every example is trained exactly once.
 //!
 //! A run goes through named phases, each in a function of its own: the data
-//! ([`data`]: files resolved and checked, the test set loaded), the learners
-//! ([`build_learners`], on the [`Pipeline`]'s shards), the session ([`session`]:
-//! the cluster started, supervised until the trainers are done, the final model
-//! scored) and the report ([`report`]).
+//! (`data.rs`: files resolved and checked, the test set loaded), the learners
+//! (on the [`Pipeline`]'s shards), the session (`session.rs`: the cluster
+//! started, supervised until the trainers are done, the final model scored)
+//! and the report.
 
 use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;

@@ -105,10 +105,15 @@ pub enum ShardRequest {
     /// The elastic step of `trainer`'s replica in its `round`: `values` are
     /// the replica's from index `at` (the whole vector, or the shard's slice).
     Elastic {
+        /// The replica's values from index `at`.
         values: Arc<[f32]>,
+        /// Where `values` start in the whole vector.
         at: usize,
+        /// EASGD's elasticity.
         alpha: f32,
+        /// The trainer whose replica it is.
         trainer: usize,
+        /// The trainer's sync round.
         round: u64,
     },
     /// A copy of the shard's values.
