@@ -69,11 +69,16 @@ impl Interrupt {
             "{name}: stopping: evaluating the model trained so far, writing results and a checkpoint \
              (a second signal exits at once)"
         );
-        std::thread::sleep(Self::GRACE);
-        quit(&format!(
-            "the graceful stop took more than {} s: exiting now",
-            Self::GRACE.as_secs()
-        ));
+        // The deadline on a thread of its own: this one must stay free to hear
+        // a second signal.
+        std::thread::spawn(move || {
+            std::thread::sleep(Self::GRACE);
+            eprintln!(
+                "{name}: the graceful stop took more than {} s: exiting now",
+                Self::GRACE.as_secs()
+            );
+            signal_hook::low_level::exit(128 + signal)
+        });
     }
 
     /// Marks whether a run is training.
