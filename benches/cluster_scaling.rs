@@ -123,13 +123,13 @@ fn main() -> anyhow::Result<()> {
     let mut results = Vec::new();
     for &n in &trainers {
         for &(link, _) in &links {
-            for &algorithm in &algorithms {
+            for algorithm in &algorithms {
                 // With one trainer there is nothing to synchronize.
-                if n > 1 || algorithm == Algorithm::None {
+                if n > 1 || *algorithm == Algorithm::None {
                     results.push(Row {
                         trainers: n,
                         link,
-                        algorithm,
+                        algorithm: algorithm.clone(),
                         reports: Vec::new(),
                     });
                 }
@@ -140,7 +140,7 @@ fn main() -> anyhow::Result<()> {
     // machine hits different cells each time.
     for repeat in 1..=repeats.max(1) {
         for row in &mut results {
-            let (n, algorithm) = (row.trainers, row.algorithm);
+            let (n, algorithm) = (row.trainers, row.algorithm.clone());
             let link = links
                 .iter()
                 .find(|(name, _)| *name == row.link)
@@ -150,7 +150,7 @@ fn main() -> anyhow::Result<()> {
             config.data.synthetic.test_rows = rows / 10;
             config.train.eval_every = 0;
             config.train.trainers = n;
-            config.sync.algorithm = algorithm;
+            config.sync.algorithm = algorithm.clone();
             config.sync.link = link.unwrap_or_default();
             eprintln!("[{repeat}/{repeats}] N={n} link={} {algorithm}", row.link);
             row.reports.push(train(&config, &mut ())?);

@@ -5,8 +5,8 @@
 //! * `state.safetensors`: every array of the run — each trainer's dense
 //!   replica (`dense/T`), each learner's optimizer state (`learner/W/NAME`),
 //!   the shared embedding table and its optimizer state (`table/NAME`), EASGD's
-//!   centre (`center`), BMUF's global model and block momentum per trainer
-//!   (`bmuf/T/global`, `bmuf/T/momentum`);
+//!   centre (`center`), each trainer's sync rule's memory (`rule/T/NAME`:
+//!   BMUF's `global` model and block `momentum`);
 //! * `manifest.json` ([`Manifest`]): the run's configuration (with the group
 //!   schedule's seed), each trainer's steps, examples and next sync round, each
 //!   learner's position in its data, the training seconds and evaluations so
@@ -28,7 +28,7 @@ use crate::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use shadowsync_actors::sync::{BmufState, PeerState, Rule};
+use shadowsync_actors::sync::{PeerState, RuleState};
 use shadowsync_actors::{ClusterState, LearnerState, TrainerState};
 use std::fs::File;
 use std::io::Write;
@@ -185,9 +185,8 @@ impl Checkpoint {
         let mut arrays: Vec<(String, &[f32])> = Vec::new();
         for (t, trainer) in self.cluster.trainers.iter().enumerate() {
             arrays.push((format!("dense/{t}"), &trainer.dense));
-            if let Some(bmuf) = &trainer.sync.bmuf {
-                arrays.push((format!("bmuf/{t}/global"), &bmuf.global));
-                arrays.push((format!("bmuf/{t}/momentum"), &bmuf.momentum));
+            for (name, values) in &trainer.sync.rule.arrays {
+                arrays.push((format!("rule/{t}/{name}"), values));
             }
         }
         for (w, learner) in self.cluster.learners.iter().enumerate() {
@@ -228,27 +227,27 @@ impl Checkpoint {
             found.sort();
             found
         };
-        let bmuf = manifest.config.sync.algorithm.rule() == Some(Rule::Bmuf);
+        // Named arrays under `prefix`, read back.
+        let arrays_under = |prefix: String| -> Result<Vec<(String, Vec<f32>)>, String> {
+            with_prefix(&prefix)
+                .into_iter()
+                .map(|name| Ok((name.clone(), read(&format!("{prefix}{name}"))?)))
+                .collect()
+        };
         let trainers = manifest
             .trainers
             .iter()
             .enumerate()
             .map(|(t, counts)| {
-                let bmuf = bmuf
-                    .then(|| -> Result<_, String> {
-                        Ok(BmufState {
-                            global: read(&format!("bmuf/{t}/global"))?,
-                            momentum: read(&format!("bmuf/{t}/momentum"))?,
-                        })
-                    })
-                    .transpose()?;
                 Ok(TrainerState {
                     steps: counts.steps,
                     examples: counts.examples,
                     dense: read(&format!("dense/{t}"))?,
                     sync: PeerState {
                         round: counts.sync_round,
-                        bmuf,
+                        rule: RuleState {
+                            arrays: arrays_under(format!("rule/{t}/"))?,
+                        },
                     },
                 })
             })
@@ -261,11 +260,7 @@ impl Checkpoint {
                 let Some(position) = *position else {
                     return Ok(None);
                 };
-                let prefix = format!("learner/{w}/");
-                let arrays = with_prefix(&prefix)
-                    .into_iter()
-                    .map(|name| Ok((name.clone(), read(&format!("{prefix}{name}"))?)))
-                    .collect::<Result<Vec<_>, String>>()?;
+                let arrays = arrays_under(format!("learner/{w}/"))?;
                 Ok(Some(LearnerState { arrays, position }))
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -528,13 +523,16 @@ fn sync_dir(dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shadowsync_actors::sync::{RuleContext, Rules};
 
     fn sample(examples: u64) -> Checkpoint {
         let mut config = Config::default();
         config.sync.algorithm = "shadow-bmuf".parse().unwrap();
-        let bmuf = |x: f32| BmufState {
-            global: vec![x, 2.0 * x, -x],
-            momentum: vec![0.5 * x, 0.0, 1e-8],
+        let bmuf = |x: f32| RuleState {
+            arrays: vec![
+                ("global".into(), vec![x, 2.0 * x, -x]),
+                ("momentum".into(), vec![0.5 * x, 0.0, 1e-8]),
+            ],
         };
         Checkpoint {
             reason: Reason::Periodic,
@@ -547,7 +545,7 @@ mod tests {
                         dense: vec![1.0, -2.5, f32::MIN_POSITIVE],
                         sync: PeerState {
                             round: 12,
-                            bmuf: Some(bmuf(1.5)),
+                            rule: bmuf(1.5),
                         },
                     },
                     TrainerState {
@@ -556,7 +554,7 @@ mod tests {
                         dense: vec![0.5, 0.25, 1e30],
                         sync: PeerState {
                             round: 11,
-                            bmuf: Some(bmuf(-3.0)),
+                            rule: bmuf(-3.0),
                         },
                     },
                 ],
@@ -605,10 +603,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = CheckpointStore::open(dir.path(), 2).unwrap();
         let mut damaged = sample(5);
-        damaged.cluster.trainers[1].sync.bmuf = None;
+        let rule = &mut damaged.cluster.trainers[1].sync.rule;
+        rule.arrays.retain(|(name, _)| name != "momentum");
         store.save(&damaged).unwrap();
-        let message = store.load_latest().unwrap_err().to_string();
-        assert!(message.contains("\"bmuf/1/global\""), "{message}");
+        let (_, loaded, _) = store.load_latest().unwrap();
+        // Resuming gives each trainer's rule its saved memory back.
+        let context = RuleContext {
+            trainer: 1,
+            trainers: 2,
+            group_size: 2,
+            initial: &[0.0; 3],
+            config: &loaded.config.sync,
+        };
+        let mut bmuf = Rules::default().make("bmuf", &context).unwrap();
+        bmuf.restore(&loaded.cluster.trainers[0].sync.rule).unwrap();
+        let saved = &loaded.cluster.trainers[1].sync.rule;
+        let message = bmuf.restore(saved).unwrap_err().to_string();
+        assert!(message.contains("\"momentum\""), "{message}");
     }
 
     #[test]

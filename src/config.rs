@@ -56,7 +56,7 @@ use crate::data::{BadLinePolicy, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::faults::Fault;
-use shadowsync_actors::sync::{Algorithm, GroupPlan, Rule, Schedule, SyncConfig};
+use shadowsync_actors::sync::{Algorithm, GroupPlan, Rules, Schedule, SyncConfig};
 use std::path::{Path, PathBuf};
 
 /// Everything a training run needs.
@@ -411,6 +411,9 @@ impl Config {
     /// The sync settings, over the job's `processes` × `train.trainers` trainers.
     fn validate_sync(&self, processes: usize) -> Result<()> {
         self.sync.validate()?;
+        if let Some(rule) = self.sync.algorithm.rule() {
+            Rules::default().check(rule)?;
+        }
         let n = self.train.trainers;
         if let Some(fault) = self.faults.iter().find(|f| f.trainer >= n) {
             return Err(Error::config(
@@ -441,7 +444,7 @@ impl Config {
                 ),
             ));
         }
-        if self.sync.alpha.is_some() && self.sync.algorithm.rule() != Some(Rule::Easgd) {
+        if self.sync.alpha.is_some() && self.sync.algorithm.rule() != Some("easgd") {
             return Err(Error::config(
                 "sync.alpha",
                 format!(

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::sample;
+use common::{output_within, sample};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -70,19 +70,6 @@ fn signal(child: &Child, signal: &str) {
         .status()
         .unwrap();
     assert!(sent.success());
-}
-
-/// Waits `limit` at most for `child` to end; its output, or a failure.
-fn ended_within(mut child: Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("still running {limit:?} after the signal");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
 }
 
 // ---- Data files ----------------------------------------------------------
@@ -209,7 +196,7 @@ fn sigterm_ends_a_run_blocked_opening_a_pipe_with_no_writer() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     signal(&child, "TERM");
-    let out = ended_within(child, Duration::from_secs(10));
+    let out = output_within(child, Duration::from_secs(10));
     fails_saying(&out, &["SIGTERM", "before training started"]);
 }
 
@@ -258,7 +245,7 @@ fn sigint_ends_a_run_promptly_while_sync_rounds_cross_a_slow_link() {
     }
     std::thread::sleep(Duration::from_secs(4));
     signal(&child, "INT");
-    let out = ended_within(child, Duration::from_secs(20));
+    let out = output_within(child, Duration::from_secs(20));
     fails_saying(&out, &["interrupted", "--resume"]);
 }
 

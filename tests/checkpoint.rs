@@ -10,6 +10,14 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{output_within, run_within};
+
+/// The longest a run of these tests may take (a few seconds to a minute
+/// each): a run that hangs fails, showing where.
+const LIMIT: Duration = Duration::from_secs(600);
+
 /// The quality test's data (`tests/cluster.rs`), where four shadow-ma
 /// trainers vary little from run to run; half of it where NE is not compared.
 const ROWS: u64 = 640_000;
@@ -66,11 +74,12 @@ fn text(out: &Output) -> String {
 
 /// Runs `config` to the end, checkpointing into `checkpoints`.
 fn uninterrupted(config: &Path, checkpoints: &Path, results: &Path) -> Value {
-    let out = shadowsync(&["train", "--config", config.to_str().unwrap()])
-        .args(["--checkpoint-dir", checkpoints.to_str().unwrap()])
-        .args(["--results", results.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run_within(
+        shadowsync(&["train", "--config", config.to_str().unwrap()])
+            .args(["--checkpoint-dir", checkpoints.to_str().unwrap()])
+            .args(["--results", results.to_str().unwrap()]),
+        LIMIT,
+    );
     assert!(out.status.success(), "{}", text(&out));
     self::results(results)
 }
@@ -119,10 +128,11 @@ fn manifest(checkpoint: &Path) -> Value {
 }
 
 fn resume(checkpoints: &Path, results: &Path) -> (Value, String) {
-    let out = shadowsync(&["train", "--resume", checkpoints.to_str().unwrap()])
-        .args(["--results", results.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run_within(
+        shadowsync(&["train", "--resume", checkpoints.to_str().unwrap()])
+            .args(["--results", results.to_str().unwrap()]),
+        LIMIT,
+    );
     assert!(out.status.success(), "{}", text(&out));
     (self::results(results), text(&out))
 }
@@ -254,7 +264,7 @@ fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
     let pid = child.id().to_string();
     let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(term.success());
-    let out = child.wait_with_output().unwrap();
+    let out = output_within(child, LIMIT);
     assert!(!out.status.success());
     let said = text(&out);
     assert!(
@@ -316,7 +326,7 @@ fn a_data_file_truncated_mid_run_is_a_clear_error_and_the_last_checkpoint_stays(
         .open(&train)
         .unwrap();
     file.set_len(size / 2).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_within(child, LIMIT);
     assert!(!out.status.success());
     let said = text(&out);
     assert!(
@@ -414,7 +424,7 @@ fn a_shadow_run_stopped_by_sigint_syncs_after_resuming_as_an_uninterrupted_one_d
         .status()
         .unwrap()
         .success());
-    let out = child.wait_with_output().unwrap();
+    let out = output_within(child, LIMIT);
     assert!(!out.status.success(), "{}", text(&out));
     // The shadow loops stopped a round apart: the checkpoint holds both.
     let stopped = manifest(checkpoints_in(&checkpoints).last().unwrap());

@@ -46,7 +46,7 @@ fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
 
 fn run(config: &Config) -> TrainReport {
     let report = train(config, &mut ()).unwrap();
-    let algorithm = config.sync.algorithm;
+    let algorithm = &config.sync.algorithm;
     assert!(report.error.is_none(), "{algorithm}: {:?}", report.error);
     assert_eq!(
         report.examples, ROWS,

@@ -52,3 +52,20 @@ fn the_ctr_examples_train_models_that_learn() {
         assert!(ne < 0.95, "{name}: {out}");
     }
 }
+
+#[test]
+fn custom_rule_shields_the_healthy_replicas_from_a_broken_one() {
+    let out = String::from_utf8(example("custom_rule").stdout).unwrap();
+    let line = |algorithm: &str| {
+        out.lines()
+            .find(|l| l.contains(algorithm))
+            .unwrap_or_else(|| panic!("no {algorithm} in {out}"))
+            .to_string()
+    };
+    let trimmed = line("shadow-trimmed:");
+    let before = figure_after(&trimmed, "truth: ");
+    let after = figure_after(&trimmed, "before training, ");
+    assert!(after < before / 10.0, "{out}");
+    let averaged = figure_after(&line("shadow-ma:"), "before training, ");
+    assert!(after < averaged / 2.0, "{out}");
+}

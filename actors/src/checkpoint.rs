@@ -4,8 +4,9 @@
 //! trainer parks after each multiple of that many steps. Once all of them have
 //! ([`Cluster::parked`]), [`Cluster::checkpoint`] reads each replica, asks
 //! each learner for its [`LearnerState`] (optimizer state, data position),
-//! reads EASGD's centre and each sync peer's [`PeerState`] (its round, BMUF's
-//! global model and block momentum), and lets the trainers go on.
+//! reads EASGD's centre and each sync peer's [`PeerState`] (its round, its
+//! rule's memory: BMUF's global model and block momentum), and lets the
+//! trainers go on.
 //! [`Cluster::start_from`] starts a cluster from such a [`ClusterState`].
 //!
 //! The group coordinator needs nothing of its own: its groups are a pure
@@ -15,7 +16,7 @@
 //! their shadow loops go on averaging, so a replica read for the checkpoint may
 //! already include part of a round.
 
-use crate::sync::{Algorithm, PeerState, SharedPeerState};
+use crate::sync::{Algorithm, PeerState, SharedPeer};
 use crate::trainer::{Control, SaveState};
 use crate::{Cluster, ClusterOutcome, Error, Learner, LearnerState, Result};
 use crossbeam_channel::bounded;
@@ -52,11 +53,10 @@ impl ClusterState {
     /// synced yet); an error if one does not fit. A foreground algorithm's
     /// trainers catch up to the furthest one's steps without syncing (see
     /// [`Cluster::start_from`]), so they all go on from the furthest one's round.
-    pub(crate) fn restore_peers(
-        &self,
-        peers: &[SharedPeerState],
-        algorithm: Algorithm,
-    ) -> Result<()> {
+    pub(crate) fn restore_peers(&self, peers: &[SharedPeer], algorithm: &Algorithm) -> Result<()> {
+        // Every peer goes on from one round: a checkpoint catches shadow
+        // loops (which run at their own pace) a round apart, and a peer
+        // asking for a round its group has left would wait for ever.
         let furthest = self
             .trainers
             .iter()
@@ -64,20 +64,14 @@ impl ClusterState {
             .max()
             .unwrap_or(0);
         for (trainer, (peer, saved)) in peers.iter().zip(&self.trainers).enumerate() {
-            let mut state = peer.lock().unwrap_or_else(|p| p.into_inner());
-            if !state.fits(&saved.sync) {
-                return Err(Error::Config {
+            let mut live = peer.lock().unwrap_or_else(|p| p.into_inner());
+            live.restore(&saved.sync, furthest).map_err(|e| match e {
+                Error::Config { reason, .. } => Error::Config {
                     key: "resume".into(),
-                    reason: format!(
-                        "trainer {trainer}'s saved sync state does not fit {algorithm} on this model"
-                    ),
-                });
-            }
-            *state = saved.sync.clone();
-            // Every peer goes on from one round: a checkpoint catches shadow
-            // loops (which run at their own pace) a round apart, and a peer
-            // asking for a round its group has left would wait for ever.
-            state.round = furthest;
+                    reason: format!("trainer {trainer} ({algorithm}): {reason}"),
+                },
+                other => other,
+            })?;
         }
         Ok(())
     }
@@ -123,10 +117,9 @@ impl ClusterState {
     }
 }
 
-/// A copy of a peer's state (poisoning ignored: plain numbers, see
-/// [`crate::sync::SyncPeer`]).
-pub(crate) fn read_peer(peer: &SharedPeerState) -> PeerState {
-    peer.lock().unwrap_or_else(|p| p.into_inner()).clone()
+/// A copy of a peer's state (poisoning ignored, see [`crate::sync::SyncPeer`]).
+pub(crate) fn read_peer(peer: &SharedPeer) -> PeerState {
+    peer.lock().unwrap_or_else(|p| p.into_inner()).saved()
 }
 
 impl<L: Learner> ClusterOutcome<L> {

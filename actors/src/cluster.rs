@@ -34,8 +34,9 @@ use crate::recovery::RecoveryPoint;
 use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{
-    Algorithm, Endpoint, Fabric, GroupPlan, InProcess, LinkModel, PeerState, Schedule,
-    ServerClient, SharedPeerState, SyncConfig, SyncPeer,
+    check_partitions, Algorithm, Endpoint, Exchange, Fabric, GroupPlan, GroupSchedule, InProcess,
+    LinkModel, ModelAveraging, PeerState, RuleContext, Rules, Schedule, ServerClient, SharedPeer,
+    SyncConfig, SyncPeer, SyncRule,
 };
 use crate::system::spawn_system;
 use crate::trainer::{Control, Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
@@ -74,6 +75,14 @@ pub struct ClusterConfig {
     /// ([`Cluster::subscribe`] receives those published after it is called).
     #[serde(skip)]
     pub events: EventBus,
+    /// The sync rules `sync.algorithm` may name: the built-in ones, and
+    /// those of one's own added with [`Rules::with`].
+    #[serde(skip)]
+    pub rules: Rules,
+    /// A group schedule of one's own, in place of `sync.schedule` and
+    /// `sync.group_size` (over every trainer of the job).
+    #[serde(skip)]
+    pub schedule: Option<Arc<dyn GroupSchedule>>,
 }
 
 impl Default for ClusterConfig {
@@ -87,6 +96,8 @@ impl Default for ClusterConfig {
             faults: Vec::new(),
             checkpoint_every: 0,
             events: EventBus::default(),
+            rules: Rules::default(),
+            schedule: None,
         }
     }
 }
@@ -188,7 +199,7 @@ pub(crate) struct Inner<L: Learner> {
     /// Each trainer's replica, read for checkpoints.
     pub(crate) replicas: Vec<ParamAlias>,
     /// Each trainer's sync peer's state, read for checkpoints.
-    pub(crate) peers: Vec<SharedPeerState>,
+    pub(crate) peers: Vec<SharedPeer>,
     /// Examples trained before this cluster started (by the run it resumes).
     resumed_examples: u64,
 }
@@ -254,10 +265,10 @@ impl<L: Learner> Cluster<L> {
         let workers = config.workers.max(1);
         let sync = &config.sync;
         sync.validate()?;
-        check_workers(&learners, workers, sync.algorithm)?;
+        check_workers(&learners, workers, &sync.algorithm)?;
         let n = learners.len() / workers;
         let job_trainers = n * fabric.processes();
-        let plan = group_plan(sync, n, job_trainers)?;
+        let plan = group_plan(&config, n, job_trainers)?;
         let group_size = plan.group_size();
         let (initial, counters) = starting_point(&mut learners, workers, resumed)?;
         let replicas = learners
@@ -273,8 +284,12 @@ impl<L: Learner> Cluster<L> {
         }
         let events = config.events.clone();
         let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
+        let rules = make_rules(&config, &endpoints, &*plan, &initial)?;
+        let centre = rules
+            .first()
+            .is_some_and(|r| matches!(r.exchange(), Exchange::Centre { .. }));
         let (system, system_thread, (coordinator, server)) =
-            start_services(&config, &fabric, plan, &initial)?;
+            start_services(&config, &fabric, Arc::clone(&plan), &initial, centre)?;
         // On a failure from here on, the system thread is told to end (and does).
         let stop_system = |e: Error| {
             system.stop();
@@ -282,19 +297,19 @@ impl<L: Learner> Cluster<L> {
         };
         let server = server.transpose().map_err(stop_system)?;
 
-        let groups = CoordinatorClient::new(coordinator, &plan);
+        let groups = CoordinatorClient::new(coordinator, &*plan);
         let Parts {
             cores,
             shadows,
             replicas: monitor_replicas,
             peers,
         } = build_parts(
-            learners, &counters, endpoints, &groups, &config, &initial, &server,
+            learners, &counters, endpoints, rules, &groups, &config, &initial, &server,
         )
         .map_err(stop_system)?;
         if let Some(state) = resumed {
             state
-                .restore_peers(&peers, sync.algorithm)
+                .restore_peers(&peers, &sync.algorithm)
                 .map_err(stop_system)?;
         }
         // A resumed foreground algorithm syncs again once every trainer is
@@ -312,7 +327,7 @@ impl<L: Learner> Cluster<L> {
             cores,
             shadows,
             Actors {
-                shadow: matches!(sync.algorithm, Algorithm::Shadow { .. }),
+                shadow: sync.algorithm.is_shadow(),
                 chunk: Duration::from_millis(config.chunk_ms.max(1)),
                 threads: config.intra_op_threads.max(1),
                 pacing: Pacing {
@@ -443,7 +458,7 @@ impl<L: Learner> Cluster<L> {
             errors.push(format!("waiting for the other processes: {e}"));
         }
         self.inner.stop.store(true, Ordering::Relaxed);
-        if matches!(self.inner.config.sync.algorithm, Algorithm::Shadow { .. }) {
+        if self.inner.config.sync.algorithm.is_shadow() {
             for _ in 0..n {
                 match running.shadow_exits.recv() {
                     Ok((trainer, Some(e))) => {
@@ -488,7 +503,7 @@ impl<L: Learner> Cluster<L> {
             center,
             peers: self.inner.peers.iter().map(read_peer).collect(),
             report: ClusterReport {
-                algorithm: self.inner.config.sync.algorithm,
+                algorithm: self.inner.config.sync.algorithm.clone(),
                 trainers: n,
                 group_size: self.inner.group_size,
                 seconds,
@@ -552,14 +567,62 @@ fn starting_point<L: Learner>(
     Ok((initial, counters))
 }
 
-/// The groups of the job's `job_trainers` trainers (`n` in this process): a
-/// hierarchical plan's blocks are the processes' trainers unless set.
-fn group_plan(sync: &SyncConfig, n: usize, job_trainers: usize) -> Result<GroupPlan> {
-    let group_size = match (sync.schedule, sync.group_size) {
-        (Schedule::Hierarchical, 0) => n,
-        _ => sync.group_size_for(job_trainers),
+/// The groups of the job's `job_trainers` trainers (`n` in this process):
+/// the config's own schedule, or the plan of `sync.schedule` (whose
+/// hierarchical blocks are the processes' trainers unless set).
+fn group_plan(
+    config: &ClusterConfig,
+    n: usize,
+    job_trainers: usize,
+) -> Result<Arc<dyn GroupSchedule>> {
+    let sync = &config.sync;
+    let plan: Arc<dyn GroupSchedule> = match &config.schedule {
+        Some(own) if own.trainers() != job_trainers => {
+            return Err(Error::Config {
+                key: "schedule".into(),
+                reason: format!(
+                    "the schedule is for {} trainers, the job has {job_trainers}",
+                    own.trainers()
+                ),
+            })
+        }
+        Some(own) => Arc::clone(own),
+        None => {
+            let group_size = match (sync.schedule, sync.group_size) {
+                (Schedule::Hierarchical, 0) => n,
+                _ => sync.group_size_for(job_trainers),
+            };
+            Arc::new(GroupPlan::new(sync.schedule, job_trainers, group_size)?.with_seed(sync.seed))
+        }
     };
-    Ok(GroupPlan::new(sync.schedule, job_trainers, group_size)?.with_seed(sync.seed))
+    check_partitions(&*plan, 64)?;
+    Ok(plan)
+}
+
+/// Each of this process's trainers' sync rule (the mean for the algorithms
+/// that name none: sync-sgd's gradients are averaged).
+fn make_rules(
+    config: &ClusterConfig,
+    endpoints: &[Endpoint],
+    plan: &dyn GroupSchedule,
+    initial: &[f32],
+) -> Result<Vec<Box<dyn SyncRule>>> {
+    endpoints
+        .iter()
+        .map(|endpoint| match config.sync.algorithm.rule() {
+            Some(name) => config.rules.make(
+                name,
+                &RuleContext {
+                    trainer: endpoint.id(),
+                    trainers: plan.trainers(),
+                    group_size: plan.group_size(),
+                    initial,
+                    config: &config.sync,
+                },
+            ),
+            None => Ok(Box::new(ModelAveraging) as Box<dyn SyncRule>),
+        })
+        .collect()
 }
 
 /// The thread sampling the replicas' consensus distance every
@@ -584,9 +647,9 @@ fn start_monitor(
 /// rounded up to a multiple of a foreground algorithm's sync period.
 fn parking_of(config: &ClusterConfig) -> Parking {
     Parking {
-        every: match (config.checkpoint_every, config.sync.algorithm) {
+        every: match (config.checkpoint_every, &config.sync.algorithm) {
             (0, _) => 0,
-            (every, Algorithm::Foreground { every: k, .. }) => every.div_ceil(k) * k,
+            (every, Algorithm::Foreground { every: k, .. }) => every.div_ceil(*k) * k,
             (every, _) => every,
         },
         parked: Arc::default(),
@@ -594,17 +657,17 @@ fn parking_of(config: &ClusterConfig) -> Parking {
 }
 
 /// The actor system and its services, each on an arbiter of its own: the
-/// group coordinator following `plan` and, for EASGD, the parameter server's
-/// shards starting from `initial` (behind the simulated link in one process;
-/// between processes the network is real).
+/// group coordinator following `plan` and, for a rule that meets a `centre`
+/// (EASGD), the parameter server's shards starting from `initial` (behind
+/// the simulated link in one process; between processes the network is real).
 fn start_services(
     config: &ClusterConfig,
     fabric: &Arc<dyn Fabric>,
-    plan: GroupPlan,
+    plan: Arc<dyn GroupSchedule>,
     initial: &[f32],
+    centre: bool,
 ) -> Result<(System, JoinHandle<()>, Services)> {
     let sync = &config.sync;
-    let easgd = sync.algorithm.rule() == Some(crate::sync::Rule::Easgd);
     let (events, initial, shards) = (config.events.clone(), initial.to_vec(), sync.server_shards);
     let link = match fabric.processes() {
         1 => sync.link,
@@ -617,7 +680,7 @@ fn start_services(
         let coordinator = GroupCoordinator::start_in_arbiter(&Arbiter::new().handle(), move |_| {
             GroupCoordinator::new(plan, coordinator_events).with_faults(&coordinator_faults)
         });
-        let server = easgd.then(|| {
+        let server = centre.then(|| {
             ServerClient::start(&initial, shards, &events, &faults, &*fabric)
                 .map(|server| server.over_link(link))
         });
@@ -715,17 +778,19 @@ struct Parts<L: Learner> {
     cores: Vec<TrainerCore<L>>,
     shadows: Vec<ShadowLoop>,
     replicas: Vec<ParamAlias>,
-    peers: Vec<SharedPeerState>,
+    peers: Vec<SharedPeer>,
 }
 
 /// Builds the [`Parts`] of `learners`, `learners.len() / counters.len()` per
 /// trainer: the first of a trainer's learners syncs through a peer on its
 /// endpoint (and takes the injected faults); the others are its Hogwild
 /// workers. A trainer's learners share one recovery point.
+#[allow(clippy::too_many_arguments)]
 fn build_parts<L: Learner>(
     learners: Vec<L>,
     counters: &[Arc<TrainerCounters>],
     endpoints: Vec<Endpoint>,
+    rules: Vec<Box<dyn SyncRule>>,
     groups: &CoordinatorClient,
     config: &ClusterConfig,
     initial: &[f32],
@@ -742,7 +807,7 @@ fn build_parts<L: Learner>(
     // Only algorithms that never average leave the trainer to keep its own
     // recovery state.
     let keeps_own_state = matches!(sync.algorithm, Algorithm::None | Algorithm::SyncSgd);
-    let mut endpoints = endpoints.into_iter();
+    let mut endpoints = endpoints.into_iter().zip(rules);
     let mut recovery = Arc::new(RecoveryPoint::new(initial));
     for (worker, learner) in learners.into_iter().enumerate() {
         let counters = Arc::clone(&counters[worker / workers]);
@@ -754,13 +819,13 @@ fn build_parts<L: Learner>(
             continue;
         }
         recovery = Arc::new(RecoveryPoint::new(initial));
-        let endpoint = endpoints
+        let (endpoint, rule) = endpoints
             .next()
             .ok_or_else(|| Error::System("fewer endpoints than trainers".into()))?;
         parts
             .replicas
             .push(ParamAlias::new(learner.dense_params())?);
-        let peer = SyncPeer::new(endpoint, groups.clone(), sync, initial, server.clone())?;
+        let peer = SyncPeer::new(endpoint, groups.clone(), rule, server.clone())?;
         parts.peers.push(peer.shared_state());
         let foreground = match sync.algorithm {
             Algorithm::None => Foreground::Nothing,
@@ -791,7 +856,7 @@ fn build_parts<L: Learner>(
 
 /// Checks that `learners` make whole trainers of `workers` Hogwild workers
 /// sharing one dense buffer, under an algorithm that allows them.
-fn check_workers<L: Learner>(learners: &[L], workers: usize, algorithm: Algorithm) -> Result<()> {
+fn check_workers<L: Learner>(learners: &[L], workers: usize, algorithm: &Algorithm) -> Result<()> {
     if workers == 1 {
         return Ok(());
     }

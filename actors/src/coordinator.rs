@@ -1,7 +1,7 @@
 //! The DS-Sync group coordinator: the one place that says who averages with whom
 //! in each round.
 //!
-//! [`Coordinator`] is the plain logic over a [`GroupPlan`]: it hands a trainer its
+//! [`Coordinator`] is the plain logic over a [`GroupSchedule`]: it hands a trainer its
 //! group for a round and notes the first time each round's partition goes out.
 //! [`GroupCoordinator`] is the actor around it, publishing each new partition as
 //! [`Event::Regrouped`]; sync peers ask it through a [`CoordinatorClient`] and wait
@@ -21,11 +21,12 @@
 use crate::events::{Event, EventBus};
 use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::recovery::unpanicked;
-use crate::sync::GroupPlan;
+use crate::sync::GroupSchedule;
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A trainer's group for a round.
@@ -49,11 +50,11 @@ pub struct Answer {
     pub rejoined: Option<u64>,
 }
 
-/// Hands out the groups of a [`GroupPlan`], round by round, leaving out the
+/// Hands out the groups of a [`GroupSchedule`], round by round, leaving out the
 /// trainers that stopped answering.
 #[derive(Debug, Clone)]
 pub struct Coordinator {
-    plan: GroupPlan,
+    plan: Arc<dyn GroupSchedule>,
     /// The latest round whose partition was handed out.
     announced: Option<u64>,
     /// From which round which trainers are left out, oldest first.
@@ -62,7 +63,7 @@ pub struct Coordinator {
 
 impl Coordinator {
     /// A coordinator following `plan`.
-    pub fn new(plan: GroupPlan) -> Self {
+    pub fn new(plan: Arc<dyn GroupSchedule>) -> Self {
         Self {
             plan,
             announced: None,
@@ -183,7 +184,7 @@ pub struct GroupCoordinator {
 
 impl GroupCoordinator {
     /// An actor handing out `plan`'s groups and publishing them on `events`.
-    pub fn new(plan: GroupPlan, events: EventBus) -> Self {
+    pub fn new(plan: Arc<dyn GroupSchedule>, events: EventBus) -> Self {
         Self {
             coordinator: Coordinator::new(plan),
             events,
@@ -300,7 +301,7 @@ impl CoordinatorClient {
     pub const ATTEMPTS: usize = 3;
 
     /// A client of the coordinator at `addr`, which follows `plan`.
-    pub fn new(addr: Addr<GroupCoordinator>, plan: &GroupPlan) -> Self {
+    pub fn new(addr: Addr<GroupCoordinator>, plan: &dyn GroupSchedule) -> Self {
         Self {
             addr,
             trainers: plan.trainers(),
@@ -366,13 +367,13 @@ impl CoordinatorClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::Schedule;
+    use crate::sync::{GroupPlan, Schedule};
     use crate::system::spawn_system;
 
     #[test]
     fn each_round_is_announced_once_and_groups_follow_the_plan() {
         let plan = GroupPlan::new(Schedule::Random, 4, 2).unwrap().with_seed(9);
-        let mut c = Coordinator::new(plan);
+        let mut c = Coordinator::new(Arc::new(plan));
         let answer = c.group_for(1, 0);
         assert_eq!(answer.assignment.group, plan.group_of(1, 0));
         assert_eq!(answer.announced, Some((0, plan.groups(0))));
@@ -392,7 +393,7 @@ mod tests {
     #[test]
     fn an_unresponsive_trainer_is_left_out_from_the_next_round_until_it_asks_again() {
         let plan = GroupPlan::new(Schedule::Random, 6, 3).unwrap().with_seed(4);
-        let mut c = Coordinator::new(plan);
+        let mut c = Coordinator::new(Arc::new(plan));
         for trainer in 0..6 {
             c.group_for(trainer, 0);
         }
@@ -432,7 +433,7 @@ mod tests {
         let plan = GroupPlan::new(Schedule::Random, 4, 2).unwrap().with_seed(3);
         let events = EventBus::default();
         let subscriber = events.subscribe();
-        let mut actor = GroupCoordinator::new(plan, events);
+        let mut actor = GroupCoordinator::new(Arc::new(plan), events);
         let failed = actor.contained(
             || "a test".into(),
             |actor| {
@@ -471,7 +472,7 @@ mod tests {
         };
         let faults = [fault(1, 2, 0), fault(2, 0, 1)];
         let (sys, system, addr) = spawn_system("coordinator-fault-test", move || {
-            GroupCoordinator::new(plan, events)
+            GroupCoordinator::new(Arc::new(plan), events)
                 .with_faults(&faults)
                 .start()
         })
@@ -506,7 +507,7 @@ mod tests {
         let events = EventBus::default();
         let subscriber = events.subscribe();
         let (sys, system, addr) = spawn_system("coordinator-test", move || {
-            GroupCoordinator::new(plan, events).start()
+            GroupCoordinator::new(Arc::new(plan), events).start()
         })
         .unwrap();
         let client = CoordinatorClient::new(addr, &plan);

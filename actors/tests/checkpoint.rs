@@ -91,7 +91,7 @@ fn every_algorithm_parks_all_trainers_at_the_same_step_and_goes_on() {
             assert!(state
                 .trainers
                 .iter()
-                .all(|t| t.sync.bmuf.is_some() == algorithm.contains("bmuf")));
+                .all(|t| t.sync.rule.arrays.is_empty() != algorithm.contains("bmuf")));
         }
     }
 }
@@ -104,11 +104,12 @@ fn sync_peers_go_on_from_their_saved_rounds_and_block_momentum() {
     let mut state = states[1].clone();
     for trainer in &mut state.trainers {
         assert_eq!((trainer.steps, trainer.sync.round), (100, 20));
-        let bmuf = trainer.sync.bmuf.as_mut().unwrap();
-        assert!(bmuf.momentum.iter().any(|&m| m != 0.0));
+        let arrays = &mut trainer.sync.rule.arrays;
+        let (_, momentum) = arrays.iter_mut().find(|(n, _)| n == "momentum").unwrap();
+        assert!(momentum.iter().any(|&m| m != 0.0));
         // A block momentum of 100 everywhere: the first round after resuming
         // carries every replica η·100 = 75 away (a fresh BMUF would not move it).
-        bmuf.momentum.fill(100.0);
+        momentum.fill(100.0);
     }
     let resumed =
         Cluster::start_from(config("fr-bmuf:5"), learners(TRAINERS, Some(5)), &state).unwrap();

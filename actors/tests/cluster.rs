@@ -2,8 +2,9 @@
 //! `y = w·x` on an endless (or bounded) stream of seeded random data.
 
 use shadowsync_actors::events::Event;
-use shadowsync_actors::sync::{LinkModel, Schedule};
+use shadowsync_actors::sync::{GroupSchedule, LinkModel, RuleState, Rules, Schedule, SyncRule};
 use shadowsync_actors::Cluster;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -251,4 +252,135 @@ fn with_a_slow_link_shadow_sync_keeps_the_trainers_throughput() {
     assert!(shadow.trainer_stats.iter().all(|s| s.syncs > 0));
     // The foreground algorithm waits 20 ms per step on the link.
     assert!(foreground.examples_per_sec < 0.5 * none.examples_per_sec);
+}
+
+/// Pairs that shift by one trainer every round: `{r, r+1}, {r+2, r+3}, …` (mod n).
+#[derive(Debug)]
+struct ShiftingPairs {
+    trainers: usize,
+}
+
+impl GroupSchedule for ShiftingPairs {
+    fn trainers(&self) -> usize {
+        self.trainers
+    }
+
+    fn group_size(&self) -> usize {
+        2
+    }
+
+    fn groups(&self, round: u64) -> Vec<Vec<usize>> {
+        let n = self.trainers;
+        let order: Vec<usize> = (0..n).map(|i| (i + round as usize) % n).collect();
+        order
+            .chunks(2)
+            .map(|pair| {
+                let mut group = pair.to_vec();
+                group.sort_unstable();
+                group
+            })
+            .collect()
+    }
+}
+
+/// A rule with memory: the group mean, then a step `momentum` further along
+/// the way the mean moved since the last round (the state it checkpoints).
+#[derive(Debug)]
+struct MeanWithMomentum {
+    last: Vec<f32>,
+}
+
+impl SyncRule for MeanWithMomentum {
+    fn target(&mut self, combined: &mut [f32]) {
+        for (c, last) in combined.iter_mut().zip(&mut self.last) {
+            let moved = *c - *last;
+            *last = *c;
+            *c += 0.1 * moved;
+        }
+    }
+
+    fn state(&self) -> RuleState {
+        RuleState {
+            arrays: vec![("last".into(), self.last.clone())],
+        }
+    }
+
+    fn restore(&mut self, saved: &RuleState) -> shadowsync_actors::Result<()> {
+        self.last = saved.array("last", self.last.len())?.to_vec();
+        Ok(())
+    }
+}
+
+#[test]
+fn a_schedule_and_a_rule_of_ones_own_run_like_built_in_ones() {
+    let _serial = exclusive();
+    let mut c = config("fr-momentum:2");
+    c.schedule = Some(Arc::new(ShiftingPairs { trainers: 4 }));
+    c.rules = Rules::default().with("momentum", |context| {
+        Ok(Box::new(MeanWithMomentum {
+            last: context.initial.to_vec(),
+        }))
+    });
+    let log = EventLog::of(&c.events);
+    let outcome = Cluster::start(c, learners(4, Some(200)))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(
+        outcome.report.errors.is_empty(),
+        "{:?}",
+        outcome.report.errors
+    );
+    assert_eq!(outcome.report.algorithm.to_string(), "fr-momentum:2");
+    for (i, learner) in outcome.learners.iter().enumerate() {
+        let loss = learner.loss_of(&learner.dense());
+        assert!(loss < 0.1, "trainer {i} is {loss} from the truth");
+        let stats = &outcome.report.trainer_stats[i];
+        assert!(stats.syncs > 0 && stats.mean_sync_gap == 2.0, "{stats:?}");
+    }
+    // Every peer's rule memory comes back with the outcome (to checkpoint).
+    assert!(outcome.peers.iter().all(|p| p.rule.arrays[0].0 == "last"));
+    let schedule = ShiftingPairs { trainers: 4 };
+    for event in log.finish() {
+        if let Event::Regrouped { round, groups } = event {
+            assert_eq!(groups, schedule.groups(round), "round {round}");
+        }
+    }
+}
+
+#[test]
+fn an_unknown_rule_or_a_schedule_that_is_no_partition_is_refused() {
+    let _serial = exclusive();
+    let e = Cluster::start(config("shadow-gossip"), learners(2, Some(5)))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("sync.algorithm") && e.contains("\"gossip\""),
+        "{e}"
+    );
+    /// Trainer 0 in both groups of round 3.
+    #[derive(Debug)]
+    struct Overlapping;
+    impl GroupSchedule for Overlapping {
+        fn trainers(&self) -> usize {
+            4
+        }
+        fn group_size(&self) -> usize {
+            2
+        }
+        fn groups(&self, round: u64) -> Vec<Vec<usize>> {
+            match round {
+                3 => vec![vec![0, 1], vec![0, 2]],
+                _ => vec![vec![0, 1], vec![2, 3]],
+            }
+        }
+    }
+    let mut c = config("shadow-ma");
+    c.schedule = Some(Arc::new(Overlapping));
+    let e = Cluster::start(c, learners(4, Some(5)))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("sync.schedule") && e.contains("round 3"), "{e}");
 }

@@ -13,7 +13,7 @@
 use shadowsync_actors::events::EventBus;
 use shadowsync_actors::sync::mpi::MpiNode;
 use shadowsync_actors::sync::{
-    BmufParams, BmufState, Fabric, GroupPlan, LinkModel, Schedule, ServerClient,
+    BmufParams, BmufState, Fabric, GroupPlan, GroupSchedule, LinkModel, Schedule, ServerClient,
 };
 use shadowsync_actors::system::spawn_system;
 use std::process::Command;

@@ -1,11 +1,14 @@
 //! Which synchronization algorithm runs, and its settings.
 //!
+//! An algorithm is a timing and, for the averaging ones, a sync rule by name
+//! ([`Rules`](crate::sync::Rules): `ma`, `easgd`, `bmuf`, or one's own):
+//!
 //! | name | who syncs | what |
 //! |---|---|---|
 //! | `none` | nobody | independent local SGD |
 //! | `sync-sgd` | the trainer, every step, waiting | gradient all-reduce within the group (as PyTorch DDP) |
-//! | `fr-ma:k`, `fr-easgd:k`, `fr-bmuf:k` | the trainer, every `k` steps, waiting | MA / EASGD / BMUF round |
-//! | `shadow-ma`, `shadow-easgd`, `shadow-bmuf` | a background loop beside each trainer | MA / EASGD / BMUF rounds, back to back |
+//! | `fr-RULE:k` | the trainer, every `k` steps, waiting | a round of the rule |
+//! | `shadow-RULE` | a background loop beside each trainer | rounds of the rule, back to back |
 
 use crate::sync::{BmufParams, LinkModel, Schedule, WriteBack};
 use crate::{Error, Result};
@@ -13,19 +16,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// The combining rule of a sync round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rule {
-    /// Model averaging within the group.
-    Ma,
-    /// Elastic averaging against a central copy on the parameter server.
-    Easgd,
-    /// Blockwise model-update filtering over the group average.
-    Bmuf,
-}
-
-/// A synchronization algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A synchronization algorithm: a timing and, for the averaging ones, the
+/// name of a sync rule ([`Rules`](crate::sync::Rules)).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Algorithm {
     /// No synchronization.
     None,
@@ -33,45 +26,53 @@ pub enum Algorithm {
     SyncSgd,
     /// The trainer runs `rule` every `every` steps and waits for it.
     Foreground {
-        /// Combining rule.
-        rule: Rule,
+        /// The sync rule's name.
+        rule: String,
         /// Steps between syncs.
         every: u64,
     },
     /// A background loop runs `rule` continuously.
     Shadow {
-        /// Combining rule.
-        rule: Rule,
+        /// The sync rule's name.
+        rule: String,
     },
 }
 
 impl Algorithm {
-    /// The combining rule, if the algorithm averages parameters.
-    pub fn rule(&self) -> Option<Rule> {
+    /// The sync rule's name, if the algorithm averages parameters.
+    pub fn rule(&self) -> Option<&str> {
         match self {
-            Algorithm::Foreground { rule, .. } | Algorithm::Shadow { rule } => Some(*rule),
+            Algorithm::Foreground { rule, .. } | Algorithm::Shadow { rule } => Some(rule),
             Algorithm::None | Algorithm::SyncSgd => None,
         }
+    }
+
+    /// Whether a background loop syncs (else the trainer does, if anyone).
+    pub fn is_shadow(&self) -> bool {
+        matches!(self, Algorithm::Shadow { .. })
     }
 }
 
 impl FromStr for Algorithm {
     type Err = Error;
 
+    /// `none`, `sync-sgd`, `fr-RULE:K` or `shadow-RULE`, where `RULE` is a
+    /// name of letters, digits, `-` and `_` (which rules exist is checked
+    /// against [`Rules`](crate::sync::Rules) where the cluster starts).
     fn from_str(s: &str) -> Result<Self> {
-        let bad = || {
-            Error::Config {
+        let bad = || Error::Config {
             key: "sync.algorithm".into(),
             reason: format!(
-                "unknown algorithm {s:?}; expected none, sync-sgd, fr-ma:K, fr-easgd:K, fr-bmuf:K, shadow-ma, shadow-easgd or shadow-bmuf"
+                "unknown algorithm {s:?}; expected none, sync-sgd, fr-RULE:K or shadow-RULE \
+                 (built-in rules: ma, easgd, bmuf)"
             ),
-        }
         };
-        let rule = |name: &str| match name {
-            "ma" => Ok(Rule::Ma),
-            "easgd" => Ok(Rule::Easgd),
-            "bmuf" => Ok(Rule::Bmuf),
-            _ => Err(bad()),
+        let rule = |name: &str| {
+            let valid = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            valid.then(|| name.to_string()).ok_or_else(bad)
         };
         match s {
             "none" => Ok(Algorithm::None),
@@ -100,16 +101,11 @@ impl FromStr for Algorithm {
 
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rule = |r: &Rule| match r {
-            Rule::Ma => "ma",
-            Rule::Easgd => "easgd",
-            Rule::Bmuf => "bmuf",
-        };
         match self {
             Algorithm::None => write!(f, "none"),
             Algorithm::SyncSgd => write!(f, "sync-sgd"),
-            Algorithm::Foreground { rule: r, every } => write!(f, "fr-{}:{every}", rule(r)),
-            Algorithm::Shadow { rule: r } => write!(f, "shadow-{}", rule(r)),
+            Algorithm::Foreground { rule, every } => write!(f, "fr-{rule}:{every}"),
+            Algorithm::Shadow { rule } => write!(f, "shadow-{rule}"),
         }
     }
 }
@@ -289,8 +285,18 @@ mod tests {
             let algorithm: Algorithm = name.parse().unwrap();
             assert_eq!(algorithm.to_string(), name);
         }
-        for bad in ["shadow", "fr-ma", "fr-ma:0", "fr-sgd:3", "async"] {
-            let e = bad.parse::<Algorithm>().unwrap_err().to_string();
+        for bad in [
+            "shadow", "shadow-", "fr-ma", "fr-ma:0", "fr-sgd:3", "fr-a b:2", "async",
+        ] {
+            let known = |a: Algorithm| match a.rule() {
+                Some(rule) => crate::sync::Rules::default().check(rule),
+                None => Ok(()),
+            };
+            let e = bad
+                .parse::<Algorithm>()
+                .and_then(known)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("sync.algorithm"), "{bad}: {e}");
         }
     }

@@ -1,24 +1,31 @@
-//! Synchronization: the averaging rules, DS-Sync group schedules, the transport
-//! between trainers (the fabric that places them in one process or many), and
-//! the EASGD parameter server.
+//! Synchronization: sync rules ([`SyncRule`]: MA, EASGD, BMUF, or one's own),
+//! DS-Sync group schedules ([`GroupSchedule`]), the transport between
+//! trainers (the fabric that places them in one process or many), and the
+//! EASGD parameter server.
 
 mod algorithm;
 mod fabric;
+mod math;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 mod peer;
-mod rules;
+mod rule;
 mod schedule;
 mod server;
 mod transport;
 
-pub use algorithm::{Algorithm, Rule, SyncConfig};
+pub use algorithm::{Algorithm, SyncConfig};
 pub use fabric::{launched_by_mpirun, Fabric, InProcess};
-pub use peer::{PeerState, SharedPeerState, SyncPeer};
-pub use rules::{elastic, mean_into, BmufParams, BmufState, WriteBack};
-pub use schedule::{GroupPlan, Schedule};
+pub use math::{elastic, mean_into, BmufParams, BmufState, WriteBack};
+pub(crate) use peer::SharedPeer;
+pub use peer::{PeerState, SyncPeer};
+pub use rule::{
+    BlockMomentum, Elastic, Exchange, ModelAveraging, RuleContext, RuleFactory, RuleState, Rules,
+    SyncRule,
+};
+pub use schedule::{check_partitions, GroupPlan, GroupSchedule, Schedule};
 pub use server::{
     serve, shard_process, shard_ranges, RemoteShards, ServerClient, ServerShard, ServerShardActor,
     ShardReply, ShardRequest,
 };
-pub use transport::{mesh, Endpoint, GroupMean, LinkModel, Payload};
+pub use transport::{mesh, Endpoint, GroupMean, LinkModel, Payload, Reduce};

@@ -1,84 +1,84 @@
 //! One trainer's side of synchronization: which group it is in this round (asked
 //! of the group coordinator), and how a snapshot becomes a target.
 //!
-//! What a peer carries from round to round ([`PeerState`]: its round counter,
-//! BMUF's memory) sits behind a lock of its own, taken once per round, so that
-//! the cluster can read it for a checkpoint while the peer syncs on.
+//! What a peer carries from round to round (its round counter and its
+//! [`SyncRule`], with the rule's memory) sits behind a lock of its own, taken
+//! briefly a few times per round, so that the cluster can read it for a
+//! checkpoint ([`PeerState`]) while the peer syncs on.
 
 use crate::coordinator::CoordinatorClient;
-use crate::sync::{BmufParams, BmufState, Endpoint, Payload, Rule, ServerClient, SyncConfig};
+use crate::sync::{
+    mean_into, Endpoint, Exchange, Payload, Reduce, RuleState, ServerClient, SyncRule,
+};
 use crate::{Error, Result};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// What a peer carries from one round to the next.
+/// What a peer carries from one round to the next, as a checkpoint keeps it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PeerState {
     /// The number of its next round.
     pub round: u64,
-    /// BMUF's memory, for `*-bmuf`.
-    pub bmuf: Option<BmufState>,
+    /// Its rule's memory.
+    pub rule: RuleState,
 }
 
-impl PeerState {
-    /// Whether `saved` can take this state's place: both of the same
-    /// algorithm (BMUF's memory or none) and parameter count.
-    pub fn fits(&self, saved: &PeerState) -> bool {
-        match (&self.bmuf, &saved.bmuf) {
-            (None, None) => true,
-            (Some(now), Some(saved)) => {
-                saved.global.len() == now.global.len() && saved.momentum.len() == now.global.len()
-            }
-            _ => false,
+/// A peer's round counter and rule, shared with whoever reads them for
+/// checkpoints.
+#[derive(Debug)]
+pub(crate) struct LivePeer {
+    round: u64,
+    rule: Box<dyn SyncRule>,
+}
+
+impl LivePeer {
+    /// Its state as a checkpoint keeps it.
+    pub(crate) fn saved(&self) -> PeerState {
+        PeerState {
+            round: self.round,
+            rule: self.rule.state(),
         }
+    }
+
+    /// Takes `saved` back, going on from round `round`.
+    pub(crate) fn restore(&mut self, saved: &PeerState, round: u64) -> Result<()> {
+        self.rule.restore(&saved.rule)?;
+        self.round = round;
+        Ok(())
     }
 }
 
-/// A peer's state, shared with whoever reads it for checkpoints.
-pub type SharedPeerState = Arc<Mutex<PeerState>>;
+/// A peer's live state, shared.
+pub(crate) type SharedPeer = Arc<Mutex<LivePeer>>;
 
-/// A trainer's synchronization state: its endpoint, its [`PeerState`], and
-/// what its rule needs (BMUF's parameters, EASGD's server).
+/// A trainer's synchronization state: its endpoint, its round, its rule and,
+/// for a rule that meets a centre, EASGD's server.
 #[derive(Debug)]
 pub struct SyncPeer {
     endpoint: Endpoint,
     groups: CoordinatorClient,
-    state: SharedPeerState,
-    rule: Option<Rule>,
-    bmuf: BmufParams,
+    state: SharedPeer,
     server: Option<ServerClient>,
-    alpha: f32,
 }
 
 impl SyncPeer {
-    /// The peer of `endpoint`'s trainer, starting from parameters `initial`.
+    /// The peer of `endpoint`'s trainer, combining by `rule`.
     pub fn new(
         endpoint: Endpoint,
         groups: CoordinatorClient,
-        config: &SyncConfig,
-        initial: &[f32],
+        rule: Box<dyn SyncRule>,
         server: Option<ServerClient>,
     ) -> Result<Self> {
-        let rule = config.algorithm.rule();
-        if rule == Some(Rule::Easgd) && server.is_none() {
+        if matches!(rule.exchange(), Exchange::Centre { .. }) && server.is_none() {
             return Err(Error::Config {
                 key: "sync.algorithm".into(),
-                reason: "EASGD needs a parameter server".into(),
+                reason: "a rule that meets a centre (EASGD) needs a parameter server".into(),
             });
         }
-        let state = PeerState {
-            round: 0,
-            bmuf: (rule == Some(Rule::Bmuf)).then(|| BmufState::new(initial)),
-        };
-        let bmuf = config.bmuf_for(groups.group_size());
-        let alpha = config.alpha_for(groups.trainers());
         Ok(Self {
             endpoint,
             groups,
-            state: Arc::new(Mutex::new(state)),
-            rule,
-            bmuf,
+            state: Arc::new(Mutex::new(LivePeer { round: 0, rule })),
             server,
-            alpha,
         })
     }
 
@@ -98,13 +98,13 @@ impl SyncPeer {
     }
 
     /// Its state, to read while it syncs on.
-    pub fn shared_state(&self) -> SharedPeerState {
+    pub(crate) fn shared_state(&self) -> SharedPeer {
         Arc::clone(&self.state)
     }
 
-    fn lock(&self) -> MutexGuard<'_, PeerState> {
-        // Poisoning is ignored: the lock guards plain numbers, and nothing
-        // that can fail runs while it is held.
+    fn lock(&self) -> MutexGuard<'_, LivePeer> {
+        // Poisoning is ignored: the rule's methods do not fail, and a panic
+        // in one is caught by the loop that runs the round.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -118,11 +118,23 @@ impl SyncPeer {
         self.lock().round = round;
     }
 
-    /// Mean of the payloads over this round's group; `None` once syncing has
-    /// stopped. A peer that does not `contribute` (its values are not finite)
-    /// is left out of the mean but receives it. Members that did not answer in
-    /// time are reported to the coordinator.
+    /// Mean of the payloads over this round's group (sync-sgd's gradients);
+    /// see [`SyncPeer::group_reduce`].
     pub fn group_mean(&mut self, payload: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
+        self.group_reduce(payload, contribute, &mean_into)
+    }
+
+    /// The payloads over this round's group, combined element by element by
+    /// `reduce`; `None` once syncing has stopped. A peer that does not
+    /// `contribute` (its values are not finite) is left out but receives the
+    /// result. Members that did not answer in time are reported to the
+    /// coordinator.
+    fn group_reduce(
+        &mut self,
+        payload: &Payload,
+        contribute: bool,
+        reduce: &Reduce,
+    ) -> Result<Option<Vec<f32>>> {
         let endpoint = &self.endpoint;
         let Some(assignment) = self
             .groups
@@ -134,7 +146,7 @@ impl SyncPeer {
         self.set_round(round + 1);
         let Some(outcome) =
             self.endpoint
-                .group_mean(round, &assignment.group, payload, contribute)?
+                .group_reduce(round, &assignment.group, payload, contribute, reduce)?
         else {
             return Ok(None);
         };
@@ -147,39 +159,50 @@ impl SyncPeer {
 
     /// One round of the rule: the target for `snapshot`; `None` once syncing has
     /// stopped. A snapshot that is not finite does not `contribute`: it is left
-    /// out of the group's mean (and never sent to EASGD's server:
+    /// out of the group's combination (and never sent to EASGD's server:
     /// [`Error::NonFinite`]).
     pub fn target(&mut self, snapshot: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
-        match self.rule {
-            Some(Rule::Ma) => self.group_mean(snapshot, contribute),
-            Some(Rule::Bmuf) => {
-                let mut average = self.group_mean(snapshot, contribute)?;
-                let params = self.bmuf;
-                if let (Some(avg), Some(bmuf)) = (average.as_mut(), self.lock().bmuf.as_mut()) {
-                    bmuf.round(params, avg);
-                }
-                Ok(average)
-            }
-            Some(Rule::Easgd) => {
-                if self.endpoint.stopped() {
-                    return Ok(None);
-                }
-                if !contribute {
-                    return Err(Error::NonFinite {
-                        group: vec![self.id()],
-                    });
-                }
-                let Some(server) = &self.server else {
-                    return Ok(None);
+        let exchange = self.lock().rule.exchange();
+        let combined = match exchange {
+            Exchange::Group => {
+                let state = Arc::clone(&self.state);
+                let reduce = move |out: &mut [f32], contributions: &[&[f32]]| {
+                    let peer = state.lock().unwrap_or_else(|p| p.into_inner());
+                    peer.rule.reduce(out, contributions);
                 };
-                let round = self.round();
-                self.set_round(round + 1);
-                let endpoint = &self.endpoint;
-                server.elastic(snapshot.shared(), self.alpha, self.id(), round, || {
-                    endpoint.stopped()
-                })
+                self.group_reduce(snapshot, contribute, &reduce)?
             }
-            None => Ok(Some(snapshot.values().to_vec())),
+            Exchange::Centre { alpha } => self.elastic(snapshot, contribute, alpha)?,
+        };
+        Ok(combined.map(|mut combined| {
+            self.lock().rule.target(&mut combined);
+            combined
+        }))
+    }
+
+    /// EASGD's elastic step of `snapshot` against the server's centre.
+    fn elastic(
+        &mut self,
+        snapshot: &Payload,
+        contribute: bool,
+        alpha: f32,
+    ) -> Result<Option<Vec<f32>>> {
+        if self.endpoint.stopped() {
+            return Ok(None);
         }
+        if !contribute {
+            return Err(Error::NonFinite {
+                group: vec![self.id()],
+            });
+        }
+        let Some(server) = &self.server else {
+            return Ok(None);
+        };
+        let round = self.round();
+        self.set_round(round + 1);
+        let endpoint = &self.endpoint;
+        server.elastic(snapshot.shared(), alpha, self.id(), round, || {
+            endpoint.stopped()
+        })
     }
 }

@@ -1,8 +1,10 @@
 //! DS-Sync group schedules: which trainers average together in each round.
 //!
-//! Every round partitions the `n` trainers into groups of `m`; every trainer
-//! derives the same partition from `(schedule, n, m, round)` alone, so no
-//! coordination message is needed to agree on it.
+//! A schedule is anything implementing [`GroupSchedule`]: from a round
+//! number, a partition of the trainers. The built-in ones ([`Schedule`], made
+//! into a [`GroupPlan`] for `n` trainers in groups of `m`) derive each
+//! partition from `(schedule, n, m, seed, round)` alone; a schedule of one's
+//! own goes in `ClusterConfig::schedule`.
 //!
 //! | schedule | groups in round `r` |
 //! |---|---|
@@ -18,8 +20,62 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
-/// A group schedule.
+/// Which trainers sync together in each round.
+pub trait GroupSchedule: Send + Sync + fmt::Debug {
+    /// Trainers in the job.
+    fn trainers(&self) -> usize;
+
+    /// Members of a group (of the largest, where sizes vary).
+    fn group_size(&self) -> usize;
+
+    /// The partition of round `round`: groups, each sorted, every trainer in
+    /// exactly one. The same round must always give the same partition.
+    fn groups(&self, round: u64) -> Vec<Vec<usize>>;
+
+    /// The group of `trainer` in round `round`.
+    fn group_of(&self, trainer: usize, round: u64) -> Vec<usize> {
+        self.groups(round)
+            .into_iter()
+            .find(|g| g.contains(&trainer))
+            .unwrap_or_else(|| vec![trainer])
+    }
+}
+
+/// An error naming `sync.schedule` unless the first `rounds` rounds of
+/// `schedule` are partitions of its trainers into sorted groups.
+pub fn check_partitions(schedule: &dyn GroupSchedule, rounds: u64) -> Result<()> {
+    let n = schedule.trainers();
+    for round in 0..rounds {
+        let groups = schedule.groups(round);
+        let mut seen = vec![false; n];
+        for group in &groups {
+            let sorted = group.windows(2).all(|w| w[0] < w[1]);
+            for &t in group {
+                if t >= n || seen[t] || !sorted {
+                    return Err(Error::Config {
+                        key: "sync.schedule".into(),
+                        reason: format!(
+                            "round {round}: {groups:?} is not a partition of the {n} trainers \
+                             into sorted groups"
+                        ),
+                    });
+                }
+                seen[t] = true;
+            }
+        }
+        if let Some(missing) = seen.iter().position(|s| !s) {
+            return Err(Error::Config {
+                key: "sync.schedule".into(),
+                reason: format!("round {round}: trainer {missing} is in no group of {groups:?}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A built-in group schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Schedule {
@@ -127,18 +183,36 @@ impl GroupPlan {
         self
     }
 
-    /// Number of trainers.
-    pub fn trainers(&self) -> usize {
+    fn hypercube(&self, round: u64) -> Vec<Vec<usize>> {
+        let (n, m) = (self.trainers, self.group_size);
+        if self.digits == 0 {
+            return (0..n).map(|i| vec![i]).collect();
+        }
+        let stride = m.pow((round % u64::from(self.digits)) as u32);
+        // Trainers sharing every base-m digit but the current one form a group.
+        (0..n)
+            .filter(|i| (i / stride) % m == 0)
+            .map(|base| (0..m).map(|k| base + k * stride).collect())
+            .collect()
+    }
+
+    /// Rounds after which the hypercube has mixed everyone (`log_m n`).
+    pub fn mixing_rounds(&self) -> u32 {
+        self.digits
+    }
+}
+
+impl GroupSchedule for GroupPlan {
+    fn trainers(&self) -> usize {
         self.trainers
     }
 
-    /// Group size (for `hierarchical`, of the even rounds: `n / m` on odd ones).
-    pub fn group_size(&self) -> usize {
+    /// For `hierarchical`, of the even rounds (`n / m` on odd ones).
+    fn group_size(&self) -> usize {
         self.group_size
     }
 
-    /// The partition of round `round`: groups, each sorted.
-    pub fn groups(&self, round: u64) -> Vec<Vec<usize>> {
+    fn groups(&self, round: u64) -> Vec<Vec<usize>> {
         let (n, m) = (self.trainers, self.group_size);
         let order: Vec<usize> = match self.schedule {
             Schedule::Global | Schedule::Fixed => (0..n).collect(),
@@ -165,32 +239,6 @@ impl GroupPlan {
                 group
             })
             .collect()
-    }
-
-    /// The group of `trainer` in round `round`.
-    pub fn group_of(&self, trainer: usize, round: u64) -> Vec<usize> {
-        self.groups(round)
-            .into_iter()
-            .find(|g| g.contains(&trainer))
-            .unwrap_or_else(|| vec![trainer])
-    }
-
-    fn hypercube(&self, round: u64) -> Vec<Vec<usize>> {
-        let (n, m) = (self.trainers, self.group_size);
-        if self.digits == 0 {
-            return (0..n).map(|i| vec![i]).collect();
-        }
-        let stride = m.pow((round % u64::from(self.digits)) as u32);
-        // Trainers sharing every base-m digit but the current one form a group.
-        (0..n)
-            .filter(|i| (i / stride) % m == 0)
-            .map(|base| (0..m).map(|k| base + k * stride).collect())
-            .collect()
-    }
-
-    /// Rounds after which the hypercube has mixed everyone (`log_m n`).
-    pub fn mixing_rounds(&self) -> u32 {
-        self.digits
     }
 }
 

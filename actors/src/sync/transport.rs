@@ -24,12 +24,17 @@
 //! moves: `2 (m − 1) / m` of the vector per member and round. The receiver really waits until delivery time, so the cost
 //! lands where a real network would put it.
 
+use crate::sync::mean_into;
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// A reduction, element by element, of a group's contributions into `out`:
+/// `reduce(out, contributions)` (see [`SyncRule::reduce`](crate::sync::SyncRule::reduce)).
+pub type Reduce = dyn Fn(&mut [f32], &[&[f32]]);
 
 /// A simulated network link between every pair of trainers.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -239,18 +244,33 @@ impl Endpoint {
     }
 
     /// Mean of the payloads over `group` (which must contain this endpoint) in
-    /// round `round`; `Ok(None)` if the mesh was stopped while waiting.
-    ///
-    /// A member that does not `contribute` (its parameters diverged) still takes
-    /// part in the round and receives the mean of the others, but its payload is
-    /// left out of it; [`Error::NonFinite`] if nobody contributed. A member that
-    /// does not answer within the timeout is left out too, and named.
+    /// round `round`; `Ok(None)` if the mesh was stopped while waiting. See
+    /// [`Endpoint::group_reduce`].
     pub fn group_mean(
         &mut self,
         round: u64,
         group: &[usize],
         payload: &Payload,
         contribute: bool,
+    ) -> Result<Option<GroupMean>> {
+        self.group_reduce(round, group, payload, contribute, &mean_into)
+    }
+
+    /// The payloads over `group` in round `round`, combined element by element
+    /// by `reduce` (`reduce(out, contributions)`: each member reduces its own
+    /// slice); `Ok(None)` if the mesh was stopped while waiting.
+    ///
+    /// A member that does not `contribute` (its parameters diverged) still takes
+    /// part in the round and receives the mean of the others, but its payload is
+    /// left out of it; [`Error::NonFinite`] if nobody contributed. A member that
+    /// does not answer within the timeout is left out too, and named.
+    pub fn group_reduce(
+        &mut self,
+        round: u64,
+        group: &[usize],
+        payload: &Payload,
+        contribute: bool,
+        reduce: &Reduce,
     ) -> Result<Option<GroupMean>> {
         let Some(me) = group.iter().position(|&t| t == self.id) else {
             return Err(Error::Layout(format!(
@@ -309,7 +329,7 @@ impl Endpoint {
             });
         }
         let mine = slice(len, m, me);
-        let reduced: Arc<[f32]> = Arc::from(slice_mean(&contributions, mine.clone()));
+        let reduced: Arc<[f32]> = Arc::from(slice_reduce(&contributions, mine.clone(), reduce));
         // ... then all-gather: every member sends its reduced slice to the others.
         let reduced_len = reduced.len();
         if !self.broadcast(round, Phase::Gather, group, &reduced, |_| reduced_len)? {
@@ -335,7 +355,7 @@ impl Endpoint {
         for &member in &late {
             let k = group.iter().position(|&t| t == member).unwrap_or(me);
             let range = slice(len, m, k);
-            mean[range.clone()].copy_from_slice(&slice_mean(&contributions, range));
+            mean[range.clone()].copy_from_slice(&slice_reduce(&contributions, range, reduce));
             if !unresponsive.contains(&member) {
                 unresponsive.push(member);
             }
@@ -450,17 +470,16 @@ impl Endpoint {
     }
 }
 
-/// The mean of `contributions` over `range`.
-fn slice_mean(contributions: &[&[f32]], range: std::ops::Range<usize>) -> Vec<f32> {
-    let mut sum = vec![0f32; range.len()];
-    for values in contributions {
-        sum.iter_mut()
-            .zip(&values[range.clone()])
-            .for_each(|(s, x)| *s += x);
-    }
-    let scale = 1.0 / contributions.len().max(1) as f32;
-    sum.iter_mut().for_each(|s| *s *= scale);
-    sum
+/// `contributions` over `range`, combined by `reduce`.
+fn slice_reduce(
+    contributions: &[&[f32]],
+    range: std::ops::Range<usize>,
+    reduce: &Reduce,
+) -> Vec<f32> {
+    let slices: Vec<&[f32]> = contributions.iter().map(|c| &c[range.clone()]).collect();
+    let mut out = vec![0f32; range.len()];
+    reduce(&mut out, &slices);
+    out
 }
 
 /// The `k`-th of `m` near-equal contiguous slices of `0..len`.
@@ -472,8 +491,8 @@ fn slice(len: usize, m: usize, k: usize) -> std::ops::Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::GroupPlan;
     use crate::sync::Schedule;
+    use crate::sync::{GroupPlan, GroupSchedule};
 
     #[test]
     fn group_means_over_several_rounds_with_peers_running_ahead() {

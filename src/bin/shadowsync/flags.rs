@@ -309,8 +309,8 @@ impl TrainArgs {
         if self.checkpoint_dir.is_some() {
             c.checkpoint.dir.clone_from(&self.checkpoint_dir);
         }
-        if let Some(algorithm) = self.sync {
-            c.sync.algorithm = algorithm;
+        if let Some(algorithm) = &self.sync {
+            c.sync.algorithm = algorithm.clone();
         }
         if self.alpha.is_some() {
             c.sync.alpha = self.alpha;

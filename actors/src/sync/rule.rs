@@ -1,0 +1,297 @@
+//! Sync rules: what a round does with a replica's snapshot.
+//!
+//! An algorithm is a rule, a timing and a group schedule
+//! ([`Algorithm`](crate::sync::Algorithm)): `fr-NAME:K` runs rule `NAME` in
+//! the trainer every `K` steps, `shadow-NAME` in a background loop beside it.
+//! Whatever the timing, a round goes the same way:
+//!
+//! 1. the replica's snapshot is combined with the group's snapshots: each
+//!    member [`reduces`](SyncRule::reduce) its slice of the vector over the
+//!    group's contributions, then the slices are gathered (or, for
+//!    [`Exchange::Centre`], the snapshot meets EASGD's centre on the server);
+//! 2. the rule turns the combined vector into the replica's
+//!    [`target`](SyncRule::target), with whatever memory it keeps;
+//! 3. the runtime writes the target back into the replica.
+//!
+//! A rule of one's own is a type implementing [`SyncRule`], registered by
+//! name in [`Rules`] (the cluster's `ClusterConfig::rules`); `sync.algorithm`
+//! then names it like a built-in one. Its memory is checkpointed as named
+//! arrays ([`RuleState`]) and given back on resume.
+
+use crate::sync::{mean_into, BmufParams, BmufState, SyncConfig};
+use crate::{Error, Result};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// Where a rule's rounds combine a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Exchange {
+    /// With the snapshots of this round's group, through [`SyncRule::reduce`].
+    Group,
+    /// With the centre copy on the parameter server (EASGD's elastic step,
+    /// elasticity `alpha`).
+    Centre {
+        /// The elasticity α.
+        alpha: f32,
+    },
+}
+
+/// What a sync round does with a replica's snapshot (see the module docs).
+pub trait SyncRule: Send + fmt::Debug {
+    /// Where its rounds combine a snapshot; [`Exchange::Group`] unless said.
+    fn exchange(&self) -> Exchange {
+        Exchange::Group
+    }
+
+    /// Combines element by element, into `out`, one slice of the group's
+    /// contributions (each of `out`'s length; at least one). Every member
+    /// reduces its own slice and all of them must reduce alike. The mean
+    /// unless said.
+    fn reduce(&self, out: &mut [f32], contributions: &[&[f32]]) {
+        mean_into(out, contributions);
+    }
+
+    /// Turns the combined vector into the replica's target, in place; as it
+    /// is unless said.
+    fn target(&mut self, _combined: &mut [f32]) {}
+
+    /// Its memory between rounds, as named arrays, for checkpoints; none
+    /// unless said.
+    fn state(&self) -> RuleState {
+        RuleState::default()
+    }
+
+    /// Takes back memory saved by [`SyncRule::state`]; an error naming what
+    /// does not fit. A rule without memory accepts only none.
+    fn restore(&mut self, saved: &RuleState) -> Result<()> {
+        match saved.arrays.first() {
+            None => Ok(()),
+            Some((name, _)) => Err(saved.mismatch(format!("this rule keeps no array {name:?}"))),
+        }
+    }
+}
+
+/// A rule's memory: named arrays of `f32`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuleState {
+    /// The arrays, by name.
+    pub arrays: Vec<(String, Vec<f32>)>,
+}
+
+impl RuleState {
+    /// The array `name`, which must hold `len` values.
+    pub fn array(&self, name: &str, len: usize) -> Result<&[f32]> {
+        let (_, values) = self
+            .arrays
+            .iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| self.mismatch(format!("no array {name:?}")))?;
+        if values.len() != len {
+            return Err(self.mismatch(format!(
+                "array {name:?} has {} values, the model {len}",
+                values.len()
+            )));
+        }
+        Ok(values)
+    }
+
+    fn mismatch(&self, reason: String) -> Error {
+        Error::Config {
+            key: "resume".into(),
+            reason: format!("the saved sync state does not fit: {reason}"),
+        }
+    }
+}
+
+/// What a rule is made for: one trainer of a job.
+#[derive(Debug, Clone, Copy)]
+pub struct RuleContext<'a> {
+    /// The trainer, numbered across the job.
+    pub trainer: usize,
+    /// Trainers in the job.
+    pub trainers: usize,
+    /// Members of its groups.
+    pub group_size: usize,
+    /// The dense parameters every replica starts from.
+    pub initial: &'a [f32],
+    /// The `[sync]` settings.
+    pub config: &'a SyncConfig,
+}
+
+/// Makes a trainer's rule.
+pub type RuleFactory = Arc<dyn Fn(&RuleContext<'_>) -> Result<Box<dyn SyncRule>> + Send + Sync>;
+
+/// Sync rules by the name `sync.algorithm` gives them: `ma`, `easgd` and
+/// `bmuf`, and those added with [`Rules::with`].
+#[derive(Clone)]
+pub struct Rules {
+    by_name: BTreeMap<String, RuleFactory>,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Self {
+            by_name: BTreeMap::new(),
+        }
+        .with("ma", |_| Ok(Box::new(ModelAveraging)))
+        .with("easgd", |c| {
+            Ok(Box::new(Elastic {
+                alpha: c.config.alpha_for(c.trainers),
+            }))
+        })
+        .with("bmuf", |c| {
+            Ok(Box::new(BlockMomentum {
+                params: c.config.bmuf_for(c.group_size),
+                state: BmufState::new(c.initial),
+            }))
+        })
+    }
+}
+
+impl fmt::Debug for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.by_name.keys()).finish()
+    }
+}
+
+impl Rules {
+    /// These rules and `name`, made by `make` (in place of a rule of that name).
+    pub fn with(
+        mut self,
+        name: &str,
+        make: impl Fn(&RuleContext<'_>) -> Result<Box<dyn SyncRule>> + Send + Sync + 'static,
+    ) -> Self {
+        self.by_name.insert(name.to_string(), Arc::new(make));
+        self
+    }
+
+    /// Whether a rule is called `name`.
+    pub fn knows(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    /// An error naming `sync.algorithm` unless a rule is called `name`.
+    pub fn check(&self, name: &str) -> Result<()> {
+        if self.knows(name) {
+            return Ok(());
+        }
+        let known: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
+        Err(Error::Config {
+            key: "sync.algorithm".into(),
+            reason: format!("unknown sync rule {name:?}; known: {}", known.join(", ")),
+        })
+    }
+
+    /// The rule `name` for `context`'s trainer.
+    pub fn make(&self, name: &str, context: &RuleContext<'_>) -> Result<Box<dyn SyncRule>> {
+        self.check(name)?;
+        let make = &self.by_name[name];
+        make(context)
+    }
+}
+
+/// Model averaging: the target is the group's mean.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelAveraging;
+
+impl SyncRule for ModelAveraging {}
+
+/// EASGD: an elastic step against the centre on the parameter server.
+#[derive(Debug, Clone, Copy)]
+pub struct Elastic {
+    /// The elasticity α.
+    pub alpha: f32,
+}
+
+impl SyncRule for Elastic {
+    fn exchange(&self) -> Exchange {
+        Exchange::Centre { alpha: self.alpha }
+    }
+}
+
+/// BMUF: the group's mean, filtered by block momentum against the replica's
+/// global model (both kept between rounds and checkpointed).
+#[derive(Debug, Clone)]
+pub struct BlockMomentum {
+    /// η, ζ and the Nesterov look-ahead.
+    pub params: BmufParams,
+    /// The global model and the block momentum.
+    pub state: BmufState,
+}
+
+impl SyncRule for BlockMomentum {
+    fn target(&mut self, combined: &mut [f32]) {
+        self.state.round(self.params, combined);
+    }
+
+    fn state(&self) -> RuleState {
+        RuleState {
+            arrays: vec![
+                ("global".into(), self.state.global.clone()),
+                ("momentum".into(), self.state.momentum.clone()),
+            ],
+        }
+    }
+
+    fn restore(&mut self, saved: &RuleState) -> Result<()> {
+        let len = self.state.global.len();
+        let global = saved.array("global", len)?.to_vec();
+        let momentum = saved.array("momentum", len)?.to_vec();
+        self.state = BmufState { global, momentum };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(config: &SyncConfig) -> RuleContext<'_> {
+        RuleContext {
+            trainer: 0,
+            trainers: 4,
+            group_size: 2,
+            initial: &[1.0, 2.0],
+            config,
+        }
+    }
+
+    #[test]
+    fn the_built_in_rules_are_made_by_name_and_others_refused() {
+        let config = SyncConfig::default();
+        let rules = Rules::default();
+        let ma = rules.make("ma", &context(&config)).unwrap();
+        assert_eq!(ma.exchange(), Exchange::Group);
+        let easgd = rules.make("easgd", &context(&config)).unwrap();
+        assert_eq!(easgd.exchange(), Exchange::Centre { alpha: 0.225 });
+        let e = rules
+            .make("sgd", &context(&config))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sync.algorithm") && e.contains("bmuf, easgd, ma"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bmuf_memory_round_trips_and_a_partial_one_is_refused() {
+        let config = SyncConfig::default();
+        let mut bmuf = Rules::default().make("bmuf", &context(&config)).unwrap();
+        let mut avg = [3.0, 0.0];
+        bmuf.target(&mut avg);
+        let saved = bmuf.state();
+        let mut fresh = Rules::default().make("bmuf", &context(&config)).unwrap();
+        fresh.restore(&saved).unwrap();
+        assert_eq!(fresh.state(), saved);
+        let partial = RuleState {
+            arrays: saved.arrays[..1].to_vec(),
+        };
+        let e = fresh.restore(&partial).unwrap_err().to_string();
+        assert!(e.contains("\"momentum\""), "{e}");
+        let mut ma = Rules::default().make("ma", &context(&config)).unwrap();
+        assert!(ma.restore(&saved).is_err());
+        assert!(ma.restore(&RuleState::default()).is_ok());
+    }
+}
