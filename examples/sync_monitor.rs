@@ -1,7 +1,8 @@
-//! A custom component plugged into a running cluster: a monitor that consumes the
+//! A custom component plugged into a running cluster: a [`Monitor`] that sees the
 //! cluster's event stream (every sync written back, every round's groups, every
-//! trainer finishing) on its own thread and reports, once a second, the round, each
-//! trainer's sync count and the worst staleness seen — the kind of watchdog a user writes for their own setup.
+//! recovery) on its own thread and reports, once a second, the round, each
+//! trainer's sync count and the worst staleness seen: the kind of watchdog a user
+//! writes for their own setup. It is added by the run's observer.
 //!
 //! ```sh
 //! cargo run --release --example sync_monitor
@@ -9,22 +10,13 @@
 
 use shadowsync::config::{Config, OptimizerKind};
 use shadowsync::runtime::events::Event;
+use shadowsync::runtime::monitor::{ClusterControl, Monitor};
 use shadowsync::runtime::sync::LinkModel;
 use shadowsync::train::{train, Observer};
 use std::time::{Duration, Instant};
 
-/// Passes the cluster's event stream to the monitor when training starts.
-struct HandOver(crossbeam_channel::Sender<crossbeam_channel::Receiver<Event>>);
-
-impl Observer for HandOver {
-    fn cluster_started(&mut self, events: crossbeam_channel::Receiver<Event>) {
-        let _ = self.0.send(events);
-    }
-}
-
-/// Per-trainer tallies of the event stream.
-#[derive(Default)]
-struct Monitor {
+/// Per-trainer tallies of the event stream, reported once a second.
+struct SyncTally {
     syncs: Vec<u64>,
     worst_staleness: Vec<u64>,
     /// Rounds the group coordinator has handed out.
@@ -33,11 +25,11 @@ struct Monitor {
     recoveries: u64,
     /// Group members timed out of a round.
     timeouts: u64,
-    finished: usize,
+    last_report: Instant,
 }
 
-impl Monitor {
-    fn observe(&mut self, event: &Event) {
+impl Monitor for SyncTally {
+    fn on_event(&mut self, event: &Event, _control: &ClusterControl) {
         match *event {
             Event::Synced {
                 trainer, staleness, ..
@@ -54,9 +46,38 @@ impl Monitor {
             | Event::SyncRecovered { .. }
             | Event::ServiceRecovered { .. } => self.recoveries += 1,
             Event::PeerTimedOut { .. } => self.timeouts += 1,
-            Event::TrainerFinished { .. } | Event::TrainerFailed { .. } => self.finished += 1,
-            _ => {} // abstentions, rejoins, and kinds of events to come
+            _ => {} // finishing, abstentions, rejoins, and kinds of events to come
         }
+        if self.last_report.elapsed() >= Duration::from_secs(1) {
+            self.last_report = Instant::now();
+            println!(
+                "round {}: syncs per trainer {:?}, worst staleness {:?}",
+                self.rounds, self.syncs, self.worst_staleness
+            );
+        }
+    }
+
+    fn on_end(&mut self) {
+        println!(
+            "final syncs per trainer {:?}, worst staleness {:?}, recoveries {}, peers timed out {}",
+            self.syncs, self.worst_staleness, self.recoveries, self.timeouts
+        );
+    }
+}
+
+/// Adds the monitor to the run.
+struct WithMonitor;
+
+impl Observer for WithMonitor {
+    fn monitors(&mut self) -> Vec<Box<dyn Monitor>> {
+        vec![Box::new(SyncTally {
+            syncs: Vec::new(),
+            worst_staleness: Vec::new(),
+            rounds: 0,
+            recoveries: 0,
+            timeouts: 0,
+            last_report: Instant::now(),
+        })]
     }
 }
 
@@ -81,36 +102,10 @@ fn main() -> anyhow::Result<()> {
         slow_factor: 4.0,
     };
 
-    // The training run on its own thread; its observer hands the cluster's event
-    // stream over to the monitor.
-    let trainers = config.train.trainers;
-    let (events_tx, events_rx) = crossbeam_channel::bounded(1);
-    let run = std::thread::spawn(move || train(&config, &mut HandOver(events_tx)));
-    let events = events_rx.recv()?;
-    let mut monitor = Monitor::default();
-    let mut last_report = Instant::now();
-    while monitor.finished < trainers {
-        if let Ok(event) = events.recv_timeout(Duration::from_millis(100)) {
-            monitor.observe(&event);
-        }
-        if last_report.elapsed() >= Duration::from_secs(1) {
-            last_report = Instant::now();
-            println!(
-                "round {}: syncs per trainer {:?}, worst staleness {:?}",
-                monitor.rounds, monitor.syncs, monitor.worst_staleness
-            );
-        }
-    }
-    let report = run
-        .join()
-        .map_err(|_| anyhow::anyhow!("the training thread panicked"))??;
+    let report = train(&config, &mut WithMonitor)?;
     println!(
         "done: {} examples, test NE {:.4}",
         report.examples, report.final_metrics.ne
-    );
-    println!(
-        "final syncs per trainer {:?}, worst staleness {:?}, recoveries {}, peers timed out {}",
-        monitor.syncs, monitor.worst_staleness, monitor.recoveries, monitor.timeouts
     );
     Ok(())
 }

@@ -27,6 +27,7 @@ use crate::model::EmbeddingTable;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::sync::Fabric;
+use shadowsync_actors::Error as RuntimeError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -59,7 +60,12 @@ impl TableSync {
                 tch::set_num_threads(1);
                 sync_rounds(fabric.as_ref(), &table, every, &flag)
             })
-            .map_err(|e| system(format!("cannot start the table sync thread: {e}")))?;
+            .map_err(|source| {
+                runtime(RuntimeError::Thread {
+                    thread: "table sync",
+                    source,
+                })
+            })?;
         Ok(Self { done, thread })
     }
 
@@ -69,12 +75,12 @@ impl TableSync {
         self.done.store(true, Ordering::Relaxed);
         self.thread
             .join()
-            .map_err(|_| system("the table sync thread panicked".into()))?
+            .map_err(|_| runtime(RuntimeError::Panicked("table sync thread")))?
     }
 }
 
-fn system(what: String) -> Error {
-    Error::Runtime(shadowsync_actors::Error::System(what))
+fn runtime(error: RuntimeError) -> Error {
+    Error::Runtime(error)
 }
 
 /// Rounds until every process is done; the last one runs with all done.
@@ -116,7 +122,10 @@ fn sync_rounds(
         let mut theirs = Vec::new();
         for (process, changes) in fabric.gather(changes)?.iter().enumerate() {
             let rows = shape.apply(&mut base, changes).map_err(|reason| {
-                system(format!("table sync: process {process}'s changes: {reason}"))
+                runtime(RuntimeError::Remote {
+                    process,
+                    reason: format!("table sync: its changes: {reason}"),
+                })
             })?;
             all_done &= changes.first() == Some(&1);
             if process != fabric.process() {
@@ -208,10 +217,13 @@ pub fn every_process_metrics(fabric: &dyn Fabric, mine: Vec<Metrics>) -> Result<
     let mut all = Vec::new();
     for (process, words) in fabric.gather(words)?.iter().enumerate() {
         if words.len() % METRIC_WORDS != 0 {
-            return Err(system(format!(
-                "process {process} sent {} words of evaluations, not a multiple of {METRIC_WORDS}",
-                words.len()
-            )));
+            return Err(runtime(RuntimeError::Remote {
+                process,
+                reason: format!(
+                    "sent {} words of evaluations, not a multiple of {METRIC_WORDS}",
+                    words.len()
+                ),
+            }));
         }
         all.extend(words.chunks(METRIC_WORDS).map(metrics_of_words));
     }

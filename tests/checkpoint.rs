@@ -272,7 +272,7 @@ fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
         "{said}"
     );
     let stopped = manifest(checkpoints_in(&checkpoints).last().unwrap());
-    assert_eq!(stopped["reason"], "interrupted");
+    assert_eq!(stopped["reason"], "interrupted", "{}", text(&out));
     let (resumed, _) = resume(&checkpoints, &dir.path().join("resumed.json"));
     assert_eq!(resumed["examples"], FEWER_ROWS);
     let end = manifest(checkpoints_in(&checkpoints).last().unwrap());
@@ -428,7 +428,7 @@ fn a_shadow_run_stopped_by_sigint_syncs_after_resuming_as_an_uninterrupted_one_d
     assert!(!out.status.success(), "{}", text(&out));
     // The shadow loops stopped a round apart: the checkpoint holds both.
     let stopped = manifest(checkpoints_in(&checkpoints).last().unwrap());
-    assert_eq!(stopped["reason"], "interrupted");
+    assert_eq!(stopped["reason"], "interrupted", "{}", text(&out));
     let (resumed, output) = resume(&checkpoints, &dir.path().join("resumed.json"));
     assert_eq!(resumed["examples"], FEWER_ROWS);
     let (clean_rate, clean_staleness) = sync_rate_and_max_staleness(&clean);

@@ -46,11 +46,25 @@ fn custom_learner_trains_a_regression_that_learns() {
 
 #[test]
 fn the_ctr_examples_train_models_that_learn() {
-    for name in ["four_trainers", "embed_runtime", "sync_monitor"] {
+    for name in ["four_trainers", "embed_runtime"] {
         let out = String::from_utf8(example(name).stdout).unwrap();
         let ne = figure_after(&out, "test NE");
         assert!(ne < 0.95, "{name}: {out}");
     }
+}
+
+#[test]
+fn sync_monitor_sees_every_trainer_sync() {
+    let out = String::from_utf8(example("sync_monitor").stdout).unwrap();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("final syncs per trainer ["))
+        .unwrap_or_else(|| panic!("no final tallies in {out}"));
+    let inside = &line[line.find('[').unwrap() + 1..line.find(']').unwrap()];
+    let syncs: Vec<u64> = inside.split(", ").map(|n| n.parse().unwrap()).collect();
+    assert_eq!(syncs.len(), 4, "{out}");
+    assert!(syncs.iter().all(|&n| n > 0), "{out}");
+    assert!(figure_after(&out, "test NE") < 0.95, "{out}");
 }
 
 #[test]
@@ -68,4 +82,14 @@ fn custom_rule_shields_the_healthy_replicas_from_a_broken_one() {
     assert!(after < before / 10.0, "{out}");
     let averaged = figure_after(&line("shadow-ma:"), "before training, ");
     assert!(after < averaged / 2.0, "{out}");
+}
+
+#[test]
+fn custom_actor_stops_training_once_the_target_ne_is_reached() {
+    let out = String::from_utf8(example("custom_actor").stdout).unwrap();
+    assert!(out.contains("reached: stopping"), "{out}");
+    let trained = figure_after(&out, "stopped after ");
+    assert!(trained < 400_000.0, "{out}");
+    let ne = figure_after(&out, "final test NE ");
+    assert!(ne < 0.87, "{out}");
 }

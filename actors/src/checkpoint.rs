@@ -179,9 +179,7 @@ impl<L: Learner> Cluster<L> {
     /// reads of the learners' shared state meanwhile; then the trainers go on.
     pub fn checkpoint<T>(&self, while_parked: impl FnOnce() -> T) -> Result<(ClusterState, T)> {
         if !self.parked() {
-            return Err(Error::System(
-                "a checkpoint needs every trainer parked".into(),
-            ));
+            return Err(Error::NotParked);
         }
         let trainers = self
             .inner
@@ -222,10 +220,8 @@ impl<L: Learner> Cluster<L> {
                 .inner
                 .running
                 .lock()
-                .map_err(|_| Error::System("cluster state poisoned".into()))?;
-            let running = running
-                .as_ref()
-                .ok_or_else(|| Error::System("the cluster has ended".into()))?;
+                .map_err(|_| Error::Panicked("cluster's supervisor"))?;
+            let running = running.as_ref().ok_or(Error::Stopped("cluster"))?;
             let (reply, states) = bounded(running.trainers.len());
             for trainer in &running.trainers {
                 trainer.do_send(SaveState(reply.clone()));
@@ -243,7 +239,7 @@ impl<L: Learner> Cluster<L> {
         for _ in 0..expected {
             let state = states
                 .recv_deadline(deadline)
-                .map_err(|_| Error::System("a trainer did not hand over its state".into()))?;
+                .map_err(|_| Error::LearnerLost)?;
             if let Some(slot) = learners.get_mut(state.worker) {
                 *slot = Some(state.learner?);
             }

@@ -30,6 +30,7 @@ use crate::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::events::{Event, EventBus};
 use crate::faults::Fault;
 use crate::hogwild::ParamAlias;
+use crate::monitor::{ClusterControl, Monitor, Watcher};
 use crate::recovery::RecoveryPoint;
 use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
@@ -202,6 +203,11 @@ pub(crate) struct Inner<L: Learner> {
     pub(crate) peers: Vec<SharedPeer>,
     /// Examples trained before this cluster started (by the run it resumes).
     resumed_examples: u64,
+    /// What the trainers are told (by the handle and the monitors).
+    control: ClusterControl,
+    /// The monitors' and actors' threads, and the flag that ends them.
+    watchers: Mutex<Vec<JoinHandle<()>>>,
+    ended: Arc<AtomicBool>,
 }
 
 /// A cloneable handle on a running cluster.
@@ -221,39 +227,38 @@ impl<L: Learner> Cluster<L> {
     /// Starts training `learners` under `config`: one per trainer, or with
     /// `config.workers = W`, W consecutive learners per trainer whose dense
     /// parameters are one buffer (built with [`FlatParams::adopt_shared`](crate::FlatParams::adopt_shared)).
-    /// Every replica starts from the first one's parameters.
+    /// Every replica starts from the first one's parameters. (The shorthand
+    /// of [`ClusterBuilder`] with nothing else.)
     pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
-        Self::launch(Arc::new(InProcess), config, learners, None)
+        ClusterBuilder::new(config, learners).start()
     }
 
-    /// Starts this process's part of a job spread over `fabric`'s processes:
-    /// `learners` are its trainers (every process gives as many), numbered
-    /// across the job; groups are formed over all the job's trainers. Syncing
-    /// ends when every process's trainers are done (for a foreground
-    /// algorithm, when the first trainer anywhere is). With `resumed`, from
-    /// this process's part of a checkpoint, as [`Cluster::start_from`]. EASGD's
-    /// centre shard `s` is served by process `s mod P` (set
-    /// `sync.server_shards` to a multiple of the processes to spread it).
+    /// Starts this process's part of a job spread over `fabric`'s processes
+    /// (see [`ClusterBuilder::fabric`]), from `resumed` if given.
     pub fn start_on(
         fabric: Arc<dyn Fabric>,
         config: ClusterConfig,
         learners: Vec<L>,
         resumed: Option<&ClusterState>,
     ) -> Result<Self> {
-        Self::launch(fabric, config, learners, resumed)
+        let builder = ClusterBuilder::new(config, learners).fabric(fabric);
+        match resumed {
+            Some(state) => builder.resume_from(state.clone()),
+            None => builder,
+        }
+        .start()
     }
 
-    /// Starts training `learners` from `state`, saved by [`Cluster::checkpoint`]
-    /// of a cluster with the same trainers and workers: each replica, each
-    /// learner's state, the trainers' counters, the sync peers' states and
-    /// EASGD's centre are restored.
-    /// (The learners' data must go on from the positions in `state`.)
+    /// Starts training `learners` from `state` (see
+    /// [`ClusterBuilder::resume_from`]).
     pub fn start_from(
         config: ClusterConfig,
         learners: Vec<L>,
         state: &ClusterState,
     ) -> Result<Self> {
-        Self::launch(Arc::new(InProcess), config, learners, Some(state))
+        ClusterBuilder::new(config, learners)
+            .resume_from(state.clone())
+            .start()
     }
 
     fn launch(
@@ -261,114 +266,86 @@ impl<L: Learner> Cluster<L> {
         config: ClusterConfig,
         mut learners: Vec<L>,
         resumed: Option<&ClusterState>,
+        watchers: Vec<Watcher>,
     ) -> Result<Self> {
-        let workers = config.workers.max(1);
+        // Fed from the first step: subscribed before anything starts.
+        let feeds: Vec<_> = watchers.iter().map(|_| config.events.subscribe()).collect();
         let sync = &config.sync;
-        sync.validate()?;
-        check_workers(&learners, workers, &sync.algorithm)?;
-        let n = learners.len() / workers;
-        let job_trainers = n * fabric.processes();
-        let plan = group_plan(&config, n, job_trainers)?;
-        let group_size = plan.group_size();
-        let (initial, counters) = starting_point(&mut learners, workers, resumed)?;
-        let replicas = learners
-            .iter()
-            .step_by(workers)
-            .map(|l| ParamAlias::new(l.dense_params()))
-            .collect::<Result<Vec<_>>>()?;
-        let parking = parking_of(&config);
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut endpoints = fabric.endpoints(n, sync.link, Arc::clone(&stop))?;
-        for endpoint in &mut endpoints {
-            endpoint.set_timeout(sync.peer_timeout());
-        }
-        let events = config.events.clone();
-        let bytes_sent: Vec<_> = endpoints.iter().map(|e| e.bytes_counter()).collect();
-        let rules = make_rules(&config, &endpoints, &*plan, &initial)?;
-        let centre = rules
-            .first()
-            .is_some_and(|r| matches!(r.exchange(), Exchange::Centre { .. }));
-        let (system, system_thread, (coordinator, server)) =
-            start_services(&config, &fabric, Arc::clone(&plan), &initial, centre)?;
+        let mut wiring = Wiring::prepare(&fabric, &config, &mut learners, resumed)?;
+        let (system, system_thread, (coordinator, server)) = start_services(
+            &config,
+            &fabric,
+            Arc::clone(&wiring.plan),
+            &wiring.initial,
+            wiring.centre,
+        )?;
         // On a failure from here on, the system thread is told to end (and does).
         let stop_system = |e: Error| {
             system.stop();
             e
         };
         let server = server.transpose().map_err(stop_system)?;
-
-        let groups = CoordinatorClient::new(coordinator, &*plan);
+        let groups = CoordinatorClient::new(coordinator, &*wiring.plan);
         let Parts {
             cores,
             shadows,
             replicas: monitor_replicas,
             peers,
-        } = build_parts(
-            learners, &counters, endpoints, rules, &groups, &config, &initial, &server,
-        )
-        .map_err(stop_system)?;
-        if let Some(state) = resumed {
-            state
-                .restore_peers(&peers, &sync.algorithm)
-                .map_err(stop_system)?;
-        }
-        // A resumed foreground algorithm syncs again once every trainer is
-        // past the furthest one.
-        let catch_up = resumed.map_or(0, ClusterState::furthest_steps);
-        let cores: Vec<_> = cores
-            .into_iter()
-            .map(|core| core.catching_up_to(catch_up))
-            .collect();
-
+        } = wiring
+            .parts(learners, &groups, &config, &server, resumed)
+            .map_err(stop_system)?;
+        let parking = parking_of(&config);
         let (trainer_exit_tx, trainer_exits) = bounded(cores.len());
-        let (shadow_exit_tx, shadow_exits) = bounded(n);
-        let addrs = start_actors(
-            &system,
-            cores,
-            shadows,
-            Actors {
-                shadow: sync.algorithm.is_shadow(),
-                chunk: Duration::from_millis(config.chunk_ms.max(1)),
-                threads: config.intra_op_threads.max(1),
-                pacing: Pacing {
-                    min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
-                    min_steps: sync.min_steps,
-                },
-                events: events.clone(),
-                stop: Arc::clone(&stop),
-                parking: parking.clone(),
-                fabric: Arc::clone(&fabric),
-                trainer_exits: trainer_exit_tx,
-                shadow_exits: shadow_exit_tx,
+        let (shadow_exit_tx, shadow_exits) = bounded(wiring.trainers);
+        let actors = Actors {
+            shadow: sync.algorithm.is_shadow(),
+            chunk: Duration::from_millis(config.chunk_ms.max(1)),
+            threads: config.intra_op_threads.max(1),
+            pacing: Pacing {
+                min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
+                min_steps: sync.min_steps,
             },
-        )
-        .map_err(stop_system)?;
+            events: config.events.clone(),
+            stop: Arc::clone(&wiring.stop),
+            parking: parking.clone(),
+            fabric: Arc::clone(&fabric),
+            trainer_exits: trainer_exit_tx,
+            shadow_exits: shadow_exit_tx,
+        };
+        let addrs = start_actors(&system, cores, shadows, actors).map_err(stop_system)?;
         let started = Instant::now();
-        let monitor = start_monitor(monitor_replicas, &config, &stop, started);
+        let monitor = start_monitor(monitor_replicas, &config, &wiring.stop, started);
+        let control = ClusterControl::new(Arc::clone(&wiring.stop), Arc::clone(&fabric));
+        control.connect(addrs.iter().map(|a| a.clone().recipient()).collect());
+        let ended = Arc::new(AtomicBool::new(false));
+        let watchers = spawn_watchers(watchers, feeds, &control, &ended)?;
         tracing::info!(
-            trainers = n,
-            job_trainers,
-            workers,
+            trainers = wiring.trainers,
+            job_trainers = wiring.trainers * fabric.processes(),
+            workers = config.workers.max(1),
             algorithm = %config.sync.algorithm,
-            group_size,
+            group_size = wiring.plan.group_size(),
             "cluster started"
         );
         Ok(Self {
             inner: Arc::new(Inner {
+                group_size: wiring.plan.group_size(),
+                counters: wiring.counters,
+                stop: wiring.stop,
+                events: config.events.clone(),
                 config,
-                group_size,
-                counters,
-                stop,
-                events,
                 fabric,
                 server,
-                bytes_sent,
+                bytes_sent: wiring.bytes_sent,
                 started,
                 parking,
-                replicas,
+                replicas: wiring.replicas,
                 peers,
                 resumed_examples: resumed
                     .map_or(0, |state| state.trainers.iter().map(|t| t.examples).sum()),
+                control,
+                watchers: Mutex::new(watchers),
+                ended,
                 running: Mutex::new(Some(Running {
                     trainers: addrs,
                     trainer_exits,
@@ -397,11 +374,12 @@ impl<L: Learner> Cluster<L> {
     }
 
     pub(crate) fn control(&self, message: Control) {
-        if let Ok(running) = self.inner.running.lock() {
-            for trainer in running.iter().flat_map(|r| &r.trainers) {
-                trainer.do_send(message);
-            }
-        }
+        self.inner.control.send(message);
+    }
+
+    /// What the trainers can be told, to hand to others.
+    pub fn control_handle(&self) -> ClusterControl {
+        self.inner.control.clone()
     }
 
     /// Pauses every trainer (within one chunk of steps).
@@ -422,9 +400,7 @@ impl<L: Learner> Cluster<L> {
     /// Ends syncing and asks every trainer to stop; [`Cluster::wait`] then
     /// returns promptly.
     pub fn stop(&self) {
-        self.inner.stop.store(true, Ordering::Relaxed);
-        self.inner.fabric.stop_everywhere();
-        self.control(Control::Stop);
+        self.inner.control.stop();
     }
 
     /// Waits for every trainer (and sync loop) to end; returns the learners and
@@ -434,16 +410,17 @@ impl<L: Learner> Cluster<L> {
             .inner
             .running
             .lock()
-            .map_err(|_| Error::System("cluster state poisoned".into()))?
+            .map_err(|_| Error::Panicked("cluster's supervisor"))?
             .take()
-            .ok_or_else(|| Error::System("the cluster was already waited for".into()))?;
+            .ok_or(Error::AlreadyWaited)?;
         let n = self.trainers();
         let mut learners: Vec<Option<L>> = running.trainers.iter().map(|_| None).collect();
         let mut errors = Vec::new();
         for _ in 0..learners.len() {
-            let exit = running.trainer_exits.recv().map_err(|_| {
-                Error::System("a trainer vanished without handing back its learner".into())
-            })?;
+            let exit = running
+                .trainer_exits
+                .recv()
+                .map_err(|_| Error::LearnerLost)?;
             if let Some(e) = exit.error {
                 errors.push(format!("trainer {}: {e}", exit.trainer));
             }
@@ -459,15 +436,7 @@ impl<L: Learner> Cluster<L> {
         }
         self.inner.stop.store(true, Ordering::Relaxed);
         if self.inner.config.sync.algorithm.is_shadow() {
-            for _ in 0..n {
-                match running.shadow_exits.recv() {
-                    Ok((trainer, Some(e))) => {
-                        errors.push(format!("shadow sync of trainer {trainer}: {e}"))
-                    }
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
-            }
+            errors.extend(shadow_errors(&running.shadow_exits, n));
         }
         let consensus = running
             .monitor
@@ -490,6 +459,7 @@ impl<L: Learner> Cluster<L> {
         }
         running.system.stop();
         let _ = running.system_thread.join();
+        errors.extend(self.end_watchers());
         let center = center?;
         let trainer_stats = self.stats();
         let examples: u64 = trainer_stats.iter().map(|s| s.examples).sum();
@@ -497,7 +467,7 @@ impl<L: Learner> Cluster<L> {
         let learners = learners
             .into_iter()
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::System("a learner was not handed back".into()))?;
+            .ok_or(Error::LearnerLost)?;
         Ok(ClusterOutcome {
             learners,
             center,
@@ -522,6 +492,243 @@ impl<L: Learner> Cluster<L> {
             },
         })
     }
+
+    /// Lets the monitors see every event published until now, then waits
+    /// for them to end; one error per monitor that panicked.
+    fn end_watchers(&self) -> Vec<String> {
+        self.inner.ended.store(true, Ordering::SeqCst);
+        let watchers = std::mem::take(
+            &mut *self
+                .inner
+                .watchers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        watchers
+            .into_iter()
+            .filter_map(|w| w.join().is_err().then(|| "a monitor panicked".to_string()))
+            .collect()
+    }
+}
+
+/// Builds a [`Cluster`]: its learners and configuration, and where its
+/// trainers live, the state it resumes from, and the components fed its
+/// events, if any.
+///
+/// ```no_run
+/// # use shadowsync_actors::{Cluster, ClusterBuilder, ClusterConfig, Learner};
+/// # use shadowsync_actors::monitor::{ClusterControl, Monitor};
+/// # use shadowsync_actors::events::Event;
+/// /// Stops the run at the first trainer that fails.
+/// struct StopOnFailure;
+/// impl Monitor for StopOnFailure {
+///     fn on_event(&mut self, event: &Event, control: &ClusterControl) {
+///         if matches!(event, Event::TrainerFailed { .. }) {
+///             control.stop();
+///         }
+///     }
+/// }
+/// # fn run<L: Learner>(learners: Vec<L>) -> shadowsync_actors::Result<()> {
+/// let cluster = ClusterBuilder::new(ClusterConfig::default(), learners)
+///     .monitor(StopOnFailure)
+///     .start()?;
+/// let outcome = cluster.wait()?;
+/// # Ok(()) }
+/// ```
+pub struct ClusterBuilder<L: Learner> {
+    config: ClusterConfig,
+    learners: Vec<L>,
+    fabric: Arc<dyn Fabric>,
+    resumed: Option<ClusterState>,
+    watchers: Vec<Watcher>,
+}
+
+impl<L: Learner> ClusterBuilder<L> {
+    /// A cluster training `learners` under `config` in this process: one
+    /// learner per trainer, or with `config.workers = W`, W consecutive
+    /// learners per trainer whose dense parameters are one buffer (built with
+    /// [`FlatParams::adopt_shared`](crate::FlatParams::adopt_shared)). Every
+    /// replica starts from the first one's parameters.
+    pub fn new(config: ClusterConfig, learners: Vec<L>) -> Self {
+        Self {
+            config,
+            learners,
+            fabric: Arc::new(InProcess),
+            resumed: None,
+            watchers: Vec::new(),
+        }
+    }
+
+    /// This process's part of a job spread over `fabric`'s processes: the
+    /// learners are its trainers (every process gives as many), numbered
+    /// across the job; groups are formed over all the job's trainers. Syncing
+    /// ends when every process's trainers are done (for a foreground
+    /// algorithm, when the first trainer anywhere is). EASGD's centre shard
+    /// `s` is served by process `s mod P`.
+    pub fn fabric(mut self, fabric: Arc<dyn Fabric>) -> Self {
+        self.fabric = fabric;
+        self
+    }
+
+    /// Goes on from `state`, saved by [`Cluster::checkpoint`] of a cluster
+    /// with the same trainers and workers: each replica, each learner's
+    /// state, the trainers' counters, the sync peers' states and EASGD's
+    /// centre are restored. (The learners' data must go on from the
+    /// positions in `state`.)
+    pub fn resume_from(mut self, state: ClusterState) -> Self {
+        self.resumed = Some(state);
+        self
+    }
+
+    /// Runs `monitor` beside the cluster (see [`crate::monitor`]).
+    pub fn monitor(mut self, monitor: impl Monitor) -> Self {
+        self.watchers.push(Watcher::Monitor(Box::new(monitor)));
+        self
+    }
+
+    /// Sends every event to `actor` too.
+    pub fn actor(mut self, actor: Recipient<Event>) -> Self {
+        self.watchers.push(Watcher::Actor(actor));
+        self
+    }
+
+    /// Starts the cluster.
+    pub fn start(self) -> Result<Cluster<L>> {
+        Cluster::launch(
+            self.fabric,
+            self.config,
+            self.learners,
+            self.resumed.as_ref(),
+            self.watchers,
+        )
+    }
+}
+
+/// What a cluster is wired from, checked before any thread starts: the group
+/// plan, the starting point, the replicas' aliases, the endpoints and each
+/// trainer's sync rule.
+struct Wiring {
+    /// This process's trainers.
+    trainers: usize,
+    plan: Arc<dyn GroupSchedule>,
+    initial: Vec<f32>,
+    counters: Vec<Arc<TrainerCounters>>,
+    replicas: Vec<ParamAlias>,
+    stop: Arc<AtomicBool>,
+    endpoints: Vec<Endpoint>,
+    bytes_sent: Vec<Arc<AtomicU64>>,
+    rules: Vec<Box<dyn SyncRule>>,
+    /// Whether the rule syncs against a centre (EASGD's server shards).
+    centre: bool,
+}
+
+impl Wiring {
+    fn prepare<L: Learner>(
+        fabric: &Arc<dyn Fabric>,
+        config: &ClusterConfig,
+        learners: &mut [L],
+        resumed: Option<&ClusterState>,
+    ) -> Result<Self> {
+        let workers = config.workers.max(1);
+        let sync = &config.sync;
+        sync.validate()?;
+        check_workers(learners, workers, &sync.algorithm)?;
+        let trainers = learners.len() / workers;
+        let plan = group_plan(config, trainers, trainers * fabric.processes())?;
+        let (initial, counters) = starting_point(learners, workers, resumed)?;
+        let replicas = learners
+            .iter()
+            .step_by(workers)
+            .map(|l| ParamAlias::new(l.dense_params()))
+            .collect::<Result<Vec<_>>>()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut endpoints = fabric.endpoints(trainers, sync.link, Arc::clone(&stop))?;
+        for endpoint in &mut endpoints {
+            endpoint.set_timeout(sync.peer_timeout());
+        }
+        let bytes_sent = endpoints.iter().map(|e| e.bytes_counter()).collect();
+        let rules = make_rules(config, &endpoints, &*plan, &initial)?;
+        let centre = rules
+            .first()
+            .is_some_and(|r| matches!(r.exchange(), Exchange::Centre { .. }));
+        Ok(Self {
+            trainers,
+            plan,
+            initial,
+            counters,
+            replicas,
+            stop,
+            endpoints,
+            bytes_sent,
+            rules,
+            centre,
+        })
+    }
+}
+
+impl Wiring {
+    /// The trainers' cores (caught up with a resumed run's furthest one),
+    /// their shadow loops and their sync peers (restored when resumed); takes
+    /// the endpoints and the rules.
+    fn parts<L: Learner>(
+        &mut self,
+        learners: Vec<L>,
+        groups: &CoordinatorClient,
+        config: &ClusterConfig,
+        server: &Option<ServerClient>,
+        resumed: Option<&ClusterState>,
+    ) -> Result<Parts<L>> {
+        let mut parts = build_parts(
+            learners,
+            &self.counters,
+            std::mem::take(&mut self.endpoints),
+            std::mem::take(&mut self.rules),
+            groups,
+            config,
+            &self.initial,
+            server,
+        )?;
+        if let Some(state) = resumed {
+            state.restore_peers(&parts.peers, &config.sync.algorithm)?;
+        }
+        // A resumed foreground algorithm syncs again once every trainer is
+        // past the furthest one.
+        let catch_up = resumed.map_or(0, ClusterState::furthest_steps);
+        parts.cores = std::mem::take(&mut parts.cores)
+            .into_iter()
+            .map(|core| core.catching_up_to(catch_up))
+            .collect();
+        Ok(parts)
+    }
+}
+
+/// Waits for the `n` shadow loops to end; the errors they ended with.
+fn shadow_errors(exits: &Receiver<(usize, Option<String>)>, n: usize) -> Vec<String> {
+    exits
+        .iter()
+        .take(n)
+        .filter_map(|(trainer, error)| {
+            error.map(|e| format!("shadow sync of trainer {trainer}: {e}"))
+        })
+        .collect()
+}
+
+/// Starts each watcher on its thread, fed by its subscription.
+fn spawn_watchers(
+    watchers: Vec<Watcher>,
+    feeds: Vec<Receiver<Event>>,
+    control: &ClusterControl,
+    ended: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>> {
+    watchers
+        .into_iter()
+        .zip(feeds)
+        .map(|(watcher, feed)| watcher.spawn(feed, control.clone(), Arc::clone(ended)))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|source| Error::Thread {
+            thread: "monitor",
+            source,
+        })
 }
 
 /// Where a cluster's training starts: the initial dense parameters (the
@@ -764,11 +971,9 @@ fn start_actors<L: Learner>(
         let _ = ready_tx.send(addrs);
     });
     if !launched {
-        return Err(Error::System("the actor system stopped".into()));
+        return Err(Error::Stopped("actor system"));
     }
-    ready_rx
-        .recv()
-        .map_err(|_| Error::System("the actors did not start".into()))
+    ready_rx.recv().map_err(|_| Error::Stopped("actor system"))
 }
 
 /// What runs a cluster's trainers: one core per learner, one shadow loop per
@@ -821,7 +1026,7 @@ fn build_parts<L: Learner>(
         recovery = Arc::new(RecoveryPoint::new(initial));
         let (endpoint, rule) = endpoints
             .next()
-            .ok_or_else(|| Error::System("fewer endpoints than trainers".into()))?;
+            .ok_or(Error::Internal("fewer endpoints than trainers"))?;
         parts
             .replicas
             .push(ParamAlias::new(learner.dense_params())?);

@@ -341,7 +341,7 @@ impl CoordinatorClient {
                     round,
                     reply,
                 })
-                .map_err(|e| Error::System(format!("the group coordinator is unreachable: {e}")))?;
+                .map_err(|_| Error::Stopped("group coordinator"))?;
             loop {
                 match answer.recv_timeout(POLL) {
                     Ok(group) => return Ok(Some(group)),
@@ -350,17 +350,16 @@ impl CoordinatorClient {
                     // It failed on the request, and is still there: ask again.
                     Err(RecvTimeoutError::Disconnected) if self.addr.connected() => break,
                     Err(RecvTimeoutError::Disconnected) => {
-                        return Err(Error::System(
-                            "the group coordinator stopped before answering".into(),
-                        ))
+                        return Err(Error::Stopped("group coordinator"))
                     }
                 }
             }
         }
-        Err(Error::System(format!(
-            "the group coordinator failed {} times on trainer {trainer}'s request for round {round}",
-            Self::ATTEMPTS
-        )))
+        Err(Error::CoordinatorFailed {
+            trainer,
+            round,
+            attempts: Self::ATTEMPTS,
+        })
     }
 }
 

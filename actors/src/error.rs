@@ -19,9 +19,70 @@ pub enum Error {
     /// A learner's step failed.
     #[error("{0}")]
     Learner(Box<dyn std::error::Error + Send + Sync>),
-    /// The actor system could not be started or answered no more.
-    #[error("actor system: {0}")]
-    System(String),
+    /// A thread of the runtime could not be started.
+    #[error("cannot start the {thread} thread: {source}")]
+    Thread {
+        /// What the thread runs.
+        thread: &'static str,
+        /// Why the OS refused.
+        source: std::io::Error,
+    },
+    /// A part of the runtime (an actor, a thread) ended before it answered.
+    #[error("the {0} has stopped")]
+    Stopped(&'static str),
+    /// A part of the runtime panicked; what it held is not trusted.
+    #[error("the {0} panicked")]
+    Panicked(&'static str),
+    /// [`Cluster::wait`](crate::Cluster::wait) was called twice.
+    #[error("the cluster was already waited for")]
+    AlreadyWaited,
+    /// A trainer ended without handing its learner over (to a checkpoint or
+    /// at the end).
+    #[error("a trainer ended without handing over its learner")]
+    LearnerLost,
+    /// A checkpoint was asked for while some trainer was not parked.
+    #[error("a checkpoint needs every trainer parked")]
+    NotParked,
+    /// A trainer failed (across processes this ends the job).
+    #[error("trainer {trainer}: {reason}")]
+    TrainerFailed {
+        /// The trainer, numbered over the job.
+        trainer: usize,
+        /// Its error.
+        reason: String,
+    },
+    /// The group coordinator kept failing on a request.
+    #[error("the group coordinator failed {attempts} times on trainer {trainer}'s request for round {round}")]
+    CoordinatorFailed {
+        /// The asking trainer.
+        trainer: usize,
+        /// The round it asked about.
+        round: u64,
+        /// How many times it was tried.
+        attempts: usize,
+    },
+    /// An EASGD centre shard could not serve a request.
+    #[error("server shard {shard}: {reason}")]
+    ShardFailed {
+        /// The shard.
+        shard: usize,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Another process answered with an error, or with something malformed.
+    #[error("process {process}: {reason}")]
+    Remote {
+        /// The process (MPI rank).
+        process: usize,
+        /// Its error, or what was wrong with its answer.
+        reason: String,
+    },
+    /// MPI could not be initialized.
+    #[error("MPI could not be initialized (it already was in this process)")]
+    MpiInit,
+    /// An invariant of the runtime does not hold: a bug, please report it.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
     /// No member of a sync group had finite values to contribute.
     #[error("no finite values in group {group:?}: every member's parameters are NaN or infinite")]
     NonFinite {

@@ -99,7 +99,7 @@ impl<S: Scorer + Unpin> Evaluator<S> {
     pub fn request(&mut self, dense: Vec<f32>, tag: u64) -> Result<()> {
         self.addr
             .try_send(Evaluate { dense, tag })
-            .map_err(|e| Error::System(format!("the evaluator is unreachable: {e}")))?;
+            .map_err(|_| Error::Stopped("evaluator"))?;
         self.pending += 1;
         Ok(())
     }
@@ -123,7 +123,7 @@ impl<S: Scorer + Unpin> Evaluator<S> {
             let evaluation = self
                 .results
                 .recv()
-                .map_err(|_| Error::System("the evaluator stopped before answering".into()))?;
+                .map_err(|_| Error::Stopped("evaluator"))?;
             self.pending -= 1;
             done.push(evaluation);
         }
@@ -135,7 +135,7 @@ impl<S: Scorer + Unpin> Evaluator<S> {
         self.request(dense, tag)?;
         self.wait_all()?
             .pop()
-            .ok_or_else(|| Error::System("the evaluator lost a request".into()))
+            .ok_or(Error::Internal("the evaluator lost a request"))
     }
 }
 

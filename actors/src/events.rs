@@ -104,6 +104,18 @@ pub enum Event {
         /// What went wrong.
         error: String,
     },
+    /// A live evaluation of the model finished (published by whoever
+    /// evaluates: the CTR training run publishes each of its own).
+    Evaluated {
+        /// Examples trained when the evaluated snapshot was taken.
+        examples: u64,
+        /// Its figures by name (the CTR run's: `ne`, `auc`, `log_loss`, ...).
+        metrics: Vec<(String, f64)>,
+    },
+}
+
+impl actix::Message for Event {
+    type Result = ();
 }
 
 /// Logs `event` through `tracing`: syncs at trace level, regroupings and
@@ -160,6 +172,9 @@ fn trace(event: &Event) {
         }
         Event::TrainerFailed { trainer, error } => {
             tracing::warn!(trainer, %error, "trainer failed")
+        }
+        Event::Evaluated { examples, metrics } => {
+            tracing::debug!(examples, ?metrics, "evaluated")
         }
     }
 }

@@ -6,6 +6,15 @@
 //! what synchronization reads and writes: a snapshot is one memcpy, an average one
 //! vectorized pass.
 //!
+//! Where to start: [`ClusterBuilder`] (or [`Cluster::start`]) runs learners
+//! under a [`ClusterConfig`] and hands back a [`Cluster`] handle; its
+//! [`Cluster::wait`] returns the learners, a report and the trained model.
+//! Where to extend it: a sync rule of one's own is a [`sync::SyncRule`]
+//! registered by name in [`sync::Rules`]; a group schedule a
+//! [`sync::GroupSchedule`]; a component that watches and steers a run a
+//! [`monitor::Monitor`]; where trainers live (one process, MPI ranks) a
+//! [`sync::Fabric`].
+//!
 //! ```no_run
 //! use shadowsync_actors::{FlatParams, Result};
 //! use tch::{nn, Device, Kind, Tensor};
@@ -33,6 +42,7 @@ pub mod events;
 pub mod faults;
 mod hogwild;
 mod learner;
+pub mod monitor;
 mod params;
 pub mod recovery;
 pub mod shadow;
@@ -42,7 +52,7 @@ pub mod system;
 pub mod trainer;
 
 pub use checkpoint::{ClusterState, TrainerState};
-pub use cluster::{Cluster, ClusterConfig, ClusterOutcome, ClusterReport};
+pub use cluster::{Cluster, ClusterBuilder, ClusterConfig, ClusterOutcome, ClusterReport};
 pub use error::{first_line, Error, Result};
 pub use hogwild::ParamAlias;
 pub use learner::{Learner, LearnerState, StepOutcome};

@@ -21,9 +21,12 @@ pub fn spawn_system<T: Send + 'static>(
             });
             let _ = runner.run();
         })
-        .map_err(|e| Error::System(format!("cannot start the {name} thread: {e}")))?;
+        .map_err(|source| Error::Thread {
+            thread: "actor system",
+            source,
+        })?;
     let (system, value) = ready_rx
         .recv()
-        .map_err(|_| Error::System(format!("the {name} actor system did not start")))?;
+        .map_err(|_| Error::Stopped("actor system"))?;
     Ok((system, thread, value))
 }

@@ -42,6 +42,7 @@ use crate::model::{CtrLearner, EmbeddingTable};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::events::Event;
+use shadowsync_actors::monitor::Monitor;
 use shadowsync_actors::sync::{Fabric, InProcess};
 use shadowsync_actors::ClusterReport;
 use std::path::{Path, PathBuf};
@@ -160,6 +161,13 @@ pub trait Observer {
     /// it trained: it is evaluated and, with checkpoints, saved.
     fn interrupted(&mut self) -> bool {
         false
+    }
+    /// Monitors to run beside the cluster (asked once, before it starts):
+    /// each sees every event from the first step, the run's live
+    /// evaluations among them ([`Event::Evaluated`]), and can steer the run
+    /// (see [`shadowsync_actors::monitor`]).
+    fn monitors(&mut self) -> Vec<Box<dyn Monitor>> {
+        Vec::new()
     }
 }
 

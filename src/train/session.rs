@@ -19,9 +19,12 @@ use crate::model::{CtrLearner, EmbeddingTable};
 use crate::{Error, Result};
 use crossbeam_channel::Receiver;
 use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
-use shadowsync_actors::events::Event;
+use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::sync::{Algorithm, Fabric};
-use shadowsync_actors::{Cluster, ClusterConfig, ClusterReport, Learner, ParamAlias};
+use shadowsync_actors::Error as RuntimeError;
+use shadowsync_actors::{
+    Cluster, ClusterBuilder, ClusterConfig, ClusterReport, Learner, ParamAlias,
+};
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -184,6 +187,8 @@ pub(super) struct Session<'a> {
     cluster: Cluster<CtrLearner>,
     /// The cluster's events, for failed trainers.
     events: Receiver<Event>,
+    /// Where live evaluations are published too, for the monitors.
+    bus: EventBus,
     evaluator: Evaluator<CtrScorer>,
     replicas: Replicas,
     /// The shared embedding table, for checkpoints.
@@ -261,12 +266,15 @@ impl<'a> Session<'a> {
         // Subscribed before the start: a trainer failing at once is seen.
         let events = cluster_config.events.subscribe();
         let observed = cluster_config.events.subscribe();
-        let cluster = Cluster::start_on(
-            Arc::clone(&fabric),
-            cluster_config,
-            learners,
-            resumed.map(|checkpoint| &checkpoint.cluster),
-        )?;
+        let bus = cluster_config.events.clone();
+        let mut builder = ClusterBuilder::new(cluster_config, learners).fabric(Arc::clone(&fabric));
+        if let Some(checkpoint) = resumed {
+            builder = builder.resume_from(checkpoint.cluster.clone());
+        }
+        for monitor in observer.monitors() {
+            builder = builder.monitor(monitor);
+        }
+        let cluster = builder.start()?;
         observer.cluster_started(observed);
         let earlier = resumed.map_or_else(Earlier::default, |c| Earlier {
             train_seconds: c.train_seconds,
@@ -279,6 +287,7 @@ impl<'a> Session<'a> {
             fabric,
             cluster,
             events,
+            bus,
             evaluator,
             replicas,
             table,
@@ -358,13 +367,16 @@ impl<'a> Session<'a> {
     /// and its exit ends the job.
     fn stop_on_failure(&mut self) -> Result<()> {
         let failed = self.events.try_iter().find_map(|e| match e {
-            Event::TrainerFailed { trainer, error } => Some(format!("trainer {trainer}: {error}")),
+            Event::TrainerFailed { trainer, error } => Some(RuntimeError::TrainerFailed {
+                trainer,
+                reason: error,
+            }),
             _ => None,
         });
         if let Some(failure) = failed {
             self.cluster.stop(); // a failed shard ends the run, as one trainer would
             if self.fabric.processes() > 1 {
-                return Err(Error::Runtime(shadowsync_actors::Error::System(failure)));
+                return Err(Error::Runtime(failure));
             }
         }
         Ok(())
@@ -397,6 +409,13 @@ impl<'a> Session<'a> {
                 metrics: metrics_of(evaluation)?,
             };
             observer.evaluated(&point);
+            let m = &point.metrics;
+            self.bus.publish(Event::Evaluated {
+                examples: point.examples,
+                metrics: [("ne", m.ne), ("auc", m.auc), ("logloss", m.logloss)]
+                    .map(|(name, value)| (name.to_string(), value))
+                    .to_vec(),
+            });
             self.history.push(point);
         }
         Ok(())

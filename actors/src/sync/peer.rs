@@ -119,7 +119,7 @@ impl SyncPeer {
     }
 
     /// Mean of the payloads over this round's group (sync-sgd's gradients);
-    /// see [`SyncPeer::group_reduce`].
+    /// `None` once syncing has stopped.
     pub fn group_mean(&mut self, payload: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
         self.group_reduce(payload, contribute, &mean_into)
     }

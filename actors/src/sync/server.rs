@@ -136,7 +136,7 @@ pub fn serve(
 ) -> Result<()> {
     shard
         .try_send(Serve { request, reply })
-        .map_err(|e| Error::System(format!("a parameter server shard is unreachable: {e}")))
+        .map_err(|_| Error::Stopped("parameter server shard"))
 }
 
 /// The shards that other processes serve, reached through the fabric.
@@ -192,9 +192,10 @@ impl Handler<Serve> for ServerShardActor {
                         service: format!("server shard {index}"),
                         cause: cause.clone(),
                     });
-                    Err(Error::System(format!(
-                        "server shard {index} failed {cause}"
-                    )))
+                    Err(Error::ShardFailed {
+                        shard: index,
+                        reason: cause,
+                    })
                 })
             }
         };
@@ -291,8 +292,9 @@ impl ServerClient {
                 if let Some((_, addr)) = hosted.next_if(|(at, _)| *at == index) {
                     return Ok((range, ShardAt::Here(addr)));
                 }
-                let remote = remote.clone().ok_or_else(|| {
-                    Error::System(format!("server shard {index} has no process serving it"))
+                let remote = remote.clone().ok_or_else(|| Error::ShardFailed {
+                    shard: index,
+                    reason: "no process serves it".into(),
                 })?;
                 let process = shard_process(index, fabric.processes());
                 Ok((range, ShardAt::There { process, remote }))
@@ -376,7 +378,7 @@ impl ServerClient {
     /// A copy of the whole centre.
     pub fn center(&self) -> Result<Vec<f32>> {
         self.gather(|_, _| ShardRequest::Center, || false)?
-            .ok_or_else(|| Error::System("the parameter server did not answer".into()))
+            .ok_or(Error::Stopped("parameter server"))
     }
 
     /// Sends every shard its `request` (given its range and whether it is
@@ -419,9 +421,7 @@ impl ServerClient {
                 Err(RecvTimeoutError::Timeout) if !stopped() => {}
                 Err(RecvTimeoutError::Timeout) => return Ok(None),
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(Error::System(
-                        "a parameter server shard stopped before answering".into(),
-                    ))
+                    return Err(Error::Stopped("parameter server shard"))
                 }
             }
         }

@@ -1,0 +1,203 @@
+//! The post office of a rank: it sends this rank's trainers' messages,
+//! delivers those that arrive into their inboxes (keeping what cannot be
+//! delivered yet, in order), keeps what the control words said, and watches how
+//! long the rank waits.
+
+use super::thread::{send_all, Envelope};
+use super::wire::{decode, encode, ARRIVED, CONTROL_TAG, SERVER_TAG, STOP, TAG};
+use crate::sync::transport::{Message, Outgoing};
+use crate::sync::{ServerShardActor, ShardReply, ShardRequest};
+use ::mpi::topology::SimpleCommunicator;
+use ::mpi::traits::*;
+use actix::Addr;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Sends this rank's trainers' messages, delivers the messages that arrive to
+/// them, keeps what the control messages said, and watches how long the rank
+/// waits.
+pub(super) struct PostOffice {
+    pub(super) rank: usize,
+    /// Messages of this rank's trainers for other ranks' trainers.
+    pub(super) outgoing: Receiver<Outgoing>,
+    pub(super) bytes_sent: Arc<AtomicU64>,
+    /// How long a send or a collective may take.
+    pub(super) watchdog: Option<Duration>,
+    pub(super) local: Range<usize>,
+    pub(super) per_rank: usize,
+    pub(super) inboxes: Vec<Sender<Message>>,
+    /// Messages whose inbox was full or not registered yet, delivered first
+    /// next time.
+    pub(super) waiting: VecDeque<(usize, Message)>,
+    /// Raised when another rank stops syncing.
+    pub(super) stop: Option<Arc<AtomicBool>>,
+    /// A stop that arrived before `stop` was registered.
+    pub(super) stop_asked: bool,
+    /// How many rendezvous each rank has come to.
+    pub(super) arrived: Vec<u32>,
+    /// The centre shards served here, once registered.
+    pub(super) hosted: Option<HashMap<usize, Addr<ServerShardActor>>>,
+    /// Requests to shards that arrived before they were registered.
+    pub(super) early_requests: Vec<(usize, u64, usize, ShardRequest)>,
+    /// Requests being served here: asking rank, ticket, shard, answer to come.
+    pub(super) serving: Vec<(usize, u64, usize, Receiver<ShardReply>)>,
+    /// Answers to other ranks' requests, to send.
+    pub(super) answers: Vec<Envelope>,
+    /// This rank's requests to other ranks' shards, by ticket.
+    pub(super) tickets: HashMap<u64, Sender<ShardReply>>,
+    pub(super) next_ticket: u64,
+}
+
+impl PostOffice {
+    pub(super) fn new(
+        rank: usize,
+        ranks: usize,
+        watchdog: Option<Duration>,
+        outgoing: Receiver<Outgoing>,
+        bytes_sent: Arc<AtomicU64>,
+    ) -> Self {
+        Self {
+            rank,
+            outgoing,
+            bytes_sent,
+            watchdog,
+            local: 0..0,
+            per_rank: 0,
+            inboxes: Vec::new(),
+            waiting: VecDeque::new(),
+            stop: None,
+            stop_asked: false,
+            arrived: vec![0; ranks],
+            hosted: None,
+            early_requests: Vec::new(),
+            serving: Vec::new(),
+            answers: Vec::new(),
+            tickets: HashMap::new(),
+            next_ticket: 0,
+        }
+    }
+
+    pub(super) fn register(
+        &mut self,
+        range: Range<usize>,
+        inboxes: Vec<Sender<Message>>,
+        stop: Arc<AtomicBool>,
+    ) {
+        self.per_rank = range.len();
+        self.local = range;
+        self.inboxes = inboxes;
+        if self.stop_asked {
+            stop.store(true, Ordering::Relaxed);
+        }
+        self.stop = Some(stop);
+        self.deliver_waiting();
+    }
+
+    /// Ends the process if `what`, waited for since `started`, has taken
+    /// longer than the watchdog allows: a job must fail loudly, not hang.
+    pub(super) fn watch(&self, started: Instant, what: impl FnOnce() -> String) {
+        if let Some(limit) = self.watchdog.filter(|&limit| started.elapsed() > limit) {
+            eprintln!(
+                "shadowsync: rank {}: {} did not complete within {limit:?} (MPI watchdog); ending the job",
+                self.rank,
+                what()
+            );
+            std::process::exit(1);
+        }
+    }
+
+    /// Sends `batch`, the shards' answers and every message queued meanwhile.
+    pub(super) fn send(&mut self, world: &SimpleCommunicator, mut batch: Vec<Envelope>) {
+        self.collect_answers();
+        batch.append(&mut self.answers);
+        let queued: Vec<Outgoing> = self.outgoing.try_iter().collect();
+        batch.extend(queued.into_iter().filter_map(|out| self.envelope(out)));
+        send_all(world, &batch, self);
+    }
+
+    /// The envelope of a trainer's message, to its trainer's rank.
+    pub(super) fn envelope(&self, out: Outgoing) -> Option<Envelope> {
+        if self.per_rank == 0 {
+            tracing::error!(to = out.to, "an MPI message sent before any mesh");
+            return None;
+        }
+        Some(Envelope {
+            rank: (out.to / self.per_rank) as i32,
+            tag: TAG,
+            words: encode(&out),
+        })
+    }
+
+    /// Receives every message that has arrived and delivers it.
+    pub(super) fn receive(&mut self, world: &SimpleCommunicator) {
+        self.deliver_waiting();
+        while let Some(probed) = world.any_process().immediate_matched_probe_with_tag(TAG) {
+            let (words, status) = probed.matched_receive_vec::<u32>();
+            match decode(&words) {
+                Ok((to, message)) => self.deliver(to, message),
+                Err(reason) => tracing::error!(
+                    from_rank = status.source_rank(),
+                    "dropped a malformed MPI message: {reason}"
+                ),
+            }
+        }
+        while let Some(probed) = world
+            .any_process()
+            .immediate_matched_probe_with_tag(SERVER_TAG)
+        {
+            let (words, status) = probed.matched_receive_vec::<u32>();
+            self.on_shard_message(status.source_rank() as usize, &words);
+        }
+        while let Some(probed) = world
+            .any_process()
+            .immediate_matched_probe_with_tag(CONTROL_TAG)
+        {
+            let (words, status) = probed.matched_receive_vec::<u32>();
+            let from = status.source_rank() as usize;
+            match words[..] {
+                [ARRIVED] if from < self.arrived.len() => self.arrived[from] += 1,
+                [STOP] => {
+                    self.stop_asked = true;
+                    if let Some(stop) = &self.stop {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                _ => tracing::error!(from_rank = from, ?words, "an unknown MPI control message"),
+            }
+        }
+    }
+
+    fn deliver(&mut self, to: usize, message: Message) {
+        // Other ranks may start sending before this one's trainers are here;
+        // and what arrives after a full inbox waits behind it, in order.
+        if self.inboxes.is_empty() || !self.waiting.is_empty() {
+            self.waiting.push_back((to, message));
+            return;
+        }
+        let Some(inbox) = to
+            .checked_sub(self.local.start)
+            .and_then(|i| self.inboxes.get(i))
+        else {
+            tracing::error!(to, local = ?self.local, "an MPI message for a trainer not here");
+            return;
+        };
+        match inbox.try_send(message) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Full(message)) => self.waiting.push_back((to, message)),
+        }
+    }
+
+    fn deliver_waiting(&mut self) {
+        if self.inboxes.is_empty() {
+            return;
+        }
+        let waiting = std::mem::take(&mut self.waiting);
+        for (to, message) in waiting {
+            self.deliver(to, message);
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! EASGD's centre shards across ranks: a trainer's request to another rank's
+//! shard leaves with a ticket; the serving rank hands it to its shard actor and
+//! sends the answer back, which finds its asker by the ticket.
+
+use super::post::PostOffice;
+use super::thread::Envelope;
+use super::wire::{ShardWire, SERVER_TAG};
+use super::Ask;
+use crate::sync::{serve, RemoteShards, ServerShardActor, ShardReply, ShardRequest};
+use crate::{Error, Result};
+use actix::Addr;
+use crossbeam_channel::{bounded, Sender};
+
+/// The centre shards of other ranks, reached through the communication thread.
+#[derive(Debug)]
+pub(super) struct ShardsOnRanks {
+    pub(super) asks: Sender<Ask>,
+}
+
+impl RemoteShards for ShardsOnRanks {
+    fn send(
+        &self,
+        process: usize,
+        shard: usize,
+        request: ShardRequest,
+        reply: Sender<ShardReply>,
+    ) -> Result<()> {
+        self.asks
+            .send(Ask::Shard {
+                rank: process,
+                shard,
+                request,
+                reply,
+            })
+            .map_err(|_| Error::Stopped("MPI communication thread"))
+    }
+}
+
+impl PostOffice {
+    /// Serves `hosted` from now on, starting with the requests that came early.
+    pub(super) fn host(&mut self, hosted: Vec<(usize, Addr<ServerShardActor>)>) {
+        self.hosted = Some(hosted.into_iter().collect());
+        for (rank, ticket, shard, request) in std::mem::take(&mut self.early_requests) {
+            self.serve(rank, ticket, shard, request);
+        }
+    }
+
+    /// The envelope of this rank's `request` to `shard` on `rank`, whose
+    /// answer will go to `reply`.
+    pub(super) fn ask_shard(
+        &mut self,
+        rank: usize,
+        shard: usize,
+        request: ShardRequest,
+        reply: Sender<ShardReply>,
+    ) -> Envelope {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.tickets.insert(ticket, reply);
+        Envelope {
+            rank: rank as i32,
+            tag: SERVER_TAG,
+            words: ShardWire::Request {
+                ticket,
+                shard,
+                request,
+            }
+            .encode(),
+        }
+    }
+
+    /// Hands `rank`'s request to the shard actor (or keeps it until the
+    /// shards are registered).
+    fn serve(&mut self, rank: usize, ticket: u64, shard: usize, request: ShardRequest) {
+        let Some(hosted) = &self.hosted else {
+            self.early_requests.push((rank, ticket, shard, request));
+            return;
+        };
+        let (reply, answer) = bounded(1);
+        let served = match hosted.get(&shard) {
+            Some(addr) => serve(addr, request, reply),
+            None => Err(Error::ShardFailed {
+                shard,
+                reason: format!("not served by rank {}", self.rank),
+            }),
+        };
+        match served {
+            Ok(()) => self.serving.push((rank, ticket, shard, answer)),
+            Err(e) => self.answer(rank, ticket, shard, Err(e)),
+        }
+    }
+
+    /// Queues the answer to `rank`'s request `ticket`.
+    fn answer(&mut self, rank: usize, ticket: u64, shard: usize, answer: Result<Vec<f32>>) {
+        let answer = answer.map_err(|e| e.to_string());
+        self.answers.push(Envelope {
+            rank: rank as i32,
+            tag: SERVER_TAG,
+            words: ShardWire::Answer {
+                ticket,
+                shard,
+                answer,
+            }
+            .encode(),
+        });
+    }
+
+    /// Queues the answers the shard actors have given.
+    pub(super) fn collect_answers(&mut self) {
+        let serving = std::mem::take(&mut self.serving);
+        for (rank, ticket, shard, answer) in serving {
+            match answer.try_recv() {
+                Ok((_, result)) => self.answer(rank, ticket, shard, result),
+                Err(crossbeam_channel::TryRecvError::Empty) => {
+                    self.serving.push((rank, ticket, shard, answer))
+                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    self.answer(rank, ticket, shard, Err(Error::Stopped("server shard")))
+                }
+            }
+        }
+    }
+
+    /// Takes a message of [`SERVER_TAG`] from `from`.
+    pub(super) fn on_shard_message(&mut self, from: usize, words: &[u32]) {
+        match ShardWire::decode(words) {
+            Ok(ShardWire::Request {
+                ticket,
+                shard,
+                request,
+            }) => self.serve(from, ticket, shard, request),
+            Ok(ShardWire::Answer {
+                ticket,
+                shard,
+                answer,
+            }) => match self.tickets.remove(&ticket) {
+                // The asker may have stopped waiting.
+                Some(reply) => {
+                    let answer = answer.map_err(|reason| Error::Remote {
+                        process: from,
+                        reason,
+                    });
+                    let _ = reply.try_send((shard, answer));
+                }
+                None => tracing::error!(ticket, from_rank = from, "an answer to no request"),
+            },
+            Err(reason) => tracing::error!(
+                from_rank = from,
+                "dropped a malformed MPI shard message: {reason}"
+            ),
+        }
+    }
+}

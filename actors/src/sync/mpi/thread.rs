@@ -1,0 +1,247 @@
+//! The communication thread: it makes every MPI call of the process, sending
+//! what the trainers queued and delivering what arrives, also while it waits
+//! on a collective.
+
+use super::post::PostOffice;
+use super::wire::{ARRIVED, CONTROL_TAG, STOP};
+use super::{Ask, Sums};
+use crate::sync::transport::Outgoing;
+use crate::{Error, Result};
+use ::mpi::datatype::PartitionMut;
+use ::mpi::topology::SimpleCommunicator;
+use ::mpi::traits::*;
+use ::mpi::Count;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the communication thread waits for work before looking at MPI again.
+const IDLE: Duration = Duration::from_micros(100);
+
+/// The communication thread: initializes MPI, then sends, receives and
+/// delivers until asked to finish.
+pub(super) fn communicate(
+    outgoing: Receiver<Outgoing>,
+    asks: Receiver<Ask>,
+    bytes_sent: Arc<AtomicU64>,
+    started: Sender<Result<(usize, usize)>>,
+    watchdog: Option<Duration>,
+) {
+    let Some(universe) = ::mpi::initialize() else {
+        let _ = started.send(Err(Error::MpiInit));
+        return;
+    };
+    let world = universe.world();
+    let (rank, ranks) = (world.rank() as usize, world.size() as usize);
+    if started.send(Ok((rank, ranks))).is_err() {
+        return;
+    }
+    let mut post = PostOffice::new(rank, ranks, watchdog, outgoing, bytes_sent);
+    // Who waits for which rendezvous (counted from 1).
+    let mut rendezvous_waiters: Vec<(u32, Sender<()>)> = Vec::new();
+    let mut finishing = false;
+    let others = || (0..ranks).filter(move |&r| r != rank);
+    loop {
+        let first = match post.outgoing.recv_timeout(IDLE) {
+            Ok(message) => Some(message),
+            Err(RecvTimeoutError::Timeout) => None,
+            // The node is gone without finishing: nothing more to send.
+            Err(RecvTimeoutError::Disconnected) => {
+                finishing = true;
+                None
+            }
+        };
+        let mut batch: Vec<Envelope> = Vec::new();
+        let mut collectives = Vec::new();
+        // After the message, so that the registration of its sender's mesh
+        // (asked before any endpoint could send) is seen before it is routed.
+        for ask in asks.try_iter() {
+            match ask {
+                Ask::Register {
+                    range,
+                    inboxes,
+                    stop,
+                } => post.register(range, inboxes, stop),
+                Ask::Rendezvous(waiter) => {
+                    post.arrived[rank] += 1;
+                    rendezvous_waiters.push((post.arrived[rank], waiter));
+                    batch.extend(others().map(|r| Envelope::control(r, ARRIVED)));
+                }
+                Ask::StopAll => batch.extend(others().map(|r| Envelope::control(r, STOP))),
+                Ask::HostShards(hosted) => post.host(hosted),
+                Ask::Shard {
+                    rank,
+                    shard,
+                    request,
+                    reply,
+                } => batch.push(post.ask_shard(rank, shard, request, reply)),
+                Ask::Finish => finishing = true,
+                collective => collectives.push(collective),
+            }
+        }
+        batch.extend(first.and_then(|out| post.envelope(out)));
+        post.send(&world, batch);
+        // After what was queued before them: a rank whose trainers are done
+        // may enter one while another's still wait for its messages.
+        for collective in collectives {
+            match collective {
+                Ask::Sum(Sums::Values(v), answer) => {
+                    let _ = answer.send(Sums::Values(sum_over_ranks(&world, &v, &mut post)));
+                }
+                Ask::Sum(Sums::Counts(c), answer) => {
+                    let _ = answer.send(Sums::Counts(sum_over_ranks(&world, &c, &mut post)));
+                }
+                Ask::Gather(words, answer) => {
+                    let _ = answer.send(gather_from_ranks(&world, &words, &mut post));
+                }
+                _ => {}
+            }
+        }
+        post.receive(&world);
+        let everyone = post.arrived.iter().copied().min().unwrap_or(0);
+        rendezvous_waiters.retain(|(point, waiter)| {
+            let waiting = *point > everyone;
+            if !waiting {
+                let _ = waiter.send(());
+            }
+            waiting
+        });
+        if finishing && post.outgoing.is_empty() {
+            barrier(&world, &mut post);
+            return; // `universe` is dropped here: MPI_Finalize
+        }
+    }
+}
+
+/// One buffer for one rank.
+pub(super) struct Envelope {
+    pub(super) rank: i32,
+    pub(super) tag: i32,
+    pub(super) words: Vec<u32>,
+}
+
+impl Envelope {
+    fn control(rank: usize, what: u32) -> Self {
+        Self {
+            rank: rank as i32,
+            tag: CONTROL_TAG,
+            words: vec![what],
+        }
+    }
+}
+
+/// Sends every envelope of `batch` without blocking, receiving meanwhile (two
+/// ranks sending each other large messages must both be receiving).
+pub(super) fn send_all(world: &SimpleCommunicator, batch: &[Envelope], post: &mut PostOffice) {
+    if batch.is_empty() {
+        return;
+    }
+    ::mpi::request::scope(|scope| {
+        let mut pending: Vec<_> = batch
+            .iter()
+            .map(|envelope| {
+                post.bytes_sent
+                    .fetch_add(4 * envelope.words.len() as u64, Ordering::Relaxed);
+                world
+                    .process_at_rank(envelope.rank)
+                    .immediate_send_with_tag(scope, &envelope.words[..], envelope.tag)
+            })
+            .collect();
+        let started = Instant::now();
+        while !pending.is_empty() {
+            pending = pending
+                .into_iter()
+                .filter_map(|request| request.test().err())
+                .collect();
+            post.receive(world);
+            if !pending.is_empty() {
+                post.watch(started, || format!("{} sends to other ranks", batch.len()));
+                std::thread::yield_now();
+            }
+        }
+    });
+}
+
+/// The sums of `values` over all ranks, receiving meanwhile.
+fn sum_over_ranks<T: Equivalence + Default + Clone>(
+    world: &SimpleCommunicator,
+    values: &[T],
+    post: &mut PostOffice,
+) -> Vec<T> {
+    let mut sums = vec![T::default(); values.len()];
+    ::mpi::request::scope(|scope| {
+        let request = world.immediate_all_reduce_into(
+            scope,
+            values,
+            &mut sums[..],
+            ::mpi::collective::SystemOperation::sum(),
+        );
+        wait_receiving(request, world, post, "an all-reduce");
+    });
+    sums
+}
+
+/// Every rank's `words`, in rank order, receiving meanwhile.
+fn gather_from_ranks(
+    world: &SimpleCommunicator,
+    words: &[u32],
+    post: &mut PostOffice,
+) -> Vec<Vec<u32>> {
+    let mut counts: Vec<Count> = vec![0; world.size() as usize];
+    let mine = [words.len() as Count];
+    ::mpi::request::scope(|scope| {
+        let request = world.immediate_all_gather_into(scope, &mine[..], &mut counts[..]);
+        wait_receiving(request, world, post, "an all-gather of lengths");
+    });
+    let displacements: Vec<Count> = counts
+        .iter()
+        .scan(0, |next, &count| {
+            let at = *next;
+            *next += count;
+            Some(at)
+        })
+        .collect();
+    let mut all = vec![0u32; counts.iter().map(|&c| c as usize).sum()];
+    let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displacements[..]);
+    ::mpi::request::scope(|scope| {
+        let request = world.immediate_all_gather_varcount_into(scope, words, &mut partition);
+        wait_receiving(request, world, post, "an all-gather");
+    });
+    let mut rest = &all[..];
+    counts
+        .iter()
+        .map(|&count| {
+            let (first, after) = rest.split_at(count as usize);
+            rest = after;
+            first.to_vec()
+        })
+        .collect()
+}
+
+/// A barrier over all ranks that keeps receiving while it waits.
+fn barrier(world: &SimpleCommunicator, post: &mut PostOffice) {
+    wait_receiving(world.immediate_barrier(), world, post, "the final barrier");
+}
+
+/// Waits for `request` to complete, delivering what arrives meanwhile (a rank
+/// waiting on a collective must still receive: another rank's sends to it
+/// may be what holds the others back).
+fn wait_receiving<'a, R: ?Sized, S: ::mpi::request::Scope<'a>>(
+    mut request: ::mpi::request::Request<'a, R, S>,
+    world: &SimpleCommunicator,
+    post: &mut PostOffice,
+    what: &str,
+) {
+    let started = Instant::now();
+    loop {
+        match request.test() {
+            Ok(_) => return,
+            Err(pending) => request = pending,
+        }
+        post.receive(world);
+        post.send(world, Vec::new());
+        post.watch(started, || what.to_string());
+        std::thread::yield_now();
+    }
+}
