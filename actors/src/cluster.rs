@@ -2,12 +2,12 @@
 //! the public API.
 //!
 //! [`Cluster::start`] takes one learner per trainer and builds:
-//! * a [`TrainerActor`] per trainer, each on its own arbiter thread — or, with
+//! * a `TrainerActor` per trainer, each on its own arbiter thread — or, with
 //!   `workers = W`, W of them per trainer stepping one dense replica Hogwild-style;
-//! * for `shadow-*`, a [`ShadowActor`] beside each trainer, on its own thread;
+//! * for `shadow-*`, a `ShadowActor` beside each trainer, on its own thread;
 //! * for `*-easgd`, the parameter server: one actor per shard of the centre
 //!   ([`ServerClient`]; across processes, each serves its share of the shards);
-//! * the [`GroupCoordinator`] that every sync peer asks for its group each round
+//! * the `GroupCoordinator` that every sync peer asks for its group each round
 //!   (following the [`GroupPlan`] of the configured DS-Sync schedule);
 //! * the transport between trainers, with the simulated link: a [`mesh`](crate::sync::mesh) in
 //!   this process, or across the processes of a job through a [`Fabric`]
@@ -294,7 +294,7 @@ impl<L: Learner> Cluster<L> {
         } = wiring
             .parts(learners, &groups, &config, &server, resumed)
             .map_err(stop_system)?;
-        let parking = parking_of(&config);
+        let parking = parking_of(&config, &wiring.counters);
         let (trainer_exit_tx, trainer_exits) = bounded(cores.len());
         let (shadow_exit_tx, shadow_exits) = bounded(wiring.trainers);
         let actors = Actors {
@@ -851,16 +851,16 @@ fn start_monitor(
 }
 
 /// Where the trainers park for checkpoints: every `checkpoint_every` steps,
-/// rounded up to a multiple of a foreground algorithm's sync period.
-fn parking_of(config: &ClusterConfig) -> Parking {
-    Parking {
-        every: match (config.checkpoint_every, &config.sync.algorithm) {
-            (0, _) => 0,
-            (every, Algorithm::Foreground { every: k, .. }) => every.div_ceil(*k) * k,
-            (every, _) => every,
-        },
-        parked: Arc::default(),
-    }
+/// rounded up to a multiple of a foreground algorithm's sync period, first
+/// at the first multiple after the slowest trainer's steps.
+fn parking_of(config: &ClusterConfig, counters: &[Arc<TrainerCounters>]) -> Parking {
+    let every = match (config.checkpoint_every, &config.sync.algorithm) {
+        (0, _) => 0,
+        (every, Algorithm::Foreground { every: k, .. }) => every.div_ceil(*k) * k,
+        (every, _) => every,
+    };
+    let slowest = counters.iter().map(|c| c.steps()).min().unwrap_or(0);
+    Parking::new(every, slowest)
 }
 
 /// The actor system and its services, each on an arbiter of its own: the

@@ -3,7 +3,7 @@
 //! A [`Fault`] names a trainer, what goes wrong ([`FaultKind`]) and when: at one
 //! step, or every `every` steps from that step on. The trainer consults
 //! [`faults_due`] before each step; the runtime then has to detect the fault,
-//! recover the trainer (see [`crate::recovery`]) and keep the cluster running.
+//! recover the trainer (the crate-private `recovery` module) and keep the cluster running.
 //! Some kinds hit elsewhere ([`FaultKind::site`]), counting the trainer's sync
 //! rounds rather than its steps: its shadow-sync loop (`sync-*`), the group
 //! coordinator answering it (`coordinator-panic`), the parameter server's shards

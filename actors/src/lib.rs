@@ -15,19 +15,48 @@
 //! [`monitor::Monitor`]; where trainers live (one process, MPI ranks) a
 //! [`sync::Fabric`].
 //!
-//! ```no_run
-//! use shadowsync_actors::{FlatParams, Result};
-//! use tch::{nn, Device, Kind, Tensor};
+//! Four trainers fitting `y = 3x − 1`, averaged in the background:
 //!
-//! # fn main() -> Result<()> {
-//! let vs = nn::VarStore::new(Device::Cpu);
-//! let layer = nn::linear(vs.root() / "fc", 4, 2, Default::default());
-//! let params = FlatParams::adopt(&vs)?; // weights now live in one buffer
-//! let x = Tensor::ones([3, 4], (Kind::Float, Device::Cpu));
-//! let loss = x.apply(&layer).sum(Kind::Float);
-//! params.zero_grad()?;
-//! loss.backward();
-//! assert_eq!(params.grad().size(), vec![params.numel() as i64]);
+//! ```
+//! use shadowsync_actors::{Cluster, ClusterConfig, FlatParams, Learner, StepOutcome};
+//! use tch::{nn, nn::Module, Device, Kind, TchError, Tensor};
+//!
+//! /// A line fitted by SGD, 300 batches of its own.
+//! struct Line { _vars: nn::VarStore, fc: nn::Linear, params: FlatParams, lr: f64, left: u32 }
+//!
+//! impl Learner for Line {
+//!     type Error = TchError;
+//!     fn compute_gradients(&mut self) -> Result<Option<StepOutcome>, TchError> {
+//!         if self.left == 0 { return Ok(None); }
+//!         self.left -= 1;
+//!         let x = Tensor::f_rand([32, 1], (Kind::Float, Device::Cpu))? * 2.0 - 1.0;
+//!         let loss = (self.fc.forward(&x) - (&x * 3.0 - 1.0)).square().mean(Kind::Float);
+//!         self.params.zero_grad().map_err(|e| TchError::Kind(e.to_string()))?;
+//!         loss.f_backward()?;
+//!         Ok(Some(StepOutcome { examples: 32, loss: loss.double_value(&[]) }))
+//!     }
+//!     fn apply_gradients(&mut self) -> Result<(), TchError> {
+//!         let step = self.params.grad().f_mul_scalar(self.lr)?;
+//!         tch::no_grad(|| self.params.values().shallow_clone().f_sub_(&step)).map(drop)
+//!     }
+//!     fn dense_params(&self) -> &FlatParams { &self.params }
+//!     fn set_learning_rate(&mut self, lr: f64) { self.lr = lr; }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let line = || -> shadowsync_actors::Result<Line> {
+//!     let vars = nn::VarStore::new(Device::Cpu);
+//!     let fc = nn::linear(vars.root(), 1, 1, Default::default());
+//!     let params = FlatParams::adopt(&vars)?; // every weight in one buffer: what is synced
+//!     Ok(Line { _vars: vars, fc, params, lr: 0.5, left: 300 })
+//! };
+//! let mut config = ClusterConfig::default();
+//! config.sync.algorithm = "shadow-ma".parse()?;
+//! let learners = (0..4).map(|_| line()).collect::<Result<Vec<_>, _>>()?;
+//! let outcome = Cluster::start(config, learners)?.wait()?;
+//! let mut fitted = outcome.model()?; // the replicas' mean: a weight and a bias
+//! fitted.sort_by(f32::total_cmp);
+//! assert!((fitted[0] + 1.0).abs() < 0.05 && (fitted[1] - 3.0).abs() < 0.05);
 //! # Ok(()) }
 //! ```
 
@@ -35,7 +64,7 @@
 
 pub mod checkpoint;
 pub mod cluster;
-pub mod coordinator;
+mod coordinator;
 mod error;
 pub mod evaluator;
 pub mod events;
@@ -44,12 +73,12 @@ mod hogwild;
 mod learner;
 pub mod monitor;
 mod params;
-pub mod recovery;
-pub mod shadow;
+mod recovery;
+mod shadow;
 pub mod stats;
 pub mod sync;
 pub mod system;
-pub mod trainer;
+mod trainer;
 
 pub use checkpoint::{ClusterState, TrainerState};
 pub use cluster::{Cluster, ClusterBuilder, ClusterConfig, ClusterOutcome, ClusterReport};

@@ -367,16 +367,32 @@ pub enum Control {
 /// in `parked` (which the checkpoint resets before unparking them). All
 /// trainers park at the same step counts, so none of them can wait in a
 /// foreground sync for one already parked (`every` is a multiple of the sync
-/// period), and the cluster is still while its state is saved.
-#[derive(Debug, Clone, Default)]
-pub struct Parking {
-    /// Steps between two parkings; 0 = never.
-    pub every: u64,
+/// period), nor starve another of data by not taking its batches, and the
+/// cluster is still while its state is saved.
+#[derive(Debug, Clone)]
+pub(crate) struct Parking {
+    every: u64,
+    /// Where every trainer parks first: a resumed run's trainers start at
+    /// different step counts (less than one period apart), and the one that
+    /// stopped parked at a multiple must not run a whole period alone.
+    first: u64,
     /// Workers parked right now, all trainers.
-    pub parked: Arc<std::sync::atomic::AtomicUsize>,
+    pub(crate) parked: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Parking {
+    /// Parking every `every` steps (0: never), first at the first multiple
+    /// after `slowest`, the step count of the trainer furthest behind.
+    pub(crate) fn new(every: u64, slowest: u64) -> Self {
+        let mut parking = Self {
+            every,
+            first: 0,
+            parked: Arc::default(),
+        };
+        parking.first = parking.next_after(slowest);
+        parking
+    }
+
     /// The first step count after `steps` at which to park.
     fn next_after(&self, steps: u64) -> u64 {
         match self.every {
@@ -438,7 +454,7 @@ impl<L: Learner> TrainerActor<L> {
         Self {
             core: Some(core),
             worker,
-            next_park: parking.next_after(counters.steps()),
+            next_park: parking.first,
             counters,
             paused: false,
             parking,

@@ -229,3 +229,33 @@ fn foreground_trainers_resumed_a_few_steps_apart_sync_again_without_waiting_on_e
         assert!(syncs.iter().all(|&s| s > 0), "{algorithm}: {syncs:?}");
     }
 }
+
+#[test]
+fn a_trainer_resumed_parked_at_a_multiple_parks_with_the_others_not_a_period_later() {
+    let _serial = exclusive();
+    let (states, cluster) = checkpoints("none", 50);
+    cluster.wait().unwrap();
+    // As a run interrupted while trainer 0 was parked at step 40 leaves them.
+    let mut state = states[0].clone();
+    for (trainer, steps) in state.trainers.iter_mut().zip([40, 37, 33, 39]) {
+        trainer.steps = steps;
+        trainer.examples = steps * 64;
+    }
+    let mut c = config("shadow-ma");
+    c.checkpoint_every = 20;
+    let cluster = Cluster::start_from(c, learners(TRAINERS, Some(60)), &state).unwrap();
+    let parked: Vec<Vec<u64>> = run_to_end(&cluster, "shadow-ma")
+        .iter()
+        .map(|s| s.trainers.iter().map(|t| t.steps).collect())
+        .collect();
+    cluster.wait().unwrap();
+    // Trainer 0 takes one step before it sees it is due; the others park at 40.
+    // Parked at 60 instead, it would have run a period alone (and, fed by the
+    // same data pipeline as the others, starved waiting for their batches).
+    // The last parking: trainer 0 after its 60th step (40 + 60), the others
+    // done (at 37 + 60, 33 + 60, 39 + 60).
+    assert_eq!(
+        parked,
+        [[41, 40, 40, 40], [60; 4], [80; 4], [100, 97, 93, 99]]
+    );
+}
