@@ -63,7 +63,27 @@ fn sample_str(name: &str) -> String {
 }
 
 /// Sends `signal` (`INT`, `TERM`) to `child`.
+/// Sends `signal` (`TERM` or `INT`) to `child` once it has installed its
+/// handler for it (a process still loading libtorch would just be killed).
 fn signal(child: &Child, signal: &str) {
+    let number = match signal {
+        "TERM" => 15,
+        "INT" => 2,
+        other => panic!("no number known for SIG{other}"),
+    };
+    let status = format!("/proc/{}/status", child.id());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let catches = || {
+        let text = std::fs::read_to_string(&status).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (number - 1)) != 0)
+    };
+    while !catches() {
+        assert!(Instant::now() < deadline, "SIG{signal} never caught");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let pid = child.id().to_string();
     let sent = Command::new("kill")
         .args([&format!("-{signal}"), &pid])
