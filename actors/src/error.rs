@@ -69,6 +69,15 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A shard of a sharded embedding table could not serve a request, or
+    /// gave no answer in time.
+    #[error("embedding shard on process {rank}: {reason}")]
+    EmbeddingShard {
+        /// The process (MPI rank) owning the shard.
+        rank: usize,
+        /// What went wrong.
+        reason: String,
+    },
     /// Another process answered with an error, or with something malformed.
     #[error("process {process}: {reason}")]
     Remote {

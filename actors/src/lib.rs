@@ -65,6 +65,7 @@
 pub mod checkpoint;
 pub mod cluster;
 mod coordinator;
+pub mod embedding;
 mod error;
 pub mod evaluator;
 pub mod events;

@@ -9,6 +9,7 @@
 //! process keeps a replica of). The cluster and its actors are
 //! the same code on any fabric.
 
+use crate::embedding::{RemoteRows, RowServerActor};
 use super::{mesh, Endpoint, LinkModel, RemoteShards, ServerShardActor};
 use crate::Result;
 use actix::Addr;
@@ -64,6 +65,11 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
         hosted: Vec<(usize, Addr<ServerShardActor>)>,
     ) -> Result<Option<Arc<dyn RemoteShards>>>;
 
+    /// Hands the other processes' requests for this process's rows of a
+    /// sharded embedding table to its server, and returns how to reach the
+    /// others' shards (`None` in one process).
+    fn serve_rows(&self, server: Addr<RowServerActor>) -> Result<Option<Arc<dyn RemoteRows>>>;
+
     /// Replaces `values` by their mean over the processes. A collective: every
     /// process calls it, the same number of times, with vectors of one length
     /// (and in the same order as [`Fabric::sum`]).
@@ -117,6 +123,10 @@ impl Fabric for InProcess {
         &self,
         _hosted: Vec<(usize, Addr<ServerShardActor>)>,
     ) -> Result<Option<Arc<dyn RemoteShards>>> {
+        Ok(None)
+    }
+
+    fn serve_rows(&self, _server: Addr<RowServerActor>) -> Result<Option<Arc<dyn RemoteRows>>> {
         Ok(None)
     }
 

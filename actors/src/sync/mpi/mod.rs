@@ -30,7 +30,9 @@
 //! trainer's request to another rank's shard crosses as one message with its
 //! slice of the replica and a ticket; the communication thread of the serving
 //! rank hands it to its shard actor and sends the answer back, which its own
-//! communication thread delivers to the waiting trainer.
+//! communication thread delivers to the waiting trainer. Requests to a sharded
+//! embedding table's rows (fetches, pushes of gradients) go the same way, to
+//! the serving rank's embedding server.
 //!
 //! [`Fabric::finish`] ends the node; every rank calls it once its work is done
 //! (it waits on an MPI barrier while still receiving, then finalizes MPI). A
@@ -41,7 +43,7 @@
 //! The module's files follow those parts: this one the node and its
 //! [`Fabric`]; `thread` the communication thread and its collectives; `post`
 //! the delivery of trainers' messages and control words; `shards` the centre
-//! shards served to and asked of other ranks; `wire` how each crosses as words.
+//! shards and embedding rows served to and asked of other ranks; `wire` how each crosses as words.
 
 mod post;
 mod shards;
@@ -55,7 +57,8 @@ use super::{
 use crate::{Error, Result};
 use actix::Addr;
 use crossbeam_channel::{bounded, unbounded, Sender};
-use shards::ShardsOnRanks;
+use crate::embedding::{RemoteRows, RowRequest, RowServerActor};
+use shards::{RowsOnRanks, ShardsOnRanks};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -89,6 +92,14 @@ enum Ask {
         request: ShardRequest,
         reply: Sender<ShardReply>,
     },
+    /// Hand the other ranks' requests for this rank's embedding rows to this server.
+    HostRows(Addr<RowServerActor>),
+    /// Send `request` to the embedding shard of rank `rank`; answer on `reply`.
+    Rows {
+        rank: usize,
+        request: RowRequest,
+        reply: Sender<ShardReply>,
+    },
     /// Wait for every rank to finish, then finalize MPI and end.
     Finish,
 }
@@ -114,6 +125,8 @@ impl std::fmt::Debug for Ask {
             Ask::Gather(words, _) => write!(f, "Gather({} words)", words.len()),
             Ask::HostShards(hosted) => write!(f, "HostShards({})", hosted.len()),
             Ask::Shard { rank, shard, .. } => write!(f, "Shard({shard} on rank {rank})"),
+            Ask::HostRows(_) => write!(f, "HostRows"),
+            Ask::Rows { rank, .. } => write!(f, "Rows(on rank {rank})"),
             Ask::Finish => write!(f, "Finish"),
         }
     }
@@ -250,6 +263,13 @@ impl Fabric for MpiNode {
     ) -> Result<Option<Arc<dyn RemoteShards>>> {
         self.ask(Ask::HostShards(hosted))?;
         Ok(Some(Arc::new(ShardsOnRanks {
+            asks: self.asks.clone(),
+        })))
+    }
+
+    fn serve_rows(&self, server: Addr<RowServerActor>) -> Result<Option<Arc<dyn RemoteRows>>> {
+        self.ask(Ask::HostRows(server))?;
+        Ok(Some(Arc::new(RowsOnRanks {
             asks: self.asks.clone(),
         })))
     }

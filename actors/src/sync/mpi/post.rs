@@ -5,6 +5,7 @@
 
 use super::thread::{send_all, Envelope};
 use super::wire::{decode, encode, ARRIVED, CONTROL_TAG, SERVER_TAG, STOP, TAG};
+use crate::embedding::{RowRequest, RowServerActor};
 use crate::sync::transport::{Message, Outgoing};
 use crate::sync::{ServerShardActor, ShardReply, ShardRequest};
 use ::mpi::topology::SimpleCommunicator;
@@ -43,6 +44,10 @@ pub(super) struct PostOffice {
     pub(super) hosted: Option<HashMap<usize, Addr<ServerShardActor>>>,
     /// Requests to shards that arrived before they were registered.
     pub(super) early_requests: Vec<(usize, u64, usize, ShardRequest)>,
+    /// The server of this rank's embedding rows, once registered.
+    pub(super) rows: Option<Addr<RowServerActor>>,
+    /// Requests for rows that arrived before their server was registered.
+    pub(super) early_row_requests: Vec<(usize, u64, RowRequest)>,
     /// Requests being served here: asking rank, ticket, shard, answer to come.
     pub(super) serving: Vec<(usize, u64, usize, Receiver<ShardReply>)>,
     /// Answers to other ranks' requests, to send.
@@ -74,6 +79,8 @@ impl PostOffice {
             arrived: vec![0; ranks],
             hosted: None,
             early_requests: Vec::new(),
+            rows: None,
+            early_row_requests: Vec::new(),
             serving: Vec::new(),
             answers: Vec::new(),
             tickets: HashMap::new(),

@@ -1,11 +1,13 @@
-//! EASGD's centre shards across ranks: a trainer's request to another rank's
-//! shard leaves with a ticket; the serving rank hands it to its shard actor and
-//! sends the answer back, which finds its asker by the ticket.
+//! Services across ranks: EASGD's centre shards and a sharded embedding
+//! table's rows. A trainer's request to another rank leaves with a ticket; the
+//! serving rank hands it to its shard actor (or embedding server) and sends
+//! the answer back, which finds its asker by the ticket.
 
 use super::post::PostOffice;
 use super::thread::Envelope;
 use super::wire::{ShardWire, SERVER_TAG};
 use super::Ask;
+use crate::embedding::{serve_rows, RemoteRows, RowRequest, RowServerActor};
 use crate::sync::{serve, RemoteShards, ServerShardActor, ShardReply, ShardRequest};
 use crate::{Error, Result};
 use actix::Addr;
@@ -36,6 +38,24 @@ impl RemoteShards for ShardsOnRanks {
     }
 }
 
+/// The embedding rows of other ranks, reached through the communication thread.
+#[derive(Debug)]
+pub(super) struct RowsOnRanks {
+    pub(super) asks: Sender<Ask>,
+}
+
+impl RemoteRows for RowsOnRanks {
+    fn send(&self, process: usize, request: RowRequest, reply: Sender<ShardReply>) -> Result<()> {
+        self.asks
+            .send(Ask::Rows {
+                rank: process,
+                request,
+                reply,
+            })
+            .map_err(|_| Error::Stopped("MPI communication thread"))
+    }
+}
+
 impl PostOffice {
     /// Serves `hosted` from now on, starting with the requests that came early.
     pub(super) fn host(&mut self, hosted: Vec<(usize, Addr<ServerShardActor>)>) {
@@ -54,18 +74,61 @@ impl PostOffice {
         request: ShardRequest,
         reply: Sender<ShardReply>,
     ) -> Envelope {
+        self.ticketed(rank, reply, |ticket| ShardWire::Request {
+            ticket,
+            shard,
+            request,
+        })
+    }
+
+    /// The envelope of this rank's `request` for rows of `rank`'s embedding
+    /// shard, whose answer will go to `reply`.
+    pub(super) fn ask_rows(
+        &mut self,
+        rank: usize,
+        request: RowRequest,
+        reply: Sender<ShardReply>,
+    ) -> Envelope {
+        self.ticketed(rank, reply, |ticket| ShardWire::Rows { ticket, request })
+    }
+
+    /// The envelope of `wire`, given a new ticket whose answer goes to `reply`.
+    fn ticketed(
+        &mut self,
+        rank: usize,
+        reply: Sender<ShardReply>,
+        wire: impl FnOnce(u64) -> ShardWire,
+    ) -> Envelope {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         self.tickets.insert(ticket, reply);
         Envelope {
             rank: rank as i32,
             tag: SERVER_TAG,
-            words: ShardWire::Request {
-                ticket,
-                shard,
-                request,
-            }
-            .encode(),
+            words: wire(ticket).encode(),
+        }
+    }
+
+    /// Serves this rank's embedding rows from now on, starting with the
+    /// requests that came early.
+    pub(super) fn host_rows(&mut self, server: Addr<RowServerActor>) {
+        self.rows = Some(server);
+        for (rank, ticket, request) in std::mem::take(&mut self.early_row_requests) {
+            self.serve_rows(rank, ticket, request);
+        }
+    }
+
+    /// Hands `rank`'s request for rows to the embedding server (or keeps it
+    /// until the server is registered).
+    fn serve_rows(&mut self, rank: usize, ticket: u64, request: RowRequest) {
+        let Some(server) = &self.rows else {
+            self.early_row_requests.push((rank, ticket, request));
+            return;
+        };
+        let (reply, answer) = bounded(1);
+        match serve_rows(server, request, reply) {
+            Ok(()) => self.serving.push((rank, ticket, self.rank, answer)),
+            Err(e) => self.answer(rank, ticket, self.rank, Err(e)),
         }
     }
 
@@ -129,6 +192,7 @@ impl PostOffice {
                 shard,
                 request,
             }) => self.serve(from, ticket, shard, request),
+            Ok(ShardWire::Rows { ticket, request }) => self.serve_rows(from, ticket, request),
             Ok(ShardWire::Answer {
                 ticket,
                 shard,

@@ -76,6 +76,12 @@ pub(super) fn communicate(
                     request,
                     reply,
                 } => batch.push(post.ask_shard(rank, shard, request, reply)),
+                Ask::HostRows(server) => post.host_rows(server),
+                Ask::Rows {
+                    rank,
+                    request,
+                    reply,
+                } => batch.push(post.ask_rows(rank, request, reply)),
                 Ask::Finish => finishing = true,
                 collective => collectives.push(collective),
             }

@@ -2,6 +2,7 @@
 //! a header and the `f32` values' bits, bit for bit.
 
 use crate::sync::transport::{Message, Outgoing, Phase};
+use crate::embedding::RowRequest;
 use crate::sync::ShardRequest;
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,7 +11,8 @@ use std::time::Instant;
 pub(super) const TAG: i32 = 17;
 /// The MPI tag of control messages: one word, [`ARRIVED`] or [`STOP`].
 pub(super) const CONTROL_TAG: i32 = 18;
-/// The MPI tag of requests to EASGD's centre shards and their answers.
+/// The MPI tag of requests to EASGD's centre shards or to embedding rows, and
+/// their answers.
 pub(super) const SERVER_TAG: i32 = 19;
 /// Control: the sending rank has come to its next rendezvous.
 pub(super) const ARRIVED: u32 = 0;
@@ -66,13 +68,17 @@ pub(super) fn decode(words: &[u32]) -> std::result::Result<(usize, Message), Str
     ))
 }
 
-/// What crosses between ranks for EASGD's centre shards.
+/// What crosses between ranks for EASGD's centre shards and embedding rows.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum ShardWire {
     Request {
         ticket: u64,
         shard: usize,
         request: ShardRequest,
+    },
+    Rows {
+        ticket: u64,
+        request: RowRequest,
     },
     Answer {
         ticket: u64,
@@ -86,11 +92,15 @@ const ELASTIC: u32 = 0;
 const CENTER: u32 = 1;
 const ANSWER: u32 = 2;
 const FAILED: u32 = 3;
+const FETCH: u32 = 4;
+const PUSH: u32 = 5;
 
 impl ShardWire {
     /// `[kind, ticket low, ticket high, shard]`, then for an elastic step
     /// `[trainer, round low, round high, α, at]` and the values' bits; for an
-    /// answer the values' bits, or the error's UTF-8 bytes one per word.
+    /// answer the values' bits, or the error's UTF-8 bytes one per word. A
+    /// fetch of rows: the ids (two words each); a push: `[lr, rows]`, the ids,
+    /// then the gradients' bits (the shard word is unused: 0).
     pub(super) fn encode(&self) -> Vec<u32> {
         let head = |kind: u32, ticket: u64, shard: usize| {
             vec![kind, ticket as u32, (ticket >> 32) as u32, shard as u32]
@@ -122,6 +132,24 @@ impl ShardWire {
                     *at as u32,
                 ]);
                 words.extend(values.iter().map(|x| x.to_bits()));
+                words
+            }
+            Self::Rows {
+                ticket,
+                request: RowRequest::Fetch { ids },
+            } => {
+                let mut words = head(FETCH, *ticket, 0);
+                words.extend(ids.iter().flat_map(|&id| [id as u32, (id >> 32) as u32]));
+                words
+            }
+            Self::Rows {
+                ticket,
+                request: RowRequest::Push { ids, grads, lr },
+            } => {
+                let mut words = head(PUSH, *ticket, 0);
+                words.extend([lr.to_bits(), ids.len() as u32]);
+                words.extend(ids.iter().flat_map(|&id| [id as u32, (id >> 32) as u32]));
+                words.extend(grads.iter().map(|x| x.to_bits()));
                 words
             }
             Self::Answer {
@@ -160,6 +188,12 @@ impl ShardWire {
                 .map(|&w| f32::from_bits(w))
                 .collect::<Vec<f32>>()
         };
+        let ids = |words: &[u32]| {
+            words
+                .chunks(2)
+                .map(|pair| u64::from(pair[0]) | (u64::from(pair[1]) << 32))
+                .collect::<Vec<u64>>()
+        };
         Ok(match kind {
             CENTER => Self::Request {
                 ticket,
@@ -179,6 +213,27 @@ impl ShardWire {
                         alpha: f32::from_bits(alpha),
                         trainer: trainer as usize,
                         round: u64::from(low) | (u64::from(high) << 32),
+                    },
+                }
+            }
+            FETCH if rest.len() % 2 == 0 => Self::Rows {
+                ticket,
+                request: RowRequest::Fetch { ids: ids(rest) },
+            },
+            FETCH => return Err("a fetch of rows with half an id".into()),
+            PUSH => {
+                let Some(&[lr, rows]) = rest.get(..2) else {
+                    return Err("a push of rows without its fields".into());
+                };
+                let Some(id_words) = rest.get(2..2 + 2 * rows as usize) else {
+                    return Err(format!("a push of {rows} rows without their ids"));
+                };
+                Self::Rows {
+                    ticket,
+                    request: RowRequest::Push {
+                        ids: ids(id_words),
+                        grads: floats(&rest[2 + 2 * rows as usize..]),
+                        lr: f32::from_bits(lr),
                     },
                 }
             }
@@ -271,6 +326,20 @@ mod tests {
                 shard: 0,
                 answer: Err("rank 1: server shard 0 failed — «panic»".into()),
             },
+            ShardWire::Rows {
+                ticket: big,
+                request: RowRequest::Fetch {
+                    ids: vec![0, 5, (3u64 << 32) + 7],
+                },
+            },
+            ShardWire::Rows {
+                ticket: 4,
+                request: RowRequest::Push {
+                    ids: vec![9, (1u64 << 40) + 2],
+                    grads: vec![0.5, -1.0, 3e-39, f32::MAX],
+                    lr: 0.05,
+                },
+            },
         ] {
             assert_eq!(ShardWire::decode(&wire.encode()).unwrap(), wire);
         }
@@ -283,6 +352,12 @@ mod tests {
         assert!(ShardWire::decode(&[FAILED, 1, 0, 0, 300])
             .unwrap_err()
             .contains("not a byte"));
+        assert!(ShardWire::decode(&[FETCH, 1, 0, 0, 5])
+            .unwrap_err()
+            .contains("half an id"));
+        assert!(ShardWire::decode(&[PUSH, 1, 0, 0, 0, 3, 1, 0])
+            .unwrap_err()
+            .contains("3 rows without their ids"));
         assert!(ShardWire::decode(&[9, 1, 0, 0])
             .unwrap_err()
             .contains("unknown kind 9"));

@@ -1,0 +1,258 @@
+//! One rank's shard of a table: its rows, their optimizer state, and the rule
+//! that turns a row's gradient into its update.
+
+use super::RowSharding;
+use crate::{Error, Result};
+use std::fmt::Debug;
+
+/// How a row is updated from its gradient (coalesced: one gradient per row
+/// and push). Implement it for an optimizer of one's own; [`Sgd`] and
+/// [`Adagrad`] are built in.
+pub trait RowRule: Send + Sync + Debug {
+    /// The name of the state array kept beside the rows (as long as the rows),
+    /// or `None` for a rule without state.
+    fn state_name(&self) -> Option<&'static str>;
+
+    /// Updates `row` (and its `state`, empty without one) by `grad` at
+    /// learning rate `lr`.
+    fn update(&self, row: &mut [f32], state: &mut [f32], grad: &[f32], lr: f32);
+}
+
+/// `w −= lr·g`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sgd;
+
+impl RowRule for Sgd {
+    fn state_name(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn update(&self, row: &mut [f32], _state: &mut [f32], grad: &[f32], lr: f32) {
+        for (w, g) in row.iter_mut().zip(grad) {
+            *w -= lr * g;
+        }
+    }
+}
+
+/// Element-wise Adagrad, as PyTorch's: `s += g²; w −= lr·g / (√s + ε)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Adagrad {
+    /// ε (PyTorch's default is 1e-10).
+    pub eps: f32,
+}
+
+impl Default for Adagrad {
+    fn default() -> Self {
+        Self { eps: 1e-10 }
+    }
+}
+
+impl RowRule for Adagrad {
+    fn state_name(&self) -> Option<&'static str> {
+        Some("sum")
+    }
+
+    fn update(&self, row: &mut [f32], state: &mut [f32], grad: &[f32], lr: f32) {
+        for ((w, s), g) in row.iter_mut().zip(state.iter_mut()).zip(grad) {
+            *s += g * g;
+            *w -= lr * g / (s.sqrt() + self.eps);
+        }
+    }
+}
+
+/// The rows of one shard, stored contiguously by local index, with their
+/// rule's state.
+#[derive(Debug)]
+pub struct RowStore {
+    sharding: RowSharding,
+    rank: usize,
+    width: usize,
+    weight: Vec<f32>,
+    state: Vec<f32>,
+    rule: Box<dyn RowRule>,
+}
+
+impl RowStore {
+    /// The rows `sharding` gives `rank`, of `width` values each, `init(id,
+    /// row)` filling each from its global id, updated by `rule`.
+    pub fn new(
+        sharding: RowSharding,
+        rank: usize,
+        width: usize,
+        rule: Box<dyn RowRule>,
+        init: impl Fn(u64, &mut [f32]),
+    ) -> Result<Self> {
+        if rank >= sharding.ranks() || width == 0 {
+            return Err(Error::Layout(format!(
+                "an embedding shard for rank {rank} of {}, rows of width {width}",
+                sharding.ranks()
+            )));
+        }
+        let rows = sharding.rows_of(rank);
+        let mut weight = vec![0f32; rows * width];
+        for (local, row) in weight.chunks_mut(width).enumerate() {
+            init(sharding.global(rank, local), row);
+        }
+        let state = match rule.state_name() {
+            Some(_) => vec![0f32; weight.len()],
+            None => Vec::new(),
+        };
+        Ok(Self {
+            sharding,
+            rank,
+            width,
+            weight,
+            state,
+            rule,
+        })
+    }
+
+    /// Width of a row.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        self.weight.len() / self.width
+    }
+
+    /// The local index of `id`, if this shard owns it.
+    fn local(&self, id: u64) -> Result<usize> {
+        if id >= self.sharding.rows() || self.sharding.owner(id) != self.rank {
+            return Err(Error::EmbeddingShard {
+                rank: self.rank,
+                reason: format!(
+                    "row {id} is not in this shard (rows {} over {} ranks)",
+                    self.sharding.rows(),
+                    self.sharding.ranks()
+                ),
+            });
+        }
+        Ok(self.sharding.local(id))
+    }
+
+    /// Copies the rows `ids` (owned here) into `out`, one after another.
+    pub fn read(&self, ids: &[u64], out: &mut [f32]) -> Result<()> {
+        let w = self.width;
+        if out.len() != ids.len() * w {
+            return Err(Error::Layout(format!(
+                "{} values for {} rows of {w}",
+                out.len(),
+                ids.len()
+            )));
+        }
+        for (&id, row) in ids.iter().zip(out.chunks_mut(w)) {
+            let at = self.local(id)? * w;
+            row.copy_from_slice(&self.weight[at..at + w]);
+        }
+        Ok(())
+    }
+
+    /// Applies `grads` (one row of values per id, in order) to the rows `ids`.
+    pub fn apply(&mut self, ids: &[u64], grads: &[f32], lr: f32) -> Result<()> {
+        let w = self.width;
+        if grads.len() != ids.len() * w {
+            return Err(Error::Layout(format!(
+                "{} gradient values for {} rows of {w}",
+                grads.len(),
+                ids.len()
+            )));
+        }
+        for (&id, grad) in ids.iter().zip(grads.chunks(w)) {
+            let at = self.local(id)? * w;
+            let state = match self.state.is_empty() {
+                true => &mut [][..],
+                false => &mut self.state[at..at + w],
+            };
+            self.rule
+                .update(&mut self.weight[at..at + w], state, grad, lr);
+        }
+        Ok(())
+    }
+
+    /// The rows (`weight`) and the rule's state array, by name.
+    pub fn arrays(&self) -> Vec<(&'static str, &[f32])> {
+        let mut arrays = vec![("weight", &self.weight[..])];
+        if let Some(name) = self.rule.state_name() {
+            arrays.push((name, &self.state[..]));
+        }
+        arrays
+    }
+
+    /// Overwrites the array `name` of [`RowStore::arrays`] with `values`.
+    pub fn load(&mut self, name: &str, values: &[f32]) -> Result<()> {
+        let target = match name {
+            "weight" => &mut self.weight,
+            _ if self.rule.state_name() == Some(name) => &mut self.state,
+            _ => {
+                return Err(Error::EmbeddingShard {
+                    rank: self.rank,
+                    reason: format!("no array {name:?} to load"),
+                })
+            }
+        };
+        if values.len() != target.len() {
+            return Err(Error::EmbeddingShard {
+                rank: self.rank,
+                reason: format!(
+                    "{name:?} has {} values to load, the shard {}",
+                    values.len(),
+                    target.len()
+                ),
+            });
+        }
+        target.copy_from_slice(values);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(rule: Box<dyn RowRule>, rank: usize) -> RowStore {
+        let sharding = RowSharding::new(10, 3).unwrap();
+        RowStore::new(sharding, rank, 2, rule, |id, row| row.fill(id as f32)).unwrap()
+    }
+
+    #[test]
+    fn a_shard_holds_the_rows_it_owns_initialized_from_their_ids() {
+        let s = store(Box::new(Sgd), 1);
+        assert_eq!(s.rows(), 3); // ids 1, 4, 7
+        let mut out = vec![0.0; 4];
+        s.read(&[7, 1], &mut out).unwrap();
+        assert_eq!(out, [7.0, 7.0, 1.0, 1.0]);
+        let e = s.read(&[2], &mut [0.0; 2]).unwrap_err().to_string();
+        assert!(e.contains("row 2 is not in this shard"), "{e}");
+        assert!(s.read(&[10], &mut [0.0; 2]).is_err());
+    }
+
+    #[test]
+    fn sgd_and_adagrad_update_as_pytorch_does() {
+        let mut s = store(Box::new(Sgd), 0);
+        s.apply(&[3], &[1.0, -2.0], 0.5).unwrap();
+        let mut out = vec![0.0; 2];
+        s.read(&[3], &mut out).unwrap();
+        assert_eq!(out, [2.5, 4.0]);
+
+        let mut a = store(Box::new(Adagrad::default()), 0);
+        a.apply(&[3], &[2.0, -4.0], 0.5).unwrap();
+        a.apply(&[3], &[2.0, 0.0], 0.5).unwrap();
+        a.read(&[3], &mut out).unwrap();
+        // s = (4, 16): −0.5·2/2, +0.5·4/4; then s = (8, 16): −0.5·2/√8, 0.
+        let expected = [3.0 - 0.5 - 1.0 / 8f32.sqrt(), 3.0 + 0.5];
+        assert!((out[0] - expected[0]).abs() < 1e-6 && (out[1] - expected[1]).abs() < 1e-6);
+        assert_eq!(a.arrays()[1], ("sum", &[0.0, 0.0, 8.0, 16.0, 0.0, 0.0, 0.0, 0.0][..]));
+    }
+
+    #[test]
+    fn arrays_load_back_and_wrong_sizes_are_named() {
+        let mut a = store(Box::new(Adagrad::default()), 2);
+        a.load("sum", &[1.0; 6]).unwrap();
+        assert_eq!(a.arrays()[1].1, &[1.0; 6]);
+        let e = a.load("weight", &[0.0; 5]).unwrap_err().to_string();
+        assert!(e.contains("\"weight\" has 5 values to load, the shard 6"), "{e}");
+        assert!(a.load("m", &[]).unwrap_err().to_string().contains("no array \"m\""));
+    }
+}
