@@ -2,7 +2,9 @@
 //! BMUF's targets from them, equal an independent computation under every
 //! DS-Sync schedule (and so do the fabric's mean, sum and gather); EASGD's
 //! centre, sharded over the ranks, ends where every elastic step of every
-//! trainer moved it; and a failing rank
+//! trainer moved it; a sharded embedding table applies every pushed
+//! gradient once, equal to one table given the same gradients in the same
+//! order (SGD and Adagrad); and a failing rank, or a fetch nobody answers,
 //! ends the whole job within seconds, named, as does a collective that never
 //! completes (the watchdog). Each test launches itself under
 //! `mpirun` (it needs Open MPI: `scripts/setup.sh --with-mpi`); the ranks run
@@ -10,6 +12,9 @@
 
 #![cfg(feature = "mpi")]
 
+use shadowsync_actors::embedding::{
+    Adagrad, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore, Sgd,
+};
 use shadowsync_actors::events::EventBus;
 use shadowsync_actors::sync::mpi::MpiNode;
 use shadowsync_actors::sync::{
@@ -413,6 +418,197 @@ fn a_collective_that_never_completes_ends_the_job_through_the_watchdog() {
     assert!(
         job.output
             .contains("rank 0: an all-reduce did not complete within 2s (MPI watchdog)"),
+        "{}",
+        job.output
+    );
+}
+
+const TABLE_ROWS: u64 = 1_000;
+const WIDTH: usize = 8;
+const BATCHES: u64 = 24;
+
+/// The rows of batch `b`: 150 distinct ids, many of them in other batches too.
+fn batch_ids(b: u64) -> Vec<u64> {
+    let mut ids: Vec<u64> = (0..200u64)
+        .map(|i| (i * i * 7 + b * 131 + i * 17) % TABLE_ROWS)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.truncate(150);
+    ids
+}
+
+/// Batch `b`'s gradient of row `id`.
+fn batch_grads(b: u64, ids: &[u64]) -> Vec<f32> {
+    ids.iter()
+        .flat_map(|&id| {
+            (0..WIDTH).map(move |j| (((id * 31 + b * 17 + j as u64 * 7) % 97) as f32 - 48.0) / 50.0)
+        })
+        .collect()
+}
+
+fn initial_row(id: u64, row: &mut [f32]) {
+    for (j, x) in row.iter_mut().enumerate() {
+        *x = ((id as usize * 13 + j * 5) % 23) as f32 / 23.0 - 0.5;
+    }
+}
+
+fn rule(adagrad: bool) -> Box<dyn RowRule> {
+    match adagrad {
+        true => Box::new(Adagrad::default()),
+        false => Box::new(Sgd),
+    }
+}
+
+/// A rank's part of the sharded-rows test: under `adagrad` (else SGD), rank
+/// `b mod R` fetches batch `b`'s rows, checks them against one unsharded
+/// table given the same gradients in the same order, pushes the batch's
+/// gradients and waits for them to be applied, before anyone takes batch
+/// `b + 1` (one batch in flight: no overlap). Then, every rank at once,
+/// prefetching (two batches in flight), each pushes every batch again: SGD's
+/// sums do not depend on the order. Each shard must end equal to the unsharded
+/// table's rows (and Adagrad's sums): a push lost or applied twice breaks it.
+fn sharded_rows_on_this_rank(adagrad: bool) {
+    let node = Arc::new(MpiNode::start(Some(Duration::from_secs(60))).unwrap());
+    let (rank, ranks) = (node.rank(), node.ranks());
+    let sharding = RowSharding::new(TABLE_ROWS, ranks).unwrap();
+    let store = RowStore::new(sharding, rank, WIDTH, rule(adagrad), initial_row).unwrap();
+    let server = RowServer::start(rank, store).unwrap();
+    let remote = node.serve_rows(server.addr()).unwrap();
+    let stats = Arc::new(RowStats::default());
+    let timeout = Duration::from_secs(20);
+    let client = |in_flight| {
+        RowClient::new(sharding, &server, remote.clone(), in_flight, timeout, Arc::clone(&stats))
+            .unwrap()
+    };
+    let whole = RowSharding::new(TABLE_ROWS, 1).unwrap();
+    let mut reference = RowStore::new(whole, 0, WIDTH, rule(adagrad), initial_row).unwrap();
+    let lr = 0.05;
+    let mut sequential = client(1);
+    for b in 0..BATCHES {
+        let ids = batch_ids(b);
+        let grads = batch_grads(b, &ids);
+        if b as usize % ranks == rank {
+            let fetch = sequential.begin(&ids).unwrap();
+            let rows = sequential.finish(fetch).unwrap();
+            let mut expected = vec![0f32; rows.len()];
+            reference.read(&ids, &mut expected).unwrap();
+            assert_eq!(rows, expected, "rank {rank}: batch {b}'s rows");
+            sequential.push(&ids, &grads, lr).unwrap();
+            sequential.flush().unwrap();
+        }
+        reference.apply(&ids, &grads, lr).unwrap();
+        node.rendezvous().unwrap();
+    }
+    if !adagrad {
+        // Every rank pushes every batch, all at once, fetching ahead.
+        let mut overlapping = client(2);
+        let mut next = Some(overlapping.begin(&batch_ids(0)).unwrap());
+        for b in 0..BATCHES {
+            let ids = batch_ids(b);
+            let fetch = next.take().unwrap();
+            if b + 1 < BATCHES {
+                next = Some(overlapping.begin(&batch_ids(b + 1)).unwrap());
+            }
+            overlapping.finish(fetch).unwrap();
+            overlapping.push(&ids, &batch_grads(b, &ids), lr).unwrap();
+            for _ in 0..ranks {
+                reference.apply(&ids, &batch_grads(b, &ids), lr).unwrap();
+            }
+        }
+        overlapping.flush().unwrap();
+        let traffic = stats.traffic();
+        assert!(traffic.staleness_histogram[1] > 0, "{traffic:?}");
+        assert!(traffic.pushed_bytes > 0 && traffic.fetched_bytes > 0);
+    }
+    node.rendezvous().unwrap();
+    server.with_store(|shard| {
+        let mine: Vec<u64> = (0..sharding.rows_of(rank))
+            .map(|local| sharding.global(rank, local))
+            .collect();
+        let whole = reference.arrays();
+        for (name, values) in shard.arrays() {
+            let (_, all) = whole.iter().find(|(n, _)| *n == name).unwrap();
+            for (local, &id) in mine.iter().enumerate() {
+                let (got, want) = (
+                    &values[local * WIDTH..(local + 1) * WIDTH],
+                    &all[id as usize * WIDTH..(id as usize + 1) * WIDTH],
+                );
+                for (g, w) in got.iter().zip(want) {
+                    assert!(
+                        (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                        "rank {rank}: {name} of row {id}: {got:?} vs {want:?}"
+                    );
+                }
+            }
+        }
+    });
+    node.rendezvous().unwrap();
+    drop(server);
+    println!(
+        "rank {rank}: {} rows, every push applied once",
+        sharding.rows_of(rank)
+    );
+    node.finish().unwrap();
+}
+
+/// What rank `rank` of `ranks` prints once its shard is checked.
+fn every_push_applied(ranks: usize, rank: usize) -> String {
+    let rows = RowSharding::new(TABLE_ROWS, ranks).unwrap().rows_of(rank);
+    format!("rank {rank}: {rows} rows, every push applied once")
+}
+
+#[test]
+fn sharded_rows_under_sgd_apply_every_pushed_gradient_once() {
+    if child_of().is_some() {
+        return sharded_rows_on_this_rank(false);
+    }
+    on_2_and_4_ranks(
+        "sharded_rows_under_sgd_apply_every_pushed_gradient_once",
+        |ranks, rank| every_push_applied(ranks, rank),
+    );
+}
+
+#[test]
+fn sharded_rows_under_adagrad_equal_one_table_given_the_same_gradients() {
+    if child_of().is_some() {
+        return sharded_rows_on_this_rank(true);
+    }
+    on_2_and_4_ranks(
+        "sharded_rows_under_adagrad_equal_one_table_given_the_same_gradients",
+        |ranks, rank| every_push_applied(ranks, rank),
+    );
+}
+
+#[test]
+fn a_fetch_nobody_answers_ends_in_an_error_naming_the_rank() {
+    if child_of().is_some() {
+        let node = Arc::new(MpiNode::start(Some(Duration::from_secs(60))).unwrap());
+        let rank = node.rank();
+        let sharding = RowSharding::new(TABLE_ROWS, node.ranks()).unwrap();
+        let store = RowStore::new(sharding, rank, WIDTH, rule(false), initial_row).unwrap();
+        let server = RowServer::start(rank, store).unwrap();
+        // Rank 1 never serves its rows (a rank stuck in its own work).
+        let remote = match rank {
+            0 => node.serve_rows(server.addr()).unwrap(),
+            _ => {
+                std::thread::sleep(Duration::from_secs(30));
+                return;
+            }
+        };
+        let stats = Arc::new(RowStats::default());
+        let timeout = Duration::from_secs(2);
+        let mut client = RowClient::new(sharding, &server, remote, 1, timeout, stats).unwrap();
+        let e = client.fetch(&[0, 1, 2, 3]).unwrap_err();
+        eprintln!("rank 0: {e}");
+        std::process::exit(3);
+    }
+    let job = mpirun("a_fetch_nobody_answers_ends_in_an_error_naming_the_rank", 2);
+    assert!(!job.success, "{}", job.output);
+    assert!(job.took < Duration::from_secs(10), "took {:?}", job.took);
+    assert!(
+        job.output
+            .contains("rank 0: embedding shard on process 1: no answer for rows within 2s"),
         "{}",
         job.output
     );
