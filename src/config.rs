@@ -23,7 +23,10 @@
 //! eval_every = 250000        # examples between evaluations; 0 = only at the end
 //! trainers = 4
 //! consensus_every_ms = 500   # sampling of the replicas' consensus distance; 0 = none
-//! table_sync_ms = 50         # across processes (mpirun): embedding-table merges
+//! embeddings = "sharded"     # across processes (mpirun): sharded (default) | replicated
+//! embedding_staleness = 2    # sharded: batches a trainer may have in flight (1 = none ahead)
+//! embedding_timeout_ms = 30000  # sharded: a fetch or push unanswered this long is an error
+//! table_sync_ms = 50         # replicated: milliseconds between merges of the tables
 //!
 //! [sync]
 //! algorithm = "shadow-ma"    # none | sync-sgd | fr-ma:K | fr-easgd:K | fr-bmuf:K | shadow-ma | shadow-easgd | shadow-bmuf
@@ -277,8 +280,18 @@ pub struct TrainConfig {
     /// Hogwild worker threads per trainer, stepping its one dense replica, each
     /// on its own part of the trainer's data (with `none` and `shadow-*`).
     pub workers: usize,
-    /// Across processes (`mpirun`): milliseconds between two rounds averaging
-    /// the processes' embedding tables (one round follows the last).
+    /// Across processes (`mpirun`): how the embedding tables are kept
+    /// (`None`: sharded).
+    pub embeddings: Option<EmbeddingsMode>,
+    /// Sharded tables: the batches a trainer may have in flight, fetched but
+    /// not yet applied by the rows' owners (1: every batch sees every earlier
+    /// one; 2: the next batch's rows are fetched while one computes).
+    pub embedding_staleness: usize,
+    /// Sharded tables: milliseconds a fetch or a push may go unanswered
+    /// before the trainer fails, naming the process.
+    pub embedding_timeout_ms: u64,
+    /// Replicated tables: milliseconds between two rounds merging the
+    /// processes' tables (one round follows the last).
     pub table_sync_ms: u64,
     /// Milliseconds between two samples of the replicas' consensus distance
     /// (0 = none; one more is taken when training ends).
@@ -294,8 +307,37 @@ impl Default for TrainConfig {
             seed: 0,
             trainers: 1,
             workers: 1,
+            embeddings: None,
+            embedding_staleness: 2,
+            embedding_timeout_ms: 30_000,
             table_sync_ms: 50,
             consensus_every_ms: 500,
+        }
+    }
+}
+
+/// How the embedding tables of a job spread over processes are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbeddingsMode {
+    /// Each process owns 1/R of every table's rows and serves them to the
+    /// others (the default).
+    Sharded,
+    /// Each process keeps a whole copy; a background thread merges them
+    /// (small tables).
+    Replicated,
+}
+
+impl TrainConfig {
+    /// How the tables are kept in a job of `processes` processes: as
+    /// configured, else sharded across processes and one table in one process
+    /// (a "sharded" table in one process is one shard behind the same client:
+    /// the sharded path, tested without MPI).
+    pub fn embeddings_for(&self, processes: usize) -> EmbeddingsMode {
+        match (processes, self.embeddings) {
+            (_, Some(mode)) => mode,
+            (1, None) => EmbeddingsMode::Replicated,
+            (_, None) => EmbeddingsMode::Sharded,
         }
     }
 }
@@ -384,6 +426,15 @@ impl Config {
         }
         if self.train.table_sync_ms == 0 {
             return Err(Error::config("train.table_sync_ms", "must be at least 1"));
+        }
+        if self.train.embedding_staleness == 0 {
+            return Err(Error::config(
+                "train.embedding_staleness",
+                "must be at least 1 (the batch being trained)",
+            ));
+        }
+        if self.train.embedding_timeout_ms == 0 {
+            return Err(Error::config("train.embedding_timeout_ms", "must be at least 1"));
         }
         if self.train.workers > 1
             && !matches!(

@@ -35,24 +35,77 @@ pub struct EmbeddingTable {
 /// Adagrad's ε, as in PyTorch.
 const ADAGRAD_EPS: f64 = 1e-10;
 
+/// The initial rows of a table: row `id` of a field of `n` rows drawn from
+/// U(−√(1/n), √(1/n)) (as DLRM does), from a seed and the row's id alone, so
+/// that a table sharded over any number of processes starts from the same
+/// rows as one table.
+#[derive(Debug, Clone)]
+pub struct RowInit {
+    seed: u64,
+    /// Each field's end (exclusive, in fused row ids) and its rows' bound.
+    fields: Vec<(u64, f32)>,
+}
+
+impl RowInit {
+    /// The rows of `layout`, from a seed drawn from libtorch's generator.
+    pub fn new(layout: &TableLayout) -> Result<Self> {
+        let seed = Tensor::f_randint(i64::MAX, [1], (Kind::Int64, Device::Cpu))?
+            .f_int64_value(&[0])? as u64;
+        let mut end = 0u64;
+        let fields = layout
+            .sizes()
+            .iter()
+            .map(|&size| {
+                end += u64::from(size);
+                (end, (1.0 / f64::from(size)).sqrt() as f32)
+            })
+            .collect();
+        Ok(Self { seed, fields })
+    }
+
+    /// Fills `row` with row `id`'s initial values.
+    pub fn fill(&self, id: u64, row: &mut [f32]) {
+        let bound = self
+            .fields
+            .iter()
+            .find(|(end, _)| id < *end)
+            .map_or(0.0, |&(_, bound)| bound);
+        for (j, x) in row.iter_mut().enumerate() {
+            *x = (uniform(self.seed, id, j as u64) * 2.0 - 1.0) * bound;
+        }
+    }
+}
+
+/// A uniform draw in [0, 1) from `seed`, a row id and a column (SplitMix64).
+fn uniform(seed: u64, id: u64, column: u64) -> f32 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(id.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        .wrapping_add(column.wrapping_mul(0x94D0_49BB_1331_11EB))
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 40) as f32 / (1u64 << 24) as f32
+}
+
 impl EmbeddingTable {
-    /// A table of `layout.total_rows()` rows of `width`, each field's rows drawn
-    /// from U(−√(1/n), √(1/n)) with `n` its table size (as DLRM does).
+    /// A table of `layout.total_rows()` rows of `width`, initialized by
+    /// [`RowInit`] from a seed drawn from libtorch's generator (so a run's
+    /// `train.seed` fixes it, and a sharded table starts from the same rows).
     pub fn new(
         layout: &TableLayout,
         width: i64,
         optimizer: OptimizerKind,
         lr: f64,
     ) -> Result<Self> {
-        let weight = Tensor::f_empty([layout.total_rows(), width], (Kind::Float, Device::Cpu))?;
-        let mut offset = 0;
-        for &size in layout.sizes() {
-            let bound = (1.0 / f64::from(size)).sqrt();
-            let _ = weight
-                .f_narrow(0, offset, i64::from(size))?
-                .f_uniform_(-bound, bound)?;
-            offset += i64::from(size);
+        let init = RowInit::new(layout)?;
+        let mut values = vec![0f32; layout.total_rows() as usize * width as usize];
+        for (id, row) in values.chunks_mut(width as usize).enumerate() {
+            init.fill(id as u64, row);
         }
+        let weight = Tensor::f_from_slice(&values)?.f_view([layout.total_rows(), width])?;
+        drop(values);
         let optimizer = match optimizer {
             OptimizerKind::Sgd => SparseOptimizer::Sgd,
             OptimizerKind::Adagrad => SparseOptimizer::Adagrad {
@@ -246,6 +299,17 @@ mod tests {
         let layout = TableLayout::uniform(4).unwrap();
         let e = EmbeddingTable::new(&layout, 2, OptimizerKind::Adam, 0.1).unwrap_err();
         assert!(e.to_string().contains("optim.sparse"));
+    }
+
+    #[test]
+    fn draws_are_uniform_in_the_unit_interval_and_differ_by_row_and_column() {
+        let draws: Vec<f32> = (0..10_000).map(|i| uniform(7, i / 8, i % 8)).collect();
+        assert!(draws.iter().all(|&x| (0.0..1.0).contains(&x)));
+        let mean = draws.iter().sum::<f32>() / draws.len() as f32;
+        assert!((mean - 0.5).abs() < 0.01, "{mean}");
+        assert_ne!(uniform(7, 1, 0), uniform(7, 2, 0));
+        assert_ne!(uniform(7, 1, 0), uniform(7, 1, 1));
+        assert_ne!(uniform(7, 1, 0), uniform(8, 1, 0));
     }
 
     #[test]

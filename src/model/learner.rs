@@ -2,7 +2,7 @@
 
 use crate::config::{ModelConfig, OptimConfig};
 use crate::data::{Batch, TableLayout};
-use crate::model::{build, CtrModel, DenseOptimizer, EmbeddingTable};
+use crate::model::{build, CtrModel, DenseOptimizer, EmbeddingTable, Pending, Prefetch, Table};
 use crate::{Error, Result};
 use crossbeam_channel::Receiver;
 use shadowsync_actors::{FlatParams, Learner, LearnerState, StepOutcome};
@@ -16,11 +16,14 @@ pub struct CtrLearner {
     _vars: nn::VarStore,
     dense: FlatParams,
     dense_optimizer: DenseOptimizer,
-    table: EmbeddingTable,
+    table: Table,
     data: Option<Receiver<Result<Batch>>>,
-    /// Rows looked up by the last forward pass and their leaf (holding the
+    /// The next batch, its rows being read while this one computes (sharded
+    /// tables).
+    next: Option<Result<(Batch, Prefetch)>>,
+    /// Rows gathered by the last forward pass (their leaf holding the
     /// gradient), until [`CtrLearner::apply`].
-    pending: Option<(Tensor, Tensor)>,
+    pending: Option<Pending>,
     /// Chunks of its data shard consumed (the next batch's [`Batch::chunk`]
     /// is at least this).
     position: u64,
@@ -40,28 +43,29 @@ impl CtrLearner {
     }
 
     /// A fresh embedding table of the width `model` needs, for trainers to share.
-    pub fn new_table(
-        model: &ModelConfig,
-        optim: &OptimConfig,
-        layout: &TableLayout,
-    ) -> Result<EmbeddingTable> {
-        let vars = nn::VarStore::new(Device::Cpu);
-        let width = build(model, &vars.root())?.embedding_width();
-        EmbeddingTable::new(layout, width, optim.sparse, optim.sparse_lr)
+    pub fn new_table(model: &ModelConfig, optim: &OptimConfig, layout: &TableLayout) -> Result<Table> {
+        let width = Self::embedding_width(model)?;
+        let table = EmbeddingTable::new(layout, width, optim.sparse, optim.sparse_lr)?;
+        Ok(Table::Local(table))
     }
 
-    /// One learner per data shard, all sharing one fresh embedding table
-    /// (updated Hogwild-style): the replicas of a multi-trainer run. With
-    /// `workers > 1`, every `workers` consecutive shards make one trainer whose
-    /// learners also share one dense replica (its Hogwild workers).
+    /// The width of an embedding row `model` needs.
+    pub fn embedding_width(model: &ModelConfig) -> Result<i64> {
+        let vars = nn::VarStore::new(Device::Cpu);
+        Ok(build(model, &vars.root())?.embedding_width())
+    }
+
+    /// One learner per data shard, all sharing `table` (updated
+    /// Hogwild-style): the replicas of a multi-trainer run. With `workers > 1`,
+    /// every `workers` consecutive shards make one trainer whose learners also
+    /// share one dense replica (its Hogwild workers).
     pub fn replicas(
         model: &ModelConfig,
         optim: &OptimConfig,
-        layout: &TableLayout,
+        table: &Table,
         shards: Vec<Receiver<Result<Batch>>>,
         workers: usize,
     ) -> Result<Vec<Self>> {
-        let table = Self::new_table(model, optim, layout)?;
         let mut learners: Vec<Self> = Vec::with_capacity(shards.len());
         for (i, shard) in shards.into_iter().enumerate() {
             let owner = learners
@@ -77,7 +81,7 @@ impl CtrLearner {
     pub fn with_table(
         model: &ModelConfig,
         optim: &OptimConfig,
-        table: EmbeddingTable,
+        table: Table,
         data: Option<Receiver<Result<Batch>>>,
     ) -> Result<Self> {
         Self::build(model, optim, table, data, None)
@@ -88,7 +92,7 @@ impl CtrLearner {
     fn build(
         model: &ModelConfig,
         optim: &OptimConfig,
-        table: EmbeddingTable,
+        table: Table,
         data: Option<Receiver<Result<Batch>>>,
         owner: Option<&FlatParams>,
     ) -> Result<Self> {
@@ -106,6 +110,7 @@ impl CtrLearner {
             dense_optimizer,
             table,
             data,
+            next: None,
             pending: None,
             position: 0,
         })
@@ -114,10 +119,13 @@ impl CtrLearner {
     /// Forward and backward on `batch`; the gradients wait for
     /// [`CtrLearner::apply`]. Returns the batch's mean logloss.
     pub fn backward_on(&mut self, batch: &Batch) -> Result<f64> {
-        let embedded = self
-            .table
-            .lookup(&batch.sparse)?
-            .f_set_requires_grad(true)?;
+        let prefetch = self.table.begin(&batch.sparse)?;
+        self.backward_with(batch, prefetch)
+    }
+
+    /// Forward and backward on `batch`, whose rows `prefetch` is reading.
+    fn backward_with(&mut self, batch: &Batch, prefetch: Prefetch) -> Result<f64> {
+        let (embedded, pending) = self.table.gather(prefetch)?;
         let logits = self.model.forward(&batch.dense, &embedded)?;
         let loss = logits.f_binary_cross_entropy_with_logits::<Tensor>(
             &batch.labels,
@@ -127,7 +135,7 @@ impl CtrLearner {
         )?;
         self.dense.zero_grad()?;
         loss.f_backward()?;
-        self.pending = Some((batch.sparse.shallow_clone(), embedded));
+        self.pending = Some(pending);
         Ok(loss.f_double_value(&[])?)
     }
 
@@ -135,10 +143,10 @@ impl CtrLearner {
     /// optimizer step and the sparse embedding update.
     pub fn apply(&mut self) -> Result<()> {
         self.dense_optimizer.step(&self.dense)?;
-        if let Some((rows, embedded)) = self.pending.take() {
-            tch::no_grad(|| self.table.apply(&rows, &embedded.grad()))?;
+        match self.pending.take() {
+            Some(pending) => self.table.apply(pending),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// One whole step on `batch`. Returns the batch's mean logloss.
@@ -146,6 +154,35 @@ impl CtrLearner {
         let loss = self.backward_on(batch)?;
         self.apply()?;
         Ok(loss)
+    }
+
+    /// The next batch of the shard with its rows being read, and (if the
+    /// table is sharded) the one after it, its rows read meanwhile. `None` at
+    /// the end of the shard.
+    fn next_batch(&mut self) -> Result<Option<(Batch, Prefetch)>> {
+        let Some(data) = &self.data else {
+            return Ok(None);
+        };
+        let current = match self.next.take() {
+            Some(next) => next?,
+            None => match data.recv() {
+                Ok(batch) => {
+                    let batch = batch?;
+                    let prefetch = self.table.begin(&batch.sparse)?;
+                    (batch, prefetch)
+                }
+                Err(_) => return Ok(None),
+            },
+        };
+        if self.table.prefetches() {
+            if let Ok(next) = data.try_recv() {
+                self.next = Some(next.and_then(|batch| {
+                    let prefetch = self.table.begin(&batch.sparse)?;
+                    Ok((batch, prefetch))
+                }));
+            }
+        }
+        Ok(Some(current))
     }
 
     /// Click probabilities `[B]` for `batch` (no gradients).
@@ -169,7 +206,7 @@ impl CtrLearner {
     }
 
     /// The embedding table.
-    pub fn table(&self) -> &EmbeddingTable {
+    pub fn table(&self) -> &Table {
         &self.table
     }
 }
@@ -178,15 +215,14 @@ impl Learner for CtrLearner {
     type Error = Error;
 
     fn compute_gradients(&mut self) -> Result<Option<StepOutcome>> {
-        let Some(data) = &self.data else {
+        let Some((batch, prefetch)) = self.next_batch()? else {
+            // The shard is done: its updates must be applied before anyone
+            // evaluates.
+            self.table.flush()?;
             return Ok(None);
         };
-        let Ok(batch) = data.recv() else {
-            return Ok(None);
-        };
-        let batch = batch?;
         self.position = batch.chunk + 1;
-        let loss = self.backward_on(&batch)?;
+        let loss = self.backward_with(&batch, prefetch)?;
         Ok(Some(StepOutcome {
             examples: batch.len(),
             loss,
@@ -203,8 +239,8 @@ impl Learner for CtrLearner {
 
     /// Scales the pending embedding-row gradients (the shared table's).
     fn scale_shared_gradients(&mut self, factor: f64) -> Result<()> {
-        if let Some((_, embedded)) = &self.pending {
-            let _ = tch::no_grad(|| embedded.grad().f_mul_scalar_(factor))?;
+        if let Some(pending) = &self.pending {
+            let _ = tch::no_grad(|| pending.leaf.grad().f_mul_scalar_(factor))?;
         }
         Ok(())
     }
@@ -276,7 +312,7 @@ mod tests {
         // Same parameters, same batch: same gradients.
         half.backward_on(&batch).unwrap();
         full.backward_on(&batch).unwrap();
-        let rows = || Vec::<f32>::try_from(table.weight().flatten(0, -1)).unwrap();
+        let rows = || table.arrays().unwrap().remove(0).1;
         let before = rows();
         half.scale_shared_gradients(0.5).unwrap();
         half.apply().unwrap();

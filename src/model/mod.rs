@@ -5,7 +5,9 @@
 //!   moved into one flat buffer ([`shadowsync_actors::FlatParams`]) for fast
 //!   optimizer steps and synchronization;
 //! * its **embeddings** are one fused table ([`EmbeddingTable`]) updated with
-//!   row-sparse gradients, outside autograd.
+//!   row-sparse gradients, outside autograd; across processes the table may
+//!   be sharded over them instead ([`ShardedTable`]), either behind one
+//!   [`Table`].
 //!
 //! [`CtrLearner`] puts both together with their optimizers and a data shard.
 
@@ -13,8 +15,10 @@ mod ctr;
 mod embedding;
 mod learner;
 mod optim;
+mod rows;
 
 pub use ctr::{build, CtrModel, DeepFm, Dlrm, LogisticRegression};
-pub use embedding::EmbeddingTable;
+pub use embedding::{EmbeddingTable, RowInit};
 pub use learner::CtrLearner;
 pub use optim::DenseOptimizer;
+pub use rows::{Pending, Prefetch, ShardedTable, Table};

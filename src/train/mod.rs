@@ -32,15 +32,16 @@
 //! and the report.
 
 use crate::checkpoint::{Checkpoint, CheckpointStore};
-use crate::config::Config;
+use crate::config::{Config, EmbeddingsMode};
 use crate::data::{
     BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, TableLayout,
 };
 use crate::distributed::TableSyncReport;
 use crate::metrics::{EvalPoint, Metrics};
-use crate::model::{CtrLearner, EmbeddingTable};
+use crate::model::{CtrLearner, ShardedTable, Table};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
+use shadowsync_actors::embedding::RowTraffic;
 use shadowsync_actors::events::Event;
 use shadowsync_actors::monitor::Monitor;
 use shadowsync_actors::sync::{Fabric, InProcess};
@@ -126,10 +127,21 @@ pub struct DistributedReport {
     pub job_trainers: usize,
     /// Bytes this process sent to the others syncing dense replicas.
     pub dense_bytes_sent: u64,
-    /// The embedding table's averaging across processes.
-    pub table_sync: TableSyncReport,
-    /// Bytes this process moved (dense sync and table sync) per example it
-    /// trained.
+    /// How the embedding tables were kept.
+    pub embeddings: EmbeddingsMode,
+    /// Replicated tables: their merging across processes.
+    pub table_sync: Option<TableSyncReport>,
+    /// Sharded tables: this process's fetches and pushes of rows.
+    pub sharded: Option<RowTraffic>,
+    /// Bytes this process sent for the embeddings: table merges, or rows
+    /// fetched, served and pushed.
+    pub sparse_bytes_sent: u64,
+    /// Bytes this process sent per example it trained, syncing dense
+    /// replicas.
+    pub dense_bytes_per_example: f64,
+    /// Bytes this process sent per example it trained, for the embeddings.
+    pub sparse_bytes_per_example: f64,
+    /// Both.
     pub bytes_per_example: f64,
 }
 
@@ -306,7 +318,7 @@ fn run(
     let checkpoint = resumed.as_ref().map(|(_, c)| c);
     let mut data = RunData::prepare(fabric.as_ref(), config, &layout, checkpoint)?;
     let mut pipeline = spawn_pipeline(&data.train, &layout, config, fabric.as_ref(), checkpoint)?;
-    let learners = build_learners(config, &layout, &mut pipeline, checkpoint)?;
+    let learners = build_learners(config, &layout, &mut pipeline, fabric.as_ref(), checkpoint)?;
     let mut session = Session::start(
         Arc::clone(&fabric),
         config,
@@ -361,26 +373,30 @@ fn spawn_pipeline(
 }
 
 /// One learner per shard of `pipeline`, all sharing one embedding table (the
-/// checkpoint's, when resumed); the table is returned too.
+/// checkpoint's, when resumed): this process's, or one sharded over
+/// `fabric`'s processes. The table is returned too.
 fn build_learners(
     config: &Config,
     layout: &TableLayout,
     pipeline: &mut Pipeline,
+    fabric: &dyn Fabric,
     resumed: Option<&Checkpoint>,
-) -> Result<(Vec<CtrLearner>, EmbeddingTable)> {
-    let learners = CtrLearner::replicas(
-        &config.model,
-        &config.optim,
-        layout,
-        pipeline.take_shards(),
-        config.train.workers,
-    )?;
-    let table = learners
-        .first()
-        .map(|l| l.table().share())
-        .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
+) -> Result<(Vec<CtrLearner>, Table)> {
+    let table = match config.train.embeddings_for(fabric.processes()) {
+        EmbeddingsMode::Replicated => CtrLearner::new_table(&config.model, &config.optim, layout)?,
+        EmbeddingsMode::Sharded => {
+            let width = CtrLearner::embedding_width(&config.model)?;
+            Table::Sharded(ShardedTable::start(
+                layout,
+                width,
+                &config.optim,
+                &config.train,
+                fabric,
+            )?)
+        }
+    };
     if let Some(checkpoint) = resumed {
-        table.load_state(|name| {
+        table.load_arrays(|name| {
             checkpoint
                 .table
                 .iter()
@@ -394,6 +410,13 @@ fn build_learners(
                 })
         })?;
     }
+    let learners = CtrLearner::replicas(
+        &config.model,
+        &config.optim,
+        &table,
+        pipeline.take_shards(),
+        config.train.workers,
+    )?;
     Ok((learners, table))
 }
 
@@ -416,16 +439,23 @@ fn report(
     if examples == 0 && !ended.interrupted {
         return Err(no_examples(&data.train, &train_read));
     }
-    let distributed = ended.table_sync.map(|table_sync| {
+    let distributed = (fabric.processes() > 1).then(|| {
         let dense_bytes_sent = fabric.bytes_sent();
+        let sparse_bytes_sent =
+            fabric.row_bytes_sent() + ended.table_sync.map_or(0, |sync| sync.bytes);
+        let per_example = |bytes: u64| bytes as f64 / cluster.examples.max(1) as f64;
         DistributedReport {
             processes: fabric.processes(),
             process: fabric.process(),
             job_trainers: config.train.trainers * fabric.processes(),
             dense_bytes_sent,
-            table_sync,
-            bytes_per_example: (dense_bytes_sent + table_sync.bytes) as f64
-                / cluster.examples.max(1) as f64,
+            embeddings: config.train.embeddings_for(fabric.processes()),
+            table_sync: ended.table_sync,
+            sharded: ended.embeddings,
+            sparse_bytes_sent,
+            dense_bytes_per_example: per_example(dense_bytes_sent),
+            sparse_bytes_per_example: per_example(sparse_bytes_sent),
+            bytes_per_example: per_example(dense_bytes_sent + sparse_bytes_sent),
         }
     });
     let last = EvalPoint {

@@ -15,7 +15,8 @@ use crate::config::Config;
 use crate::data::Batch;
 use crate::distributed::{TableSync, TableSyncReport};
 use crate::metrics::{evaluate, EvalPoint, Metrics};
-use crate::model::{CtrLearner, EmbeddingTable};
+use crate::model::{CtrLearner, Table};
+use shadowsync_actors::embedding::RowTraffic;
 use crate::{Error, Result};
 use crossbeam_channel::Receiver;
 use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
@@ -48,8 +49,10 @@ pub(super) struct Earlier {
 pub(super) struct Ended {
     /// The runtime's figures.
     pub cluster: ClusterReport,
-    /// The embedding table's averaging across processes, if several.
+    /// The embedding table's merging across processes, if replicated.
     pub table_sync: Option<TableSyncReport>,
+    /// The sharded table's fetches and pushes, if sharded.
+    pub embeddings: Option<RowTraffic>,
     /// The final model's metrics, and under `none` each replica's.
     pub metrics: Metrics,
     pub replica_metrics: Vec<Metrics>,
@@ -191,8 +194,8 @@ pub(super) struct Session<'a> {
     bus: EventBus,
     evaluator: Evaluator<CtrScorer>,
     replicas: Replicas,
-    /// The shared embedding table, for checkpoints.
-    table: EmbeddingTable,
+    /// The shared embedding table (or this process's shard), for checkpoints.
+    table: Table,
     table_sync: Option<TableSync>,
     saver: Option<Saver>,
     earlier: Earlier,
@@ -213,7 +216,7 @@ impl<'a> Session<'a> {
     pub fn start(
         fabric: Arc<dyn Fabric>,
         config: &'a Config,
-        (learners, table): (Vec<CtrLearner>, EmbeddingTable),
+        (learners, table): (Vec<CtrLearner>, Table),
         data: &mut RunData,
         resumed: Option<&Checkpoint>,
         observer: &mut dyn Observer,
@@ -230,12 +233,13 @@ impl<'a> Session<'a> {
             }),
             None => None,
         };
-        let table_sync = (fabric.processes() > 1)
-            .then(|| {
+        let table_sync = match &table {
+            Table::Local(local) if fabric.processes() > 1 => {
                 let every = Duration::from_millis(config.train.table_sync_ms);
-                TableSync::start(Arc::clone(&fabric), table.share(), every)
-            })
-            .transpose()?;
+                Some(TableSync::start(Arc::clone(&fabric), local.share(), every)?)
+            }
+            _ => None,
+        };
         let evaluator = Evaluator::start(CtrScorer {
             model: CtrLearner::with_table(&config.model, &config.optim, table.share(), None)?,
             test,
@@ -345,7 +349,7 @@ impl<'a> Session<'a> {
         let holding = Instant::now();
         let saved = self
             .cluster
-            .checkpoint(|| table_arrays(&self.table))
+            .checkpoint(|| self.table.arrays())
             .map_err(Error::from)
             .and_then(|(state, table)| {
                 let held = holding.elapsed();
@@ -440,7 +444,7 @@ impl<'a> Session<'a> {
                 .state(self.config.train.workers)
                 .map_err(Error::from)
                 .and_then(|state| {
-                    let table = table_arrays(&self.table)?;
+                    let table = self.table.arrays()?;
                     saver.save(reason, state, table, Duration::ZERO, seconds, &self.history)
                 });
             note_checkpoint(saved, &mut self.checkpoints, observer);
@@ -449,9 +453,18 @@ impl<'a> Session<'a> {
         let mut examples = [outcome.report.examples];
         self.fabric.sum(&mut examples)?;
         let (metrics, replica_metrics) = self.final_metrics(outcome.center, examples[0])?;
+        let embeddings = match &self.table {
+            Table::Sharded(sharded) => {
+                // Every process has read what it needs from the others' shards.
+                self.fabric.rendezvous()?;
+                Some(sharded.traffic())
+            }
+            Table::Local(_) => None,
+        };
         Ok(Ended {
             cluster: outcome.report,
             table_sync,
+            embeddings,
             metrics,
             replica_metrics,
             history: self.history,
@@ -516,18 +529,6 @@ fn note_checkpoint(
             checkpoints.errors.push(e.to_string());
         }
     }
-}
-
-/// The shared table's arrays, by name.
-fn table_arrays(table: &EmbeddingTable) -> Result<Vec<(String, Vec<f32>)>> {
-    table
-        .state()
-        .into_iter()
-        .map(|(name, tensor)| {
-            let flat = tensor.f_flatten(0, -1)?;
-            Ok((name.to_string(), Vec::<f32>::try_from(&flat)?))
-        })
-        .collect()
 }
 
 /// `config` with its file and directory paths made absolute, so that a run

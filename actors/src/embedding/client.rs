@@ -138,6 +138,16 @@ impl RowClient {
         self.width
     }
 
+    /// The most batches in flight.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    /// The counters this client shares with the others of its process.
+    pub fn stats(&self) -> &Arc<RowStats> {
+        &self.stats
+    }
+
     /// Batches fetched and not yet applied everywhere.
     pub fn in_flight(&self) -> usize {
         self.fetched + self.unapplied.len()
@@ -177,7 +187,7 @@ impl RowClient {
 
     /// The rows of `fetch`, one after another in the order of its ids: this
     /// process's read now, the others' as answered.
-    pub fn finish(&mut self, fetch: Fetch) -> Result<Vec<f32>> {
+    pub fn finish(&self, fetch: Fetch) -> Result<Vec<f32>> {
         let w = self.width;
         let mut rows = vec![0f32; fetch.rows * w];
         let mut part_rows = Vec::new();
@@ -208,7 +218,7 @@ impl RowClient {
     }
 
     /// The rows `ids` now, for a read that pushes nothing back (evaluation).
-    pub fn fetch(&mut self, ids: &[u64]) -> Result<Vec<f32>> {
+    pub fn fetch(&self, ids: &[u64]) -> Result<Vec<f32>> {
         let fetch = self.request(ids)?;
         self.finish(fetch)
     }

@@ -34,6 +34,7 @@ mod server;
 mod store;
 
 pub use client::{Fetch, RowClient, RowStats, RowTraffic};
+#[cfg(feature = "mpi")]
 pub(crate) use server::serve_rows;
 pub use server::{RemoteRows, RowRequest, RowServer, RowServerActor};
 pub use store::{Adagrad, RowRule, RowStore, Sgd};

@@ -5,7 +5,9 @@
 use super::RowStore;
 use crate::sync::ShardReply;
 use crate::system::spawn_system;
-use crate::{Error, Result};
+#[cfg(feature = "mpi")]
+use crate::Error;
+use crate::Result;
 use actix::prelude::*;
 use crossbeam_channel::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -146,6 +148,7 @@ impl Drop for RowServer {
 }
 
 /// Hands `request` to the server `addr`, answering on `reply`.
+#[cfg(feature = "mpi")]
 pub(crate) fn serve_rows(
     addr: &Addr<RowServerActor>,
     request: RowRequest,

@@ -83,8 +83,15 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     /// collective, as [`Fabric::average`]).
     fn gather(&self, words: Vec<u32>) -> Result<Vec<Vec<u32>>>;
 
-    /// Bytes this process has sent to the others.
+    /// Bytes this process has sent to the others syncing dense parameters
+    /// (not counting [`Fabric::row_bytes_sent`]).
     fn bytes_sent(&self) -> u64;
+
+    /// Bytes this process has sent to the others for sharded embedding rows:
+    /// fetches, the rows it answered with, and pushed gradients.
+    fn row_bytes_sent(&self) -> u64 {
+        0
+    }
 
     /// Ends this process's part in the job once every process has called it
     /// (a process that fails exits without it, which ends the job).

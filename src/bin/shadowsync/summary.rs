@@ -25,9 +25,17 @@ pub(crate) fn print_summary(report: &TrainReport) {
         cluster.algorithm,
     );
     if let Some(d) = &report.distributed {
+        let embeddings = match (&d.table_sync, &d.sharded) {
+            (Some(sync), _) => format!("replicated tables, {} merge rounds", sync.rounds),
+            (_, Some(rows)) => format!(
+                "sharded tables, {} batches fetched, {:.1} s waiting for rows",
+                rows.fetches, rows.wait_seconds
+            ),
+            (None, None) => "no tables".to_string(),
+        };
         println!(
-            "across processes (rank 0): {} table-sync rounds, {:.0} bytes moved per example (dense {} B, tables {} B)",
-            d.table_sync.rounds, d.bytes_per_example, d.dense_bytes_sent, d.table_sync.bytes
+            "across processes (rank {}): {embeddings}; bytes sent per example: dense sync {:.1}, embeddings {:.1}",
+            d.process, d.dense_bytes_per_example, d.sparse_bytes_per_example
         );
     }
     if trainers > 1 && cluster.algorithm != Algorithm::None {

@@ -112,6 +112,7 @@ pub struct MpiNode {
     outbox: Sender<Outgoing>,
     asks: Sender<Ask>,
     bytes_sent: Arc<AtomicU64>,
+    row_bytes_sent: Arc<AtomicU64>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -147,11 +148,12 @@ impl MpiNode {
         let (asks, asked) = unbounded();
         let (started_tx, started) = bounded(1);
         let bytes_sent = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&bytes_sent);
+        let row_bytes_sent = Arc::new(AtomicU64::new(0));
+        let counters = [Arc::clone(&bytes_sent), Arc::clone(&row_bytes_sent)];
         let thread = std::thread::Builder::new()
             .name("shadowsync-mpi".into())
             .spawn(move || {
-                let run = || communicate(outgoing, asked, counter, started_tx, watchdog);
+                let run = || communicate(outgoing, asked, counters, started_tx, watchdog);
                 if let Err(what) = crate::recovery::unpanicked(run) {
                     eprintln!("shadowsync: the MPI communication thread panicked: {what}");
                     std::process::abort();
@@ -168,6 +170,7 @@ impl MpiNode {
                 outbox,
                 asks,
                 bytes_sent,
+                row_bytes_sent,
                 thread: Mutex::new(Some(thread)),
             }),
             Ok(Err(e)) => {
@@ -304,6 +307,10 @@ impl Fabric for MpiNode {
     /// Point-to-point bytes (headers included; collectives are not counted).
     fn bytes_sent(&self) -> u64 {
         self.bytes_sent.load(Ordering::Relaxed)
+    }
+
+    fn row_bytes_sent(&self) -> u64 {
+        self.row_bytes_sent.load(Ordering::Relaxed)
     }
 
     /// Waits for every rank to finish, then finalizes MPI.

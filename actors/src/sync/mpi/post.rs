@@ -4,7 +4,7 @@
 //! long the rank waits.
 
 use super::thread::{send_all, Envelope};
-use super::wire::{decode, encode, ARRIVED, CONTROL_TAG, SERVER_TAG, STOP, TAG};
+use super::wire::{decode, encode, ARRIVED, CONTROL_TAG, ROWS_TAG, SERVER_TAG, STOP, TAG};
 use crate::embedding::{RowRequest, RowServerActor};
 use crate::sync::transport::{Message, Outgoing};
 use crate::sync::{ServerShardActor, ShardReply, ShardRequest};
@@ -18,6 +18,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A request of another rank being served here: who asked, its ticket, the
+/// shard (or, for rows, this rank), the MPI tag of the answer, the answer to come.
+pub(super) struct Serving {
+    pub(super) rank: usize,
+    pub(super) ticket: u64,
+    pub(super) shard: usize,
+    pub(super) tag: i32,
+    pub(super) answer: Receiver<ShardReply>,
+}
+
 /// Sends this rank's trainers' messages, delivers the messages that arrive to
 /// them, keeps what the control messages said, and watches how long the rank
 /// waits.
@@ -26,6 +36,8 @@ pub(super) struct PostOffice {
     /// Messages of this rank's trainers for other ranks' trainers.
     pub(super) outgoing: Receiver<Outgoing>,
     pub(super) bytes_sent: Arc<AtomicU64>,
+    /// Bytes of embedding rows' requests and answers, counted apart.
+    pub(super) row_bytes_sent: Arc<AtomicU64>,
     /// How long a send or a collective may take.
     pub(super) watchdog: Option<Duration>,
     pub(super) local: Range<usize>,
@@ -48,8 +60,8 @@ pub(super) struct PostOffice {
     pub(super) rows: Option<Addr<RowServerActor>>,
     /// Requests for rows that arrived before their server was registered.
     pub(super) early_row_requests: Vec<(usize, u64, RowRequest)>,
-    /// Requests being served here: asking rank, ticket, shard, answer to come.
-    pub(super) serving: Vec<(usize, u64, usize, Receiver<ShardReply>)>,
+    /// Requests being served here.
+    pub(super) serving: Vec<Serving>,
     /// Answers to other ranks' requests, to send.
     pub(super) answers: Vec<Envelope>,
     /// This rank's requests to other ranks' shards, by ticket.
@@ -63,12 +75,13 @@ impl PostOffice {
         ranks: usize,
         watchdog: Option<Duration>,
         outgoing: Receiver<Outgoing>,
-        bytes_sent: Arc<AtomicU64>,
+        [bytes_sent, row_bytes_sent]: [Arc<AtomicU64>; 2],
     ) -> Self {
         Self {
             rank,
             outgoing,
             bytes_sent,
+            row_bytes_sent,
             watchdog,
             local: 0..0,
             per_rank: 0,
@@ -152,12 +165,11 @@ impl PostOffice {
                 ),
             }
         }
-        while let Some(probed) = world
-            .any_process()
-            .immediate_matched_probe_with_tag(SERVER_TAG)
-        {
-            let (words, status) = probed.matched_receive_vec::<u32>();
-            self.on_shard_message(status.source_rank() as usize, &words);
+        for tag in [SERVER_TAG, ROWS_TAG] {
+            while let Some(probed) = world.any_process().immediate_matched_probe_with_tag(tag) {
+                let (words, status) = probed.matched_receive_vec::<u32>();
+                self.on_shard_message(status.source_rank() as usize, &words);
+            }
         }
         while let Some(probed) = world
             .any_process()

@@ -5,7 +5,8 @@
 
 use super::post::PostOffice;
 use super::thread::Envelope;
-use super::wire::{ShardWire, SERVER_TAG};
+use super::post::Serving;
+use super::wire::{ShardWire, ROWS_TAG, SERVER_TAG};
 use super::Ask;
 use crate::embedding::{serve_rows, RemoteRows, RowRequest, RowServerActor};
 use crate::sync::{serve, RemoteShards, ServerShardActor, ShardReply, ShardRequest};
@@ -74,7 +75,7 @@ impl PostOffice {
         request: ShardRequest,
         reply: Sender<ShardReply>,
     ) -> Envelope {
-        self.ticketed(rank, reply, |ticket| ShardWire::Request {
+        self.ticketed(rank, reply, SERVER_TAG, |ticket| ShardWire::Request {
             ticket,
             shard,
             request,
@@ -89,14 +90,19 @@ impl PostOffice {
         request: RowRequest,
         reply: Sender<ShardReply>,
     ) -> Envelope {
-        self.ticketed(rank, reply, |ticket| ShardWire::Rows { ticket, request })
+        self.ticketed(rank, reply, ROWS_TAG, |ticket| ShardWire::Rows {
+            ticket,
+            request,
+        })
     }
 
-    /// The envelope of `wire`, given a new ticket whose answer goes to `reply`.
+    /// The envelope of `wire` (of MPI tag `tag`), given a new ticket whose
+    /// answer goes to `reply`.
     fn ticketed(
         &mut self,
         rank: usize,
         reply: Sender<ShardReply>,
+        tag: i32,
         wire: impl FnOnce(u64) -> ShardWire,
     ) -> Envelope {
         let ticket = self.next_ticket;
@@ -104,7 +110,7 @@ impl PostOffice {
         self.tickets.insert(ticket, reply);
         Envelope {
             rank: rank as i32,
-            tag: SERVER_TAG,
+            tag,
             words: wire(ticket).encode(),
         }
     }
@@ -126,9 +132,16 @@ impl PostOffice {
             return;
         };
         let (reply, answer) = bounded(1);
+        let serving = Serving {
+            rank,
+            ticket,
+            shard: self.rank,
+            tag: ROWS_TAG,
+            answer,
+        };
         match serve_rows(server, request, reply) {
-            Ok(()) => self.serving.push((rank, ticket, self.rank, answer)),
-            Err(e) => self.answer(rank, ticket, self.rank, Err(e)),
+            Ok(()) => self.serving.push(serving),
+            Err(e) => self.answer(&serving, Err(e)),
         }
     }
 
@@ -140,6 +153,13 @@ impl PostOffice {
             return;
         };
         let (reply, answer) = bounded(1);
+        let serving = Serving {
+            rank,
+            ticket,
+            shard,
+            tag: SERVER_TAG,
+            answer,
+        };
         let served = match hosted.get(&shard) {
             Some(addr) => serve(addr, request, reply),
             None => Err(Error::ShardFailed {
@@ -148,20 +168,20 @@ impl PostOffice {
             }),
         };
         match served {
-            Ok(()) => self.serving.push((rank, ticket, shard, answer)),
-            Err(e) => self.answer(rank, ticket, shard, Err(e)),
+            Ok(()) => self.serving.push(serving),
+            Err(e) => self.answer(&serving, Err(e)),
         }
     }
 
-    /// Queues the answer to `rank`'s request `ticket`.
-    fn answer(&mut self, rank: usize, ticket: u64, shard: usize, answer: Result<Vec<f32>>) {
+    /// Queues the answer to the request `serving` serves.
+    fn answer(&mut self, serving: &Serving, answer: Result<Vec<f32>>) {
         let answer = answer.map_err(|e| e.to_string());
         self.answers.push(Envelope {
-            rank: rank as i32,
-            tag: SERVER_TAG,
+            rank: serving.rank as i32,
+            tag: serving.tag,
             words: ShardWire::Answer {
-                ticket,
-                shard,
+                ticket: serving.ticket,
+                shard: serving.shard,
                 answer,
             }
             .encode(),
@@ -170,21 +190,18 @@ impl PostOffice {
 
     /// Queues the answers the shard actors have given.
     pub(super) fn collect_answers(&mut self) {
-        let serving = std::mem::take(&mut self.serving);
-        for (rank, ticket, shard, answer) in serving {
-            match answer.try_recv() {
-                Ok((_, result)) => self.answer(rank, ticket, shard, result),
-                Err(crossbeam_channel::TryRecvError::Empty) => {
-                    self.serving.push((rank, ticket, shard, answer))
-                }
+        for serving in std::mem::take(&mut self.serving) {
+            match serving.answer.try_recv() {
+                Ok((_, result)) => self.answer(&serving, result),
+                Err(crossbeam_channel::TryRecvError::Empty) => self.serving.push(serving),
                 Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                    self.answer(rank, ticket, shard, Err(Error::Stopped("server shard")))
+                    self.answer(&serving, Err(Error::Stopped("server shard")))
                 }
             }
         }
     }
 
-    /// Takes a message of [`SERVER_TAG`] from `from`.
+    /// Takes a message of [`SERVER_TAG`] or [`ROWS_TAG`] from `from`.
     pub(super) fn on_shard_message(&mut self, from: usize, words: &[u32]) {
         match ShardWire::decode(words) {
             Ok(ShardWire::Request {

@@ -3,7 +3,7 @@
 //! on a collective.
 
 use super::post::PostOffice;
-use super::wire::{ARRIVED, CONTROL_TAG, STOP};
+use super::wire::{ARRIVED, CONTROL_TAG, ROWS_TAG, STOP};
 use super::{Ask, Sums};
 use crate::sync::transport::Outgoing;
 use crate::{Error, Result};
@@ -24,7 +24,7 @@ const IDLE: Duration = Duration::from_micros(100);
 pub(super) fn communicate(
     outgoing: Receiver<Outgoing>,
     asks: Receiver<Ask>,
-    bytes_sent: Arc<AtomicU64>,
+    bytes_sent: [Arc<AtomicU64>; 2],
     started: Sender<Result<(usize, usize)>>,
     watchdog: Option<Duration>,
 ) {
@@ -147,8 +147,11 @@ pub(super) fn send_all(world: &SimpleCommunicator, batch: &[Envelope], post: &mu
         let mut pending: Vec<_> = batch
             .iter()
             .map(|envelope| {
-                post.bytes_sent
-                    .fetch_add(4 * envelope.words.len() as u64, Ordering::Relaxed);
+                let counter = match envelope.tag {
+                    ROWS_TAG => &post.row_bytes_sent,
+                    _ => &post.bytes_sent,
+                };
+                counter.fetch_add(4 * envelope.words.len() as u64, Ordering::Relaxed);
                 world
                     .process_at_rank(envelope.rank)
                     .immediate_send_with_tag(scope, &envelope.words[..], envelope.tag)

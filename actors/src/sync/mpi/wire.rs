@@ -14,6 +14,9 @@ pub(super) const CONTROL_TAG: i32 = 18;
 /// The MPI tag of requests to EASGD's centre shards or to embedding rows, and
 /// their answers.
 pub(super) const SERVER_TAG: i32 = 19;
+/// The MPI tag of requests to a sharded embedding table's rows and their
+/// answers (counted apart from the dense sync's bytes).
+pub(super) const ROWS_TAG: i32 = 20;
 /// Control: the sending rank has come to its next rendezvous.
 pub(super) const ARRIVED: u32 = 0;
 /// Control: end syncing now.

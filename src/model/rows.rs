@@ -1,0 +1,326 @@
+//! Where a learner's embedding rows live: one table in this process, shared
+//! Hogwild-style by its trainers ([`EmbeddingTable`]), or a table sharded over
+//! the processes of a job ([`ShardedTable`], on the runtime's
+//! [`shadowsync_actors::embedding`]).
+//!
+//! A step goes the same way on either: [`Table::begin`] starts reading the
+//! batch's rows (for a sharded table, one request per owning process, possibly
+//! while the previous batch computes), [`Table::gather`] gives them as an
+//! autograd leaf, and [`Table::apply`] turns the leaf's gradient into the
+//! rows' update (pushed to their owners, not waited for).
+
+use super::{EmbeddingTable, RowInit};
+use crate::config::{OptimConfig, OptimizerKind, TrainConfig};
+use crate::data::TableLayout;
+use crate::{Error, Result};
+use shadowsync_actors::embedding::{
+    Adagrad, Fetch, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore, Sgd,
+};
+use shadowsync_actors::sync::Fabric;
+use std::sync::Arc;
+use std::time::Duration;
+use tch::Tensor;
+
+/// A learner's embedding rows.
+#[derive(Debug)]
+pub enum Table {
+    /// One table in this process.
+    Local(EmbeddingTable),
+    /// A table sharded over the processes.
+    Sharded(ShardedTable),
+}
+
+/// A batch's rows being read.
+#[derive(Debug)]
+pub enum Prefetch {
+    /// From the local table, at [`Table::gather`]: the batch's `[B, F]` rows.
+    Local(Tensor),
+    /// From the shards: the unique rows asked for, and where each of the
+    /// batch's `[B, F]` lookups finds its row among them.
+    Sharded {
+        /// The batch's distinct row ids, sorted.
+        ids: Vec<u64>,
+        /// For each lookup, its row's place in `ids`.
+        inverse: Tensor,
+        /// The batch's `[B, F]`.
+        shape: [i64; 2],
+        /// The rows' fetch under way.
+        fetch: Fetch,
+    },
+}
+
+/// Rows gathered for a step, waiting for their gradient.
+#[derive(Debug)]
+pub struct Pending {
+    /// The autograd leaf holding the rows' gradient after `backward()`.
+    pub leaf: Tensor,
+    rows: PendingRows,
+}
+
+#[derive(Debug)]
+enum PendingRows {
+    Local(Tensor),
+    Sharded(Vec<u64>),
+}
+
+impl Table {
+    /// Another handle on the same rows, for another trainer or an evaluator.
+    pub fn share(&self) -> Self {
+        match self {
+            Self::Local(table) => Self::Local(table.share()),
+            Self::Sharded(table) => Self::Sharded(table.share()),
+        }
+    }
+
+    /// Width of a row.
+    pub fn width(&self) -> i64 {
+        match self {
+            Self::Local(table) => table.width(),
+            Self::Sharded(table) => table.width,
+        }
+    }
+
+    /// The learning rate.
+    pub fn lr(&self) -> f64 {
+        match self {
+            Self::Local(table) => table.lr(),
+            Self::Sharded(table) => table.lr,
+        }
+    }
+
+    /// Sets the learning rate.
+    pub fn set_lr(&mut self, lr: f64) {
+        match self {
+            Self::Local(table) => table.set_lr(lr),
+            Self::Sharded(table) => table.lr = lr,
+        }
+    }
+
+    /// Whether the next batch's rows are worth reading while one computes.
+    pub fn prefetches(&self) -> bool {
+        matches!(self, Self::Sharded(table) if table.client.max_in_flight() > 1)
+    }
+
+    /// Starts reading the rows of a batch's `[B, F]` ids, to be trained on.
+    pub fn begin(&mut self, sparse: &Tensor) -> Result<Prefetch> {
+        match self {
+            Self::Local(_) => Ok(Prefetch::Local(sparse.shallow_clone())),
+            Self::Sharded(table) => {
+                let (ids, inverse, shape) = unique(sparse)?;
+                let fetch = table.client.begin(&ids)?;
+                Ok(Prefetch::Sharded {
+                    ids,
+                    inverse,
+                    shape,
+                    fetch,
+                })
+            }
+        }
+    }
+
+    /// The rows of `prefetch` as `[B, F, width]`, computed from a leaf that
+    /// will hold their gradient.
+    pub fn gather(&self, prefetch: Prefetch) -> Result<(Tensor, Pending)> {
+        match (self, prefetch) {
+            (Self::Local(table), Prefetch::Local(rows)) => {
+                let leaf = table.lookup(&rows)?.f_set_requires_grad(true)?;
+                let pending = Pending {
+                    leaf: leaf.shallow_clone(),
+                    rows: PendingRows::Local(rows),
+                };
+                Ok((leaf, pending))
+            }
+            (
+                Self::Sharded(table),
+                Prefetch::Sharded {
+                    ids,
+                    inverse,
+                    shape,
+                    fetch,
+                },
+            ) => {
+                let rows = table.client.finish(fetch)?;
+                let leaf = table.rows_tensor(&rows, ids.len())?.f_set_requires_grad(true)?;
+                let embedded = expand(&leaf, &inverse, shape, table.width)?;
+                let pending = Pending {
+                    leaf,
+                    rows: PendingRows::Sharded(ids),
+                };
+                Ok((embedded, pending))
+            }
+            _ => Err(mismatch()),
+        }
+    }
+
+    /// Applies the gradient in `pending`'s leaf to its rows.
+    pub fn apply(&mut self, pending: Pending) -> Result<()> {
+        let grad = pending.leaf.grad();
+        match (self, pending.rows) {
+            (Self::Local(table), PendingRows::Local(rows)) => {
+                tch::no_grad(|| table.apply(&rows, &grad))
+            }
+            (Self::Sharded(table), PendingRows::Sharded(ids)) => {
+                let grad = Vec::<f32>::try_from(grad.f_contiguous()?.f_view(-1)?)?;
+                Ok(table.client.push(&ids, &grad, table.lr as f32)?)
+            }
+            _ => Err(mismatch()),
+        }
+    }
+
+    /// Waits until every update this handle sent is applied.
+    pub fn flush(&mut self) -> Result<()> {
+        match self {
+            Self::Local(_) => Ok(()),
+            Self::Sharded(table) => Ok(table.client.flush()?),
+        }
+    }
+
+    /// Rows for `[B, F]` indices, as `[B, F, width]` (no gradient tracking).
+    pub fn lookup(&self, sparse: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Local(table) => table.lookup(sparse),
+            Self::Sharded(table) => {
+                let (ids, inverse, shape) = unique(sparse)?;
+                let rows = table.client.fetch(&ids)?;
+                expand(&table.rows_tensor(&rows, ids.len())?, &inverse, shape, table.width)
+            }
+        }
+    }
+
+    /// The rows this process keeps and their optimizer state, by name: the
+    /// whole table, or this process's shard.
+    pub fn arrays(&self) -> Result<Vec<(String, Vec<f32>)>> {
+        match self {
+            Self::Local(table) => table
+                .state()
+                .into_iter()
+                .map(|(name, t)| Ok((name.to_string(), Vec::<f32>::try_from(t.f_flatten(0, -1)?)?)))
+                .collect(),
+            Self::Sharded(table) => Ok(table.server.with_store(|store| {
+                store
+                    .arrays()
+                    .into_iter()
+                    .map(|(name, values)| (name.to_string(), values.to_vec()))
+                    .collect()
+            })),
+        }
+    }
+
+    /// Overwrites what [`Table::arrays`] gives with `values(name)`.
+    pub fn load_arrays(&self, values: impl Fn(&str) -> Result<Vec<f32>>) -> Result<()> {
+        match self {
+            Self::Local(table) => table.load_state(values),
+            Self::Sharded(table) => {
+                let names: Vec<&'static str> = table
+                    .server
+                    .with_store(|store| store.arrays().into_iter().map(|(n, _)| n).collect());
+                for name in names {
+                    let values = values(name)?;
+                    table.server.with_store(|store| store.load(name, &values))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Rows read from one kind of table, handed to another: a bug.
+fn mismatch() -> Error {
+    Error::Runtime(shadowsync_actors::Error::Internal(
+        "rows read from one kind of embedding table handed to another",
+    ))
+}
+
+/// The unique ids of `[B, F]` `sparse` (sorted), where each lookup finds its
+/// row among them, and the batch's shape.
+fn unique(sparse: &Tensor) -> Result<(Vec<u64>, Tensor, [i64; 2])> {
+    let size = sparse.size();
+    let [b, f] = size[..] else {
+        return Err(Error::Runtime(shadowsync_actors::Error::Layout(format!(
+            "sparse ids of shape {size:?}, not [B, F]"
+        ))));
+    };
+    let (ids, inverse, _) = sparse.f_view(-1)?.f_internal_unique2(true, true, false)?;
+    let ids = Vec::<i64>::try_from(&ids)?
+        .into_iter()
+        .map(|id| id as u64)
+        .collect();
+    Ok((ids, inverse, [b, f]))
+}
+
+/// `[B, F, width]` rows from the unique `rows` and where each lookup finds its row.
+fn expand(rows: &Tensor, inverse: &Tensor, [b, f]: [i64; 2], width: i64) -> Result<Tensor> {
+    Ok(rows.f_index_select(0, inverse)?.f_view([b, f, width])?)
+}
+
+/// An embedding table sharded over the processes of a job: this process's
+/// shard served by its [`RowServer`], the others' reached through the fabric.
+#[derive(Debug)]
+pub struct ShardedTable {
+    server: Arc<RowServer>,
+    client: RowClient,
+    width: i64,
+    lr: f64,
+}
+
+impl ShardedTable {
+    /// Starts serving this process's shard of a table of `layout`'s rows of
+    /// `width` over `fabric`'s processes; its rows start as
+    /// [`EmbeddingTable::new`]'s would ([`RowInit`]), whatever the number of
+    /// processes.
+    pub fn start(
+        layout: &TableLayout,
+        width: i64,
+        optim: &OptimConfig,
+        train: &TrainConfig,
+        fabric: &dyn Fabric,
+    ) -> Result<Self> {
+        let sharding = RowSharding::new(layout.total_rows() as u64, fabric.processes())?;
+        let rule: Box<dyn RowRule> = match optim.sparse {
+            OptimizerKind::Sgd => Box::new(Sgd),
+            OptimizerKind::Adagrad => Box::new(Adagrad::default()),
+            OptimizerKind::Adam => {
+                return Err(Error::config("optim.sparse", "must be sgd or adagrad"))
+            }
+        };
+        let init = RowInit::new(layout)?;
+        let fill = |id: u64, row: &mut [f32]| init.fill(id, row);
+        let store = RowStore::new(sharding, fabric.process(), width as usize, rule, fill)?;
+        let server = Arc::new(RowServer::start(fabric.process(), store)?);
+        let remote = fabric.serve_rows(server.addr())?;
+        let client = RowClient::new(
+            sharding,
+            &server,
+            remote,
+            train.embedding_staleness,
+            Duration::from_millis(train.embedding_timeout_ms),
+            Arc::new(RowStats::default()),
+        )?;
+        Ok(Self {
+            server,
+            client,
+            width,
+            lr: optim.sparse_lr,
+        })
+    }
+
+    /// Another client of the same table (nothing in flight).
+    fn share(&self) -> Self {
+        Self {
+            server: Arc::clone(&self.server),
+            client: self.client.share(),
+            width: self.width,
+            lr: self.lr,
+        }
+    }
+
+    /// What this process's clients have moved and waited.
+    pub fn traffic(&self) -> shadowsync_actors::embedding::RowTraffic {
+        self.client.stats().traffic()
+    }
+
+    fn rows_tensor(&self, rows: &[f32], count: usize) -> Result<Tensor> {
+        Ok(Tensor::f_from_slice(rows)?.f_view([count as i64, self.width])?)
+    }
+}
+
