@@ -40,12 +40,14 @@ fn main() -> anyhow::Result<()> {
         skip: Vec::new(),
     };
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &pipeline_config)?;
+    let table = CtrLearner::new_table(&config.model, &config.optim, &layout)?;
     let learners = CtrLearner::replicas(
         &config.model,
         &config.optim,
-        &layout,
+        &table,
         pipeline.take_shards(),
         1,
+        (config.train.seed, 0),
     )?;
 
     let mut cluster_config = ClusterConfig::default();

@@ -434,7 +434,10 @@ impl Config {
             ));
         }
         if self.train.embedding_timeout_ms == 0 {
-            return Err(Error::config("train.embedding_timeout_ms", "must be at least 1"));
+            return Err(Error::config(
+                "train.embedding_timeout_ms",
+                "must be at least 1",
+            ));
         }
         if self.train.workers > 1
             && !matches!(

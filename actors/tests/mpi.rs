@@ -478,8 +478,15 @@ fn sharded_rows_on_this_rank(adagrad: bool) {
     let stats = Arc::new(RowStats::default());
     let timeout = Duration::from_secs(20);
     let client = |in_flight| {
-        RowClient::new(sharding, &server, remote.clone(), in_flight, timeout, Arc::clone(&stats))
-            .unwrap()
+        RowClient::new(
+            sharding,
+            &server,
+            remote.clone(),
+            in_flight,
+            timeout,
+            Arc::clone(&stats),
+        )
+        .unwrap()
     };
     let whole = RowSharding::new(TABLE_ROWS, 1).unwrap();
     let mut reference = RowStore::new(whole, 0, WIDTH, rule(adagrad), initial_row).unwrap();
@@ -565,7 +572,7 @@ fn sharded_rows_under_sgd_apply_every_pushed_gradient_once() {
     }
     on_2_and_4_ranks(
         "sharded_rows_under_sgd_apply_every_pushed_gradient_once",
-        |ranks, rank| every_push_applied(ranks, rank),
+        every_push_applied,
     );
 }
 
@@ -576,7 +583,7 @@ fn sharded_rows_under_adagrad_equal_one_table_given_the_same_gradients() {
     }
     on_2_and_4_ranks(
         "sharded_rows_under_adagrad_equal_one_table_given_the_same_gradients",
-        |ranks, rank| every_push_applied(ranks, rank),
+        every_push_applied,
     );
 }
 
@@ -598,7 +605,7 @@ fn a_fetch_nobody_answers_ends_in_an_error_naming_the_rank() {
         };
         let stats = Arc::new(RowStats::default());
         let timeout = Duration::from_secs(2);
-        let mut client = RowClient::new(sharding, &server, remote, 1, timeout, stats).unwrap();
+        let client = RowClient::new(sharding, &server, remote, 1, timeout, stats).unwrap();
         let e = client.fetch(&[0, 1, 2, 3]).unwrap_err();
         eprintln!("rank 0: {e}");
         std::process::exit(3);

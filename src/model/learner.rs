@@ -43,7 +43,11 @@ impl CtrLearner {
     }
 
     /// A fresh embedding table of the width `model` needs, for trainers to share.
-    pub fn new_table(model: &ModelConfig, optim: &OptimConfig, layout: &TableLayout) -> Result<Table> {
+    pub fn new_table(
+        model: &ModelConfig,
+        optim: &OptimConfig,
+        layout: &TableLayout,
+    ) -> Result<Table> {
         let width = Self::embedding_width(model)?;
         let table = EmbeddingTable::new(layout, width, optim.sparse, optim.sparse_lr)?;
         Ok(Table::Local(table))
@@ -58,19 +62,26 @@ impl CtrLearner {
     /// One learner per data shard, all sharing `table` (updated
     /// Hogwild-style): the replicas of a multi-trainer run. With `workers > 1`,
     /// every `workers` consecutive shards make one trainer whose learners also
-    /// share one dense replica (its Hogwild workers).
+    /// share one dense replica (its Hogwild workers). The trainers are
+    /// `first, first + 1, …` of the job; each one's dense parameters are drawn
+    /// from `seed` and its index, so a trainer starts the same in whichever
+    /// process it runs.
     pub fn replicas(
         model: &ModelConfig,
         optim: &OptimConfig,
         table: &Table,
         shards: Vec<Receiver<Result<Batch>>>,
         workers: usize,
+        (seed, first): (u64, usize),
     ) -> Result<Vec<Self>> {
+        let workers = workers.max(1);
         let mut learners: Vec<Self> = Vec::with_capacity(shards.len());
         for (i, shard) in shards.into_iter().enumerate() {
-            let owner = learners
-                .get(i - i % workers.max(1))
-                .map(|owner| &owner.dense);
+            let owner = learners.get(i - i % workers).map(|owner| &owner.dense);
+            if owner.is_none() {
+                let trainer = (first + i / workers) as u64;
+                tch::manual_seed(seed.wrapping_mul(0x9E37_79B9).wrapping_add(trainer) as i64);
+            }
             let learner = Self::build(model, optim, table.share(), Some(shard), owner)?;
             learners.push(learner);
         }

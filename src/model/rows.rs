@@ -140,7 +140,9 @@ impl Table {
                 },
             ) => {
                 let rows = table.client.finish(fetch)?;
-                let leaf = table.rows_tensor(&rows, ids.len())?.f_set_requires_grad(true)?;
+                let leaf = table
+                    .rows_tensor(&rows, ids.len())?
+                    .f_set_requires_grad(true)?;
                 let embedded = expand(&leaf, &inverse, shape, table.width)?;
                 let pending = Pending {
                     leaf,
@@ -182,7 +184,12 @@ impl Table {
             Self::Sharded(table) => {
                 let (ids, inverse, shape) = unique(sparse)?;
                 let rows = table.client.fetch(&ids)?;
-                expand(&table.rows_tensor(&rows, ids.len())?, &inverse, shape, table.width)
+                expand(
+                    &table.rows_tensor(&rows, ids.len())?,
+                    &inverse,
+                    shape,
+                    table.width,
+                )
             }
         }
     }
@@ -323,4 +330,3 @@ impl ShardedTable {
         Ok(Tensor::f_from_slice(rows)?.f_view([count as i64, self.width])?)
     }
 }
-

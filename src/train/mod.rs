@@ -416,6 +416,10 @@ fn build_learners(
         &table,
         pipeline.take_shards(),
         config.train.workers,
+        (
+            config.train.seed,
+            fabric.local_trainers(config.train.trainers).start,
+        ),
     )?;
     Ok((learners, table))
 }

@@ -46,7 +46,9 @@ pub(super) type SharedStore = Arc<Mutex<RowStore>>;
 /// The shard, locked (a panic while it was held cannot leave a row half
 /// written: updates do not panic).
 pub(super) fn locked(store: &SharedStore) -> MutexGuard<'_, RowStore> {
-    store.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    store
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A request and where to answer it.

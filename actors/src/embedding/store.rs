@@ -243,7 +243,10 @@ mod tests {
         // s = (4, 16): −0.5·2/2, +0.5·4/4; then s = (8, 16): −0.5·2/√8, 0.
         let expected = [3.0 - 0.5 - 1.0 / 8f32.sqrt(), 3.0 + 0.5];
         assert!((out[0] - expected[0]).abs() < 1e-6 && (out[1] - expected[1]).abs() < 1e-6);
-        assert_eq!(a.arrays()[1], ("sum", &[0.0, 0.0, 8.0, 16.0, 0.0, 0.0, 0.0, 0.0][..]));
+        assert_eq!(
+            a.arrays()[1],
+            ("sum", &[0.0, 0.0, 8.0, 16.0, 0.0, 0.0, 0.0, 0.0][..])
+        );
     }
 
     #[test]
@@ -252,7 +255,14 @@ mod tests {
         a.load("sum", &[1.0; 6]).unwrap();
         assert_eq!(a.arrays()[1].1, &[1.0; 6]);
         let e = a.load("weight", &[0.0; 5]).unwrap_err().to_string();
-        assert!(e.contains("\"weight\" has 5 values to load, the shard 6"), "{e}");
-        assert!(a.load("m", &[]).unwrap_err().to_string().contains("no array \"m\""));
+        assert!(
+            e.contains("\"weight\" has 5 values to load, the shard 6"),
+            "{e}"
+        );
+        assert!(a
+            .load("m", &[])
+            .unwrap_err()
+            .to_string()
+            .contains("no array \"m\""));
     }
 }

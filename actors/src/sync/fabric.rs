@@ -9,8 +9,8 @@
 //! process keeps a replica of). The cluster and its actors are
 //! the same code on any fabric.
 
-use crate::embedding::{RemoteRows, RowServerActor};
 use super::{mesh, Endpoint, LinkModel, RemoteShards, ServerShardActor};
+use crate::embedding::{RemoteRows, RowServerActor};
 use crate::Result;
 use actix::Addr;
 use std::ops::Range;

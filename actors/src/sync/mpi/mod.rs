@@ -54,10 +54,10 @@ use super::transport::{mesh_part, Message, Outgoing};
 use super::{
     Endpoint, Fabric, LinkModel, RemoteShards, ServerShardActor, ShardReply, ShardRequest,
 };
+use crate::embedding::{RemoteRows, RowRequest, RowServerActor};
 use crate::{Error, Result};
 use actix::Addr;
 use crossbeam_channel::{bounded, unbounded, Sender};
-use crate::embedding::{RemoteRows, RowRequest, RowServerActor};
 use shards::{RowsOnRanks, ShardsOnRanks};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -4,8 +4,8 @@
 //! the answer back, which finds its asker by the ticket.
 
 use super::post::PostOffice;
-use super::thread::Envelope;
 use super::post::Serving;
+use super::thread::Envelope;
 use super::wire::{ShardWire, ROWS_TAG, SERVER_TAG};
 use super::Ask;
 use crate::embedding::{serve_rows, RemoteRows, RowRequest, RowServerActor};

@@ -1,8 +1,8 @@
 //! How messages cross between ranks: one buffer of `u32` words per message,
 //! a header and the `f32` values' bits, bit for bit.
 
-use crate::sync::transport::{Message, Outgoing, Phase};
 use crate::embedding::RowRequest;
+use crate::sync::transport::{Message, Outgoing, Phase};
 use crate::sync::ShardRequest;
 use std::sync::Arc;
 use std::time::Instant;
