@@ -85,12 +85,12 @@ def main():
         synced, alone = (r, t, args.sync), (r, t, "none")
         rows.append((r, t, rate(synced), rate(local), rate(alone), ne(synced), ne(local),
                      per_example(synced, lambda d: d.get("dense_bytes_sent", 0)),
-                     per_example(synced, lambda d: d.get("table_sync", {}).get("bytes", 0))))
+                     per_example(synced, lambda d: d.get("sparse_bytes_sent", 0))))
     print(f"# {args.sync}, {args.trainers} trainers in all, {args.model}, one pass over "
           f"{args.train}, {args.repeats} runs per cell (median examples/s, mean NE)")
     print("| ranks × trainers | examples/s MPI | in one process | MPI ÷ in-process "
           f"| {args.sync} ÷ none (MPI) | NE MPI | NE in one process "
-          "| dense B/example | table B/example |")
+          "| dense B/example | embeddings B/example |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r, t, mpi, one, none, ne, ne_one, dense, table in rows:
         print(f"| {r} × {t} | {mpi:,.0f} | {one:,.0f} | {mpi / one:.2f} | {mpi / none:.2f} "

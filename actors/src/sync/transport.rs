@@ -12,10 +12,12 @@
 //!
 //! A member that does not answer within the endpoint's timeout
 //! ([`Endpoint::set_timeout`]) is left out of the round: the others average
-//! without its payload, compute the slice it owed them from the payloads they
-//! hold (every member receives every payload whole, as shared buffers), and
-//! name it in [`GroupMean::unresponsive`]. Its messages that arrive once their
-//! round is over are dropped.
+//! without its payload and name it in [`GroupMean::unresponsive`]. The slice it
+//! owed them they compute from the payloads they hold when those are whole (in
+//! one process a message shares its sender's whole buffer), or else keep
+//! their own values of it for that round (across processes only each
+//! member's slice crosses: a real reduce-scatter). Its messages that arrive
+//! once their round is over are dropped.
 //!
 //! A [`LinkModel`] simulates the network a real cluster has: each message is
 //! delivered `latency + bytes / bandwidth` after it is sent (messages leaving one
@@ -119,20 +121,29 @@ impl From<Vec<f32>> for Payload {
 /// The two phases of a group mean (reduce-scatter, then all-gather).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {
-    /// A member's whole payload; each receiver reads only its own slice of it.
+    /// A member's values of the receiver's slice.
     Scatter,
     /// A member's reduced slice: the group mean over its part of the vector.
     Gather,
 }
 
-/// A payload in flight.
+/// A payload in flight: the values `data[span]` (in one process `data` is the
+/// sender's whole buffer, shared; across processes only the span crosses).
 #[derive(Debug, Clone)]
 pub(super) struct Message {
     pub(super) round: u64,
     pub(super) phase: Phase,
     pub(super) from: usize,
     pub(super) data: Arc<[f32]>,
+    pub(super) span: std::ops::Range<usize>,
     pub(super) deliver_at: Instant,
+}
+
+impl Message {
+    /// The values sent.
+    pub(super) fn values(&self) -> &[f32] {
+        self.data.get(self.span.clone()).unwrap_or_default()
+    }
 }
 
 /// A message for a trainer in another process, handed to the process's
@@ -290,36 +301,41 @@ impl Endpoint {
                 unresponsive: Vec::new(),
             }));
         }
-        // Reduce-scatter: every member gets every payload (shared, not copied;
-        // empty from a member that abstains) and averages only its own slice ...
+        // Reduce-scatter: every member gets the others' values of its own slice
+        // (in one process the whole payload, shared, not copied; none from a
+        // member that abstains) and reduces only that slice ...
         let sent = if contribute {
             Arc::clone(&payload.0)
         } else {
             Arc::from([])
         };
-        if !self.broadcast(round, Phase::Scatter, group, &sent, |k| {
-            slice(len, m, k).len()
-        })? {
+        let span_of = |k: usize| match contribute {
+            true => slice(len, m, k),
+            false => 0..0,
+        };
+        if !self.broadcast(round, Phase::Scatter, group, &sent, span_of)? {
             return Ok(None);
         }
         let Some((payloads, mut unresponsive)) = self.collect(round, Phase::Scatter, group)? else {
             return Ok(None);
         };
-        // The contributors' whole payloads, this member's first.
+        let mine = slice(len, m, me);
+        // The contributors' values of this member's slice, its own first.
         let mut contributions: Vec<&[f32]> = Vec::with_capacity(m);
         if contribute {
-            contributions.push(data);
+            contributions.push(&data[mine.clone()]);
         }
-        for message in payloads.iter().filter(|m| !m.data.is_empty()) {
-            if message.data.len() != len {
+        for message in payloads.iter().filter(|m| !m.values().is_empty()) {
+            if message.values().len() != mine.len() {
                 return Err(Error::Layout(format!(
-                    "trainer {} sent {} values, trainer {} has {len}",
+                    "trainer {} sent {} values of trainer {}'s slice of {}",
                     message.from,
-                    message.data.len(),
-                    self.id
+                    message.values().len(),
+                    self.id,
+                    mine.len()
                 )));
             }
-            contributions.push(&message.data);
+            contributions.push(message.values());
         }
         // Every member that heard from the same members counts the same
         // contributors: all or none of the slices are known.
@@ -328,34 +344,55 @@ impl Endpoint {
                 group: group.to_vec(),
             });
         }
-        let mine = slice(len, m, me);
-        let reduced: Arc<[f32]> = Arc::from(slice_reduce(&contributions, mine.clone(), reduce));
+        let mut reduced = vec![0f32; mine.len()];
+        reduce(&mut reduced, &contributions);
+        let reduced: Arc<[f32]> = Arc::from(reduced);
         // ... then all-gather: every member sends its reduced slice to the others.
-        let reduced_len = reduced.len();
-        if !self.broadcast(round, Phase::Gather, group, &reduced, |_| reduced_len)? {
+        let whole = 0..reduced.len();
+        if !self.broadcast(round, Phase::Gather, group, &reduced, |_| whole.clone())? {
             return Ok(None);
         }
         let Some((slices, late)) = self.collect(round, Phase::Gather, group)? else {
             return Ok(None);
         };
         let mut mean = vec![0f32; len];
-        mean[mine].copy_from_slice(&reduced);
+        mean[mine.clone()].copy_from_slice(&reduced);
         for message in &slices {
             let k = group.iter().position(|&t| t == message.from).unwrap_or(me);
             let range = slice(len, m, k);
-            if message.data.len() != range.len() {
+            if message.values().len() != range.len() {
                 return Err(Error::Layout(format!(
                     "trainer {} sent a slice of the wrong length",
                     message.from
                 )));
             }
-            mean[range].copy_from_slice(&message.data);
+            mean[range].copy_from_slice(message.values());
         }
-        // The slices of members that did not send theirs, from the payloads here.
+        // The slices of members that did not send theirs: reduced here from
+        // the contributors' whole payloads when this process holds them (the
+        // senders are in this process), else this member's own values stay.
+        let whole_payloads: Vec<&[f32]> = payloads
+            .iter()
+            .filter(|m| !m.values().is_empty())
+            .map(|m| &m.data[..])
+            .collect();
+        let all_whole = whole_payloads.iter().all(|p| p.len() == len);
         for &member in &late {
             let k = group.iter().position(|&t| t == member).unwrap_or(me);
             let range = slice(len, m, k);
-            mean[range.clone()].copy_from_slice(&slice_reduce(&contributions, range, reduce));
+            if all_whole {
+                let mut everyone: Vec<&[f32]> = whole_payloads.clone();
+                if contribute {
+                    everyone.insert(0, data);
+                }
+                let values = match everyone.is_empty() {
+                    true => data[range.clone()].to_vec(),
+                    false => slice_reduce(&everyone, range.clone(), reduce),
+                };
+                mean[range].copy_from_slice(&values);
+            } else {
+                mean[range.clone()].copy_from_slice(&data[range]);
+            }
             if !unresponsive.contains(&member) {
                 unresponsive.push(member);
             }
@@ -363,20 +400,22 @@ impl Endpoint {
         Ok(Some(GroupMean { mean, unresponsive }))
     }
 
-    /// Sends `payload` to every other member of `group`; the simulated link
-    /// carries `wire_values(k)` values to the `k`-th member (what a real
-    /// reduce-scatter / all-gather would send). `Ok(false)` once stopped.
+    /// Sends `payload[span_of(k)]` to the `k`-th member of `group` (each but
+    /// this one): in one process the whole payload is shared and the span
+    /// marks the values meant, across processes only they cross; the simulated
+    /// link carries them. `Ok(false)` once stopped.
     fn broadcast(
         &self,
         round: u64,
         phase: Phase,
         group: &[usize],
         payload: &Arc<[f32]>,
-        wire_values: impl Fn(usize) -> usize,
+        span_of: impl Fn(usize) -> std::ops::Range<usize>,
     ) -> Result<bool> {
         let mut clock = Instant::now();
         for (k, &peer) in group.iter().enumerate().filter(|&(_, &p)| p != self.id) {
-            let bytes = wire_values(k) * std::mem::size_of::<f32>();
+            let span = span_of(k);
+            let bytes = span.len() * std::mem::size_of::<f32>();
             // Messages leaving one endpoint go out one after another.
             clock += self.link.wire_time(self.id, peer, bytes);
             let message = Message {
@@ -384,6 +423,7 @@ impl Endpoint {
                 phase,
                 from: self.id,
                 data: Arc::clone(payload),
+                span,
                 deliver_at: clock,
             };
             if !self.send(peer, message)? {

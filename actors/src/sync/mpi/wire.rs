@@ -24,10 +24,12 @@ pub(super) const STOP: u32 = 1;
 /// Words of a message's header.
 const HEADER: usize = 6;
 
-/// `[to, from, round low, round high, phase, values]` then the values' bits.
+/// `[to, from, round low, round high, phase, values]` then the bits of the
+/// values the message carries (its span of the sender's buffer, not the rest).
 pub(super) fn encode(out: &Outgoing) -> Vec<u32> {
     let message = &out.message;
-    let mut words = Vec::with_capacity(HEADER + message.data.len());
+    let values = message.values();
+    let mut words = Vec::with_capacity(HEADER + values.len());
     words.extend([
         out.to as u32,
         message.from as u32,
@@ -37,9 +39,9 @@ pub(super) fn encode(out: &Outgoing) -> Vec<u32> {
             Phase::Scatter => 0,
             Phase::Gather => 1,
         },
-        message.data.len() as u32,
+        values.len() as u32,
     ]);
-    words.extend(message.data.iter().map(|x| x.to_bits()));
+    words.extend(values.iter().map(|x| x.to_bits()));
     words
 }
 
@@ -59,6 +61,7 @@ pub(super) fn decode(words: &[u32]) -> std::result::Result<(usize, Message), Str
         other => return Err(format!("unknown phase {other}")),
     };
     let data: Arc<[f32]> = values.iter().map(|&w| f32::from_bits(w)).collect();
+    let span = 0..data.len();
     Ok((
         to as usize,
         Message {
@@ -66,6 +69,7 @@ pub(super) fn decode(words: &[u32]) -> std::result::Result<(usize, Message), Str
             phase,
             from: from as usize,
             data,
+            span,
             deliver_at: Instant::now(),
         },
     ))
@@ -266,8 +270,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_message_crosses_bit_for_bit() {
-        let data: Arc<[f32]> = Arc::from(vec![1.5, -0.0, f32::NAN, f32::MAX, 3e-39]);
+    fn a_message_crosses_bit_for_bit_and_only_its_span() {
+        let data: Arc<[f32]> = Arc::from(vec![7.0, 1.5, -0.0, f32::NAN, f32::MAX, 3e-39, 8.0]);
         let out = Outgoing {
             to: 7,
             message: Message {
@@ -275,14 +279,17 @@ mod tests {
                 phase: Phase::Gather,
                 from: 3,
                 data: Arc::clone(&data),
+                span: 1..6,
                 deliver_at: Instant::now(),
             },
         };
-        let (to, back) = decode(&encode(&out)).unwrap();
+        let words = encode(&out);
+        assert_eq!(words.len(), HEADER + 5, "the span only");
+        let (to, back) = decode(&words).unwrap();
         assert_eq!((to, back.from, back.round), (7, 3, (5u64 << 32) + 9));
         assert_eq!(back.phase, Phase::Gather);
         let bits = |d: &[f32]| d.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&back.data), bits(&data));
+        assert_eq!(bits(back.values()), bits(&data[1..6]));
     }
 
     #[test]
