@@ -7,12 +7,13 @@
 //! table is replicated: every process keeps one, shared Hogwild-style by its
 //! trainers, and a [`TableSync`] thread merges the replicas in rounds, in the
 //! background like the dense sync. The processes' tables start from a common
-//! *base*; each round, every process snapshots its table (and its sparse
-//! optimizer's state: Adagrad's sums), finds the rows its trainers changed since
-//! the base, and sends those rows' changes (row index, then the changes) to all
-//! others (an all-gather); every process adds all processes' changes to the
-//! base, and writes `base − snapshot` into its table, so the updates its
-//! trainers made meanwhile are kept. Summing changes rather than averaging
+//! *base*; each round, every process reads the rows its trainers wrote since
+//! the last round (the table marks them as it updates them: a round costs in
+//! proportion to the rows trained, not to the table) with their sparse
+//! optimizer's state (Adagrad's sums), and sends those rows' changes from the
+//! base (row index, then the changes) to all others (an all-gather); every
+//! process adds all processes' changes to the base, and the other processes'
+//! changes to its table, so the updates its trainers made meanwhile are kept. Summing changes rather than averaging
 //! tables is what one shared table does: a row one process trained keeps its
 //! whole update. The rounds end together: each carries a flag saying whether
 //! the process is done training, and the round in which every process says so
@@ -101,44 +102,63 @@ fn sync_rounds(
         width: table.width().max(1) as usize,
         blocks: state.len(),
     };
+    let written = Arc::clone(table.written());
     let mut report = TableSyncReport::default();
     // The common starting point: the mean of the processes' tables.
+    written.track();
     let mut base = read(&state)?;
+    let own = base.clone();
     fabric.average(&mut base)?;
-    write_delta(&state, &base, &read(&state)?)?;
+    write_delta(&state, &base, &own)?;
+    drop(own);
     loop {
         let due = Instant::now() + every;
         while Instant::now() < due && !done.load(Ordering::Relaxed) {
             std::thread::sleep(every.min(Duration::from_millis(10)));
         }
         let finished = done.load(Ordering::Relaxed);
-        let snapshot = read(&state)?;
-        let changes = shape.changes(&base, &snapshot, finished);
+        // Only the rows this process's trainers wrote since the last round.
+        let mine = written.take();
+        let now = read_rows(&state, shape, &mine)?;
+        let changes = shape.changes(&base, &mine, &now, finished);
         report.rounds += 1;
         report.bytes += 4 * changes.len() as u64;
         let mut all_done = true;
-        // The rows other processes changed: the only ones where the table
-        // here and the new base differ by more than what was trained here since.
-        let mut theirs = Vec::new();
+        // What the others changed, to add here: the table here already has
+        // its own trainers' changes (and whatever they did since).
+        let mut theirs = Changes::default();
         for (process, changes) in fabric.gather(changes)?.iter().enumerate() {
-            let rows = shape.apply(&mut base, changes).map_err(|reason| {
+            let (process_done, changes) = shape.parse(changes).map_err(|reason| {
                 runtime(RuntimeError::Remote {
                     process,
                     reason: format!("table sync: its changes: {reason}"),
                 })
             })?;
-            all_done &= changes.first() == Some(&1);
+            all_done &= process_done;
+            let per_row = shape.blocks * shape.width;
+            for (&row, deltas) in changes.rows.iter().zip(changes.deltas.chunks(per_row)) {
+                for (range, delta) in shape.row(row).zip(deltas.chunks(shape.width)) {
+                    base[range].iter_mut().zip(delta).for_each(|(b, d)| *b += d);
+                }
+            }
             if process != fabric.process() {
-                theirs.extend(rows);
+                theirs.rows.extend(changes.rows);
+                theirs.deltas.extend(changes.deltas);
             }
         }
-        theirs.sort_unstable();
-        theirs.dedup();
-        write_rows(&state, shape, &theirs, &base, &snapshot)?;
+        add_rows(&state, shape, &theirs)?;
         if all_done {
             return Ok(report);
         }
     }
+}
+
+/// Rows' changes in every block: `deltas` holds, row after row, each block's
+/// `width` values.
+#[derive(Debug, Default)]
+struct Changes {
+    rows: Vec<usize>,
+    deltas: Vec<f32>,
 }
 
 /// How the table and its optimizer state lie in one vector: `blocks` arrays
@@ -159,30 +179,32 @@ impl Shape {
         })
     }
 
-    /// The rows of `now` that differ from `base`, as words: `[done, then per
-    /// changed row: its index and its changes in every block (f32 bits)]`.
-    fn changes(&self, base: &[f32], now: &[f32], done: bool) -> Vec<u32> {
+    /// What `rows` now hold (`now`: row after row, every block's values) and
+    /// `base` does not, as words: `[done, then per row that differs: its
+    /// index and its changes in every block (f32 bits)]`.
+    fn changes(&self, base: &[f32], rows: &[usize], now: &[f32], done: bool) -> Vec<u32> {
         let mut words = vec![u32::from(done)];
-        for row in 0..self.rows {
-            if self.row(row).any(|r| base[r.clone()] != now[r]) {
-                words.push(row as u32);
-                for r in self.row(row) {
-                    words.extend(
-                        now[r.clone()]
-                            .iter()
-                            .zip(&base[r])
-                            .map(|(n, b)| (n - b).to_bits()),
-                    );
-                }
+        let per_row = self.blocks * self.width;
+        for (&row, now) in rows.iter().zip(now.chunks(per_row)) {
+            let deltas: Vec<f32> = self
+                .row(row)
+                .zip(now.chunks(self.width))
+                .flat_map(|(range, now)| now.iter().zip(&base[range]).map(|(n, b)| n - b))
+                .collect();
+            if deltas.iter().all(|&d| d == 0.0) {
+                continue;
             }
+            words.push(row as u32);
+            words.extend(deltas.into_iter().map(f32::to_bits));
         }
         words
     }
 
-    /// Adds a process's `changes` to `base`; the rows they change.
-    fn apply(&self, base: &mut [f32], changes: &[u32]) -> std::result::Result<Vec<usize>, String> {
-        let (_done, mut rest) = changes.split_first().ok_or("empty")?;
-        let mut rows = Vec::new();
+    /// A process's words: whether it is done, and the rows it changed with
+    /// their changes in every block.
+    fn parse(&self, words: &[u32]) -> std::result::Result<(bool, Changes), String> {
+        let (&done, mut rest) = words.split_first().ok_or("empty")?;
+        let mut changes = Changes::default();
         let per_row = 1 + self.blocks * self.width;
         while !rest.is_empty() {
             if rest.len() < per_row {
@@ -194,16 +216,12 @@ impl Shape {
             if row >= self.rows {
                 return Err(format!("row {row} of {}", self.rows));
             }
-            let mut deltas = entry[1..].chunks(self.width);
-            for (range, delta) in self.row(row).zip(&mut deltas) {
-                base[range]
-                    .iter_mut()
-                    .zip(delta)
-                    .for_each(|(b, &d)| *b += f32::from_bits(d));
-            }
-            rows.push(row);
+            changes.rows.push(row);
+            changes
+                .deltas
+                .extend(entry[1..].iter().map(|&w| f32::from_bits(w)));
         }
-        Ok(rows)
+        Ok((done == 1, changes))
     }
 }
 
@@ -292,33 +310,42 @@ fn write_delta(state: &[Tensor], target: &[f32], snapshot: &[f32]) -> Result<()>
     Ok(())
 }
 
-/// Adds `target − snapshot` to `rows` of every block of the tensors (in
-/// place, as [`write_delta`]).
-fn write_rows(
-    state: &[Tensor],
-    shape: Shape,
-    rows: &[usize],
-    target: &[f32],
-    snapshot: &[f32],
-) -> Result<()> {
+/// The values of `rows` in every block of the tensors: row after row, each
+/// block's `width` values.
+fn read_rows(state: &[Tensor], shape: Shape, rows: &[usize]) -> Result<Vec<f32>> {
+    let mut now = vec![0f32; rows.len() * shape.blocks * shape.width];
     if rows.is_empty() {
-        return Ok(());
+        return Ok(now);
     }
     let index = Tensor::f_from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())?;
+    let per_row = shape.blocks * shape.width;
     for (block, tensor) in state.iter().enumerate() {
-        let mut delta = Vec::with_capacity(rows.len() * shape.width);
-        for &row in rows {
-            let start = (block * shape.rows + row) * shape.width;
-            let range = start..start + shape.width;
-            delta.extend(
-                target[range.clone()]
-                    .iter()
-                    .zip(&snapshot[range])
-                    .map(|(t, s)| t - s),
-            );
+        let table = tensor.f_view([shape.rows as i64, shape.width as i64])?;
+        let values = Vec::<f32>::try_from(&table.f_index_select(0, &index)?.f_view(-1)?)?;
+        for (row, values) in now.chunks_mut(per_row).zip(values.chunks(shape.width)) {
+            row[block * shape.width..(block + 1) * shape.width].copy_from_slice(values);
         }
-        let delta =
-            Tensor::f_from_slice(&delta)?.f_view([rows.len() as i64, shape.width as i64])?;
+    }
+    Ok(now)
+}
+
+/// Adds `changes` to the tensors' rows (in place: what was trained here
+/// meanwhile is kept; a row changed by several processes gets every change).
+fn add_rows(state: &[Tensor], shape: Shape, changes: &Changes) -> Result<()> {
+    if changes.rows.is_empty() {
+        return Ok(());
+    }
+    let index = Tensor::f_from_slice(&changes.rows.iter().map(|&r| r as i64).collect::<Vec<_>>())?;
+    let per_row = shape.blocks * shape.width;
+    for (block, tensor) in state.iter().enumerate() {
+        let delta: Vec<f32> = changes
+            .deltas
+            .chunks(per_row)
+            .flat_map(|row| &row[block * shape.width..(block + 1) * shape.width])
+            .copied()
+            .collect();
+        let delta = Tensor::f_from_slice(&delta)?
+            .f_view([changes.rows.len() as i64, shape.width as i64])?;
         let mut table = tensor.f_view([shape.rows as i64, shape.width as i64])?;
         let _ = tch::no_grad(|| table.f_index_add_(0, &index, &delta))?;
     }
@@ -361,17 +388,14 @@ mod tests {
             blocks: 2,
         };
         let base = vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5];
-        // Process A changed row 0 (and its sums); process B rows 0 and 2.
-        let mut a = base.clone();
-        a[0] += 0.25;
-        a[6] += 4.0;
-        let mut b = base.clone();
-        b[1] -= 0.5;
-        b[5] += 1.0;
-        b[11] += 2.0;
-        let (from_a, from_b) = (
-            shape.changes(&base, &a, false),
-            shape.changes(&base, &b, true),
+        // Process A wrote row 0 (and its sums); process B rows 0 and 2, and
+        // row 1 back to what it was (written, unchanged: not sent).
+        let from_a = shape.changes(&base, &[0], &[1.25, 1.0, 4.5, 0.5], false);
+        let from_b = shape.changes(
+            &base,
+            &[0, 1, 2],
+            &[1.0, 0.5, 0.5, 0.5, 2.0, 2.0, 0.5, 0.5, 3.0, 4.0, 0.5, 2.5],
+            true,
         );
         assert_eq!(
             from_a.len(),
@@ -379,33 +403,46 @@ mod tests {
             "done flag, then one row: index and 4 values"
         );
         assert_eq!(from_b.len(), 1 + 2 * 5);
-        let mut merged = base.clone();
-        assert_eq!(shape.apply(&mut merged, &from_a), Ok(vec![0]));
-        assert_eq!(shape.apply(&mut merged, &from_b), Ok(vec![0, 2]));
         assert_eq!((from_a[0], from_b[0]), (0, 1), "the done flags");
-        let expected = vec![1.25, 0.5, 2.0, 2.0, 3.0, 4.0, 4.5, 0.5, 0.5, 0.5, 0.5, 2.5];
-        assert_eq!(merged, expected);
-        // Nothing changed: only the flag crosses.
-        assert_eq!(shape.changes(&base, &base, false), vec![0]);
+        let (a_done, a) = shape.parse(&from_a).unwrap();
+        let (b_done, b) = shape.parse(&from_b).unwrap();
+        assert_eq!((a_done, b_done), (false, true));
+        assert_eq!((&a.rows, &a.deltas), (&vec![0], &vec![0.25, 0.0, 4.0, 0.0]));
+        assert_eq!(b.rows, vec![0, 2]);
+        assert_eq!(b.deltas, vec![0.0, -0.5, 0.0, 0.0, 0.0, 1.0, 0.0, 2.0]);
+        // Added to a table, A's and B's changes add up (as in one shared table),
+        // and what was trained here since (row 2: +0.5) is kept.
+        let table = Tensor::from_slice(&base[..6]).view([3, 2]);
+        let sums = Tensor::from_slice(&base[6..]).view([3, 2]);
+        let _ = table.get(2).f_add_scalar_(0.5).unwrap();
+        let changes = Changes {
+            rows: [a.rows, b.rows].concat(),
+            deltas: [a.deltas, b.deltas].concat(),
+        };
+        add_rows(
+            &[table.shallow_clone(), sums.shallow_clone()],
+            shape,
+            &changes,
+        )
+        .unwrap();
+        let values = |t: &Tensor| Vec::<f32>::try_from(t.view(-1)).unwrap();
+        assert_eq!(values(&table), vec![1.25, 0.5, 2.0, 2.0, 3.5, 4.5]);
+        assert_eq!(values(&sums), vec![4.5, 0.5, 0.5, 0.5, 0.5, 2.5]);
+        // Nothing written: only the flag crosses.
+        assert_eq!(shape.changes(&base, &[], &[], false), vec![0]);
     }
 
     #[test]
-    fn only_the_rows_others_changed_are_written_keeping_what_was_trained_since() {
+    fn only_the_rows_asked_for_are_read_row_after_row() {
         let shape = Shape {
             rows: 3,
             width: 2,
-            blocks: 1,
+            blocks: 2,
         };
-        let table = Tensor::from_slice(&[0f32; 6]).view([3, 2]);
-        let snapshot = [0.0; 6];
-        let target = [9.0, 9.0, 0.0, 0.0, 1.0, 2.0];
-        // Trained here after the snapshot: row 2 moved by 0.5.
-        let _ = table.get(2).fill_(0.5);
-        write_rows(&[table.shallow_clone()], shape, &[2], &target, &snapshot).unwrap();
-        assert_eq!(
-            Vec::<f32>::try_from(table.view(-1)).unwrap(),
-            vec![0.0, 0.0, 0.0, 0.0, 1.5, 2.5]
-        );
+        let table = Tensor::from_slice(&[0f32, 1., 2., 3., 4., 5.]).view([3, 2]);
+        let sums = Tensor::from_slice(&[10f32, 11., 12., 13., 14., 15.]).view([3, 2]);
+        let now = read_rows(&[table, sums], shape, &[2, 0]).unwrap();
+        assert_eq!(now, vec![4.0, 5.0, 14.0, 15.0, 0.0, 1.0, 10.0, 11.0]);
     }
 
     #[test]
@@ -415,15 +452,11 @@ mod tests {
             width: 1,
             blocks: 1,
         };
-        let mut base = vec![0.0; 2];
-        assert!(shape.apply(&mut base, &[]).is_err());
+        assert!(shape.parse(&[]).is_err());
         assert!(shape
-            .apply(&mut base, &[0, 1])
+            .parse(&[0, 1])
             .unwrap_err()
             .contains("not a whole row"));
-        assert!(shape
-            .apply(&mut base, &[0, 7, 0])
-            .unwrap_err()
-            .contains("row 7 of 2"));
+        assert!(shape.parse(&[0, 7, 0]).unwrap_err().contains("row 7 of 2"));
     }
 }

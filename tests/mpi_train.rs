@@ -126,26 +126,28 @@ fn strs(args: &[String]) -> Vec<&str> {
 
 /// The test NE and the results of a run of logistic regression under `sync`.
 fn train(dir: &Path, ranks: Option<usize>, trainers: usize, seed: u64, sync: &str) -> (f64, Value) {
-    train_with(dir, ranks, trainers, seed, sync, &[])
+    train_with(dir, ranks, trainers, seed, sync, ("", &[]))
 }
 
-/// [`train`], then `more` arguments.
+/// [`train`] with `train_keys` added to the configuration's `[train]`, then
+/// `more` arguments.
 fn train_with(
     dir: &Path,
     ranks: Option<usize>,
     trainers: usize,
     seed: u64,
     sync: &str,
-    more: &[&str],
+    (train_keys, more): (&str, &[&str]),
 ) -> (f64, Value) {
     let results = dir.join(format!(
-        "r{ranks:?}-t{trainers}-s{seed}-{sync}-{}.json",
+        "r{ranks:?}-t{trainers}-s{seed}-{sync}-{}{}.json",
+        train_keys.replace(['"', ' ', '=', '\n'], ""),
         more.join("").replace(['/', '-'], "")
     ));
     let config = dir.join("mpi.toml");
     std::fs::write(
         &config,
-        "[train]\ntable_sync_ms = 50\n[sync]\nserver_shards = 2\n",
+        format!("[train]\ntable_sync_ms = 50\n{train_keys}\n[sync]\nserver_shards = 2\n"),
     )
     .unwrap();
     let seed = seed.to_string();
@@ -190,7 +192,8 @@ fn dlrm_with_sharded_tables_learns_across_ranks_as_in_one_process() {
     let mut nes = [Vec::new(), Vec::new(), Vec::new()];
     for seed in DLRM_SEEDS {
         for (ne, (ranks, trainers)) in nes.iter_mut().zip([(None, 4), (Some(2), 2), (Some(4), 1)]) {
-            let (value, report) = train_with(dir.path(), ranks, trainers, seed, "shadow-ma", &dlrm);
+            let (value, report) =
+                train_with(dir.path(), ranks, trainers, seed, "shadow-ma", ("", &dlrm));
             assert_eq!(report["examples"], 400_000, "{report}");
             ne.push(value);
         }
@@ -242,11 +245,9 @@ fn two_ranks_of_two_trainers_train_as_well_as_four_trainers_in_one_process() {
 fn easgd_with_its_centre_sharded_over_two_ranks_trains_as_well_as_in_one_process() {
     let dir = tempfile::tempdir().unwrap();
     data(dir.path());
-    let replicated = dir.path().join("replicated.toml");
-    std::fs::write(&replicated, "[train]\nembeddings = \"replicated\"\n").unwrap();
     for sync in ["shadow-easgd", "fr-easgd:10"] {
-        let more = ["--config", replicated.to_str().unwrap()];
-        let (spread, report) = train_with(dir.path(), Some(2), 2, 1, sync, &more);
+        let replicated = ("embeddings = \"replicated\"", &[][..]);
+        let (spread, report) = train_with(dir.path(), Some(2), 2, 1, sync, replicated);
         assert_eq!(report["examples"], 400_000, "{report}");
         let distributed = &report["distributed"];
         assert_eq!(distributed["embeddings"], "replicated", "{report}");

@@ -11,6 +11,8 @@
 use crate::config::OptimizerKind;
 use crate::data::TableLayout;
 use crate::{Error, Result};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use tch::{Device, Kind, Tensor};
 
 /// How the table is updated from its row-sparse gradients.
@@ -29,11 +31,60 @@ pub struct EmbeddingTable {
     weight: Tensor,
     width: i64,
     lr: f64,
+    written: Arc<WrittenRows>,
     optimizer: SparseOptimizer,
 }
 
 /// Adagrad's ε, as in PyTorch.
 const ADAGRAD_EPS: f64 = 1e-10;
+
+/// Which rows of a table were written since they were last taken: one bit per
+/// row, set by every handle's updates once tracking is on (a replicated
+/// table's merge across processes reads only these rows).
+#[derive(Debug)]
+pub struct WrittenRows {
+    on: AtomicBool,
+    words: Vec<AtomicU64>,
+}
+
+impl WrittenRows {
+    fn new(rows: usize) -> Self {
+        Self {
+            on: AtomicBool::new(false),
+            words: (0..rows.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Starts recording the rows written.
+    pub fn track(&self) {
+        self.on.store(true, Ordering::Relaxed);
+    }
+
+    fn mark(&self, rows: &Tensor) -> Result<()> {
+        if !self.on.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        for row in Vec::<i64>::try_from(rows)? {
+            if let Some(word) = self.words.get(row as usize / 64) {
+                word.fetch_or(1 << (row % 64), Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows written since the last call, in order; their marks cleared.
+    pub fn take(&self) -> Vec<usize> {
+        let mut rows = Vec::new();
+        for (w, word) in self.words.iter().enumerate() {
+            let mut bits = word.swap(0, Ordering::Relaxed);
+            while bits != 0 {
+                rows.push(w * 64 + bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+        }
+        rows
+    }
+}
 
 /// The initial rows of a table: row `id` of a field of `n` rows drawn from
 /// U(−√(1/n), √(1/n)) (as DLRM does), from a seed and the row's id alone, so
@@ -106,6 +157,7 @@ impl EmbeddingTable {
         }
         let weight = Tensor::f_from_slice(&values)?.f_view([layout.total_rows(), width])?;
         drop(values);
+        let written = Arc::new(WrittenRows::new(layout.total_rows() as usize));
         let optimizer = match optimizer {
             OptimizerKind::Sgd => SparseOptimizer::Sgd,
             OptimizerKind::Adagrad => SparseOptimizer::Adagrad {
@@ -122,6 +174,7 @@ impl EmbeddingTable {
             weight,
             width,
             lr,
+            written,
             optimizer,
         })
     }
@@ -134,6 +187,7 @@ impl EmbeddingTable {
             weight: self.weight.shallow_clone(),
             width: self.width,
             lr: self.lr,
+            written: Arc::clone(&self.written),
             optimizer: match &self.optimizer {
                 SparseOptimizer::Sgd => SparseOptimizer::Sgd,
                 SparseOptimizer::Adagrad { sum } => SparseOptimizer::Adagrad {
@@ -156,6 +210,11 @@ impl EmbeddingTable {
     /// Width of a row.
     pub fn width(&self) -> i64 {
         self.width
+    }
+
+    /// The rows written through any handle, once tracked.
+    pub fn written(&self) -> &Arc<WrittenRows> {
+        &self.written
     }
 
     /// The table itself (`[rows, width]`).
@@ -204,6 +263,7 @@ impl EmbeddingTable {
     /// Applies the gradient `grad` (`[B, F, width]`) of the rows `rows` (`[B, F]`).
     pub fn apply(&mut self, rows: &Tensor, grad: &Tensor) -> Result<()> {
         let index = rows.f_view(-1)?;
+        self.written.mark(&index)?;
         let grad = grad.f_view([-1, self.width])?;
         match &mut self.optimizer {
             SparseOptimizer::Sgd => {
@@ -280,6 +340,25 @@ mod tests {
             0.5 + 0.5 * 2.0 / 8f32.sqrt(),
         ];
         assert!((r[0] - expected[0]).abs() < 1e-6 && (r[1] - expected[1]).abs() < 1e-6);
+    }
+
+    #[test]
+    fn written_rows_are_recorded_once_tracked_and_taken_once() {
+        let mut a = table(OptimizerKind::Sgd);
+        let mut b = a.share();
+        let grad = Tensor::from_slice(&[1f32, -1.]).view([1, 1, 2]);
+        a.apply(&Tensor::from_slice(&[5i64]).view([1, 1]), &grad)
+            .unwrap();
+        assert!(a.written().take().is_empty(), "not tracked yet");
+        a.written().track();
+        a.apply(&Tensor::from_slice(&[70i64]).view([1, 1]), &grad)
+            .unwrap();
+        b.apply(&Tensor::from_slice(&[3i64]).view([1, 1]), &grad)
+            .unwrap();
+        b.apply(&Tensor::from_slice(&[70i64]).view([1, 1]), &grad)
+            .unwrap();
+        assert_eq!(b.written().take(), vec![3, 70]);
+        assert!(a.written().take().is_empty());
     }
 
     #[test]
