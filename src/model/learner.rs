@@ -277,11 +277,16 @@ impl Learner for CtrLearner {
         Ok(())
     }
 
-    /// Bad or unreadable data ends the trainer; anything else is retried.
+    /// Bad or unreadable data, or a shard of the embeddings that does not
+    /// answer (another process gone or stuck: retrying would only wait out
+    /// the timeout again), ends the trainer; anything else is retried.
     fn is_recoverable(error: &Error) -> bool {
         !matches!(
             error,
-            Error::Parse { .. } | Error::Io { .. } | Error::Pipeline(_)
+            Error::Parse { .. }
+                | Error::Io { .. }
+                | Error::Pipeline(_)
+                | Error::Runtime(shadowsync_actors::Error::EmbeddingShard { .. })
         )
     }
 
@@ -299,6 +304,17 @@ mod tests {
     use super::*;
     use crate::config::ModelKind;
     use crate::data::Example;
+
+    #[test]
+    fn an_embedding_shard_that_does_not_answer_ends_the_trainer() {
+        let silent = Error::Runtime(shadowsync_actors::Error::EmbeddingShard {
+            rank: 1,
+            reason: "no answer for rows within 30s".into(),
+        });
+        assert!(!CtrLearner::is_recoverable(&silent));
+        let other = Error::Runtime(shadowsync_actors::Error::Internal("a glitch"));
+        assert!(CtrLearner::is_recoverable(&other));
+    }
 
     #[test]
     fn scaled_shared_gradients_scale_the_embedding_update() {

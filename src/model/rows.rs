@@ -330,3 +330,40 @@ impl ShardedTable {
         Ok(Tensor::f_from_slice(rows)?.f_view([count as i64, self.width])?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use shadowsync_actors::sync::InProcess;
+
+    fn sharded(config: &Config) -> Table {
+        let layout = config.table_layout().unwrap();
+        let table = ShardedTable::start(&layout, 4, &config.optim, &config.train, &InProcess);
+        Table::Sharded(table.unwrap())
+    }
+
+    #[test]
+    fn a_sharded_table_saves_and_restores_its_rows_and_sums_exactly() {
+        let mut config = Config::default();
+        config.data.table_size = 50;
+        config.optim.sparse = OptimizerKind::Adagrad;
+        let mut table = sharded(&config);
+        // One step on a few rows, so that rows and sums are not initial.
+        let sparse = Tensor::from_slice(&[3i64, 3, 70, 1299]).view([2, 2]);
+        let prefetch = table.begin(&sparse).unwrap();
+        let (embedded, pending) = table.gather(prefetch).unwrap();
+        embedded.sum(tch::Kind::Float).backward();
+        table.apply(pending).unwrap();
+        let saved = table.arrays().unwrap();
+        assert_eq!(saved.len(), 2, "rows and Adagrad's sums");
+        let restored = sharded(&config);
+        assert_ne!(restored.arrays().unwrap(), saved, "a fresh table differs");
+        restored
+            .load_arrays(|name| Ok(saved.iter().find(|(n, _)| n == name).unwrap().1.clone()))
+            .unwrap();
+        assert_eq!(restored.arrays().unwrap(), saved);
+        let e = restored.load_arrays(|_| Ok(vec![0.0; 3])).unwrap_err();
+        assert!(e.to_string().contains("has 3 values to load"), "{e}");
+    }
+}
