@@ -32,6 +32,7 @@ def train(args, out, ranks, trainers, sync):
                "--model", args.model, "--table-size", str(args.table_size),
                "--trainers", str(trainers), "--sync", sync, "--eval-every", "0",
                "--server-shards", str(args.trainers), "--results", results]
+    command += args.train_flags.split()
     if ranks is not None:
         command = MPIRUN + ["-np", str(ranks)] + command
     run = subprocess.run(command, capture_output=True, text=True)
@@ -54,6 +55,9 @@ def main():
     p.add_argument("--sync", default="shadow-ma",
                    help="the algorithm measured (EASGD's centre has one shard per trainer "
                         "of the job, spread over the ranks)")
+    p.add_argument("--train-flags", default="",
+                   help="more `shadowsync train` flags for every run, e.g. \"--optimizer "
+                        "adagrad --lr 0.01 --sparse-optimizer adagrad --sparse-lr 0.01\"")
     p.add_argument("--repeats", type=int, default=3,
                    help="runs per cell, round the whole grid (median examples/s, mean NE)")
     args = p.parse_args()
@@ -87,7 +91,7 @@ def main():
                      per_example(synced, lambda d: d.get("dense_bytes_sent", 0)),
                      per_example(synced, lambda d: d.get("sparse_bytes_sent", 0))))
     print(f"# {args.sync}, {args.trainers} trainers in all, {args.model}, one pass over "
-          f"{args.train}, {args.repeats} runs per cell (median examples/s, mean NE)")
+          f"{args.train} {args.train_flags}, {args.repeats} runs per cell (median examples/s, mean NE)")
     print("| ranks × trainers | examples/s MPI | in one process | MPI ÷ in-process "
           f"| {args.sync} ÷ none (MPI) | NE MPI | NE in one process "
           "| dense B/example | embeddings B/example |")

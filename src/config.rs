@@ -591,10 +591,24 @@ impl Config {
             .saturating_mul(4 * arrays))
     }
 
-    /// Refuses a table that does not fit in `available` bytes of memory,
-    /// naming the key that sizes it and the bytes it needs.
-    pub fn check_table_fits(&self, available: u64) -> Result<()> {
-        let needed = self.table_bytes()?;
+    /// Bytes of the embedding table and its optimizer state that each of
+    /// `processes` processes keeps: about 1/`processes` of it when sharded;
+    /// the whole table in one process; replicated across processes, the
+    /// whole table and the common base its merges start from.
+    pub fn table_bytes_per_process(&self, processes: usize) -> Result<u64> {
+        let whole = self.table_bytes()?;
+        Ok(match (self.train.embeddings_for(processes), processes) {
+            (EmbeddingsMode::Sharded, _) => whole.div_ceil(processes.max(1) as u64),
+            (EmbeddingsMode::Replicated, 0 | 1) => whole,
+            (EmbeddingsMode::Replicated, _) => whole.saturating_mul(2),
+        })
+    }
+
+    /// Refuses a table whose part in each of `processes` processes does not
+    /// fit in `available` bytes of memory, naming the key that sizes it and
+    /// the bytes it needs.
+    pub fn check_table_fits(&self, available: u64, processes: usize) -> Result<()> {
+        let needed = self.table_bytes_per_process(processes)?;
         if needed <= available {
             return Ok(());
         }
@@ -606,13 +620,20 @@ impl Config {
         Err(Error::config(
             key,
             format!(
-                "the embedding table ({rows} rows of {} floats{}) needs {}, more than the {} of memory available",
+                "the embedding table ({rows} rows of {} floats{}) needs {}{}, more than the {} of memory available",
                 self.embedding_width(),
                 match self.optim.sparse {
                     OptimizerKind::Adagrad => ", with Adagrad's sums",
                     _ => "",
                 },
                 human_bytes(needed),
+                match (self.train.embeddings_for(processes), processes) {
+                    (_, 0 | 1) => String::new(),
+                    (EmbeddingsMode::Sharded, n) => format!(" in each of {n} processes (its shard)"),
+                    (EmbeddingsMode::Replicated, n) => format!(
+                        " in each of {n} processes (a replica and the base of its merges)"
+                    ),
+                },
                 human_bytes(available)
             ),
         ))
@@ -749,5 +770,32 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("sync.group_size"));
+    }
+
+    #[test]
+    fn a_sharded_table_needs_its_share_of_memory_in_each_process() {
+        let mut c = Config::default();
+        c.model.kind = ModelKind::Dlrm;
+        c.model.embedding_dim = 16;
+        c.data.table_size = 2_000_000;
+        c.optim.sparse = OptimizerKind::Sgd;
+        let whole = 26 * 2_000_000 * 16 * 4;
+        assert_eq!(c.table_bytes().unwrap(), whole);
+        assert_eq!(c.table_bytes_per_process(4).unwrap(), whole / 4);
+        // 2 GB free: the whole table does not fit, a quarter of it does.
+        c.check_table_fits(2_000_000_000, 4).unwrap();
+        let e = c
+            .check_table_fits(2_000_000_000, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("data.table_size"), "{e}");
+        // Replicated: the table and the base of its merges in each.
+        c.train.embeddings = Some(EmbeddingsMode::Replicated);
+        assert_eq!(c.table_bytes_per_process(4).unwrap(), 2 * whole);
+        let e = c
+            .check_table_fits(2_000_000_000, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("in each of 4 processes"), "{e}");
     }
 }

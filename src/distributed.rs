@@ -4,9 +4,11 @@
 //! Each process hosts `train.trainers` trainers on its part of the data (shards
 //! `process·T .. (process+1)·T` of `R·T`); the cluster's groups span processes
 //! and its shadow loops average the dense replicas across them. The embedding
-//! table is replicated: every process keeps one, shared Hogwild-style by its
-//! trainers, and a [`TableSync`] thread merges the replicas in rounds, in the
-//! background like the dense sync. The processes' tables start from a common
+//! table is sharded over the processes by default (see
+//! [`crate::model::ShardedTable`]); with `train.embeddings = "replicated"` every
+//! process keeps one, shared Hogwild-style by its trainers, and a
+//! [`TableSync`] thread merges the replicas in rounds, in the background like
+//! the dense sync. The processes' tables start from a common
 //! *base*; each round, every process reads the rows its trainers wrote since
 //! the last round (the table marks them as it updates them: a round costs in
 //! proportion to the rows trained, not to the table) with their sparse
@@ -104,13 +106,8 @@ fn sync_rounds(
     };
     let written = Arc::clone(table.written());
     let mut report = TableSyncReport::default();
-    // The common starting point: the mean of the processes' tables.
     written.track();
-    let mut base = read(&state)?;
-    let own = base.clone();
-    fabric.average(&mut base)?;
-    write_delta(&state, &base, &own)?;
-    drop(own);
+    let mut base = common_base(fabric, &state)?;
     loop {
         let due = Instant::now() + every;
         while Instant::now() < due && !done.load(Ordering::Relaxed) {
@@ -231,48 +228,69 @@ pub fn every_process_metrics(fabric: &dyn Fabric, mine: Vec<Metrics>) -> Result<
     if fabric.processes() == 1 {
         return Ok(mine);
     }
-    let words = mine.iter().flat_map(metric_words).collect();
+    let fields: Vec<u64> = mine.iter().flat_map(metric_fields).collect();
     let mut all = Vec::new();
-    for (process, words) in fabric.gather(words)?.iter().enumerate() {
-        if words.len() % METRIC_WORDS != 0 {
-            return Err(runtime(RuntimeError::Remote {
+    for (process, fields) in every_process_u64s(fabric, &fields)?.iter().enumerate() {
+        if fields.len() % METRIC_FIELDS != 0 {
+            return Err(remote(
                 process,
-                reason: format!(
-                    "sent {} words of evaluations, not a multiple of {METRIC_WORDS}",
-                    words.len()
+                format!(
+                    "sent {} fields of evaluations, not a multiple of {METRIC_FIELDS}",
+                    fields.len()
                 ),
-            }));
+            ));
         }
-        all.extend(words.chunks(METRIC_WORDS).map(metrics_of_words));
+        all.extend(fields.chunks(METRIC_FIELDS).map(metrics_of_fields));
     }
     Ok(all)
 }
 
-/// Words of one [`Metrics`]: six 64-bit fields.
-const METRIC_WORDS: usize = 12;
+/// Every process's `mine`, in process order: a collective, as
+/// [`Fabric::gather`].
+pub fn every_process_u64s(fabric: &dyn Fabric, mine: &[u64]) -> Result<Vec<Vec<u64>>> {
+    let words = mine
+        .iter()
+        .flat_map(|&v| [v as u32, (v >> 32) as u32])
+        .collect();
+    fabric
+        .gather(words)?
+        .into_iter()
+        .enumerate()
+        .map(|(process, words)| match words.len() % 2 {
+            0 => Ok(words
+                .chunks(2)
+                .map(|w| u64::from(w[0]) | (u64::from(w[1]) << 32))
+                .collect()),
+            _ => Err(remote(
+                process,
+                format!("sent {} words, an odd number", words.len()),
+            )),
+        })
+        .collect()
+}
 
-fn metric_words(m: &Metrics) -> [u32; METRIC_WORDS] {
-    let fields = [
+fn remote(process: usize, reason: String) -> Error {
+    runtime(RuntimeError::Remote { process, reason })
+}
+
+/// Fields of one [`Metrics`], as 64-bit words.
+const METRIC_FIELDS: usize = 6;
+
+fn metric_fields(m: &Metrics) -> [u64; METRIC_FIELDS] {
+    [
         m.examples,
         m.logloss.to_bits(),
         m.ne.to_bits(),
         m.auc.to_bits(),
         m.calibration.to_bits(),
         m.ctr.to_bits(),
-    ];
-    let mut words = [0; METRIC_WORDS];
-    for (i, field) in fields.into_iter().enumerate() {
-        words[2 * i] = field as u32;
-        words[2 * i + 1] = (field >> 32) as u32;
-    }
-    words
+    ]
 }
 
-fn metrics_of_words(words: &[u32]) -> Metrics {
-    let field = |i: usize| u64::from(words[2 * i]) | (u64::from(words[2 * i + 1]) << 32);
-    let float = |i: usize| f64::from_bits(field(i));
+fn metrics_of_fields(fields: &[u64]) -> Metrics {
+    let float = |i: usize| f64::from_bits(fields[i]);
     Metrics {
-        examples: field(0),
+        examples: fields[0],
         logloss: float(1),
         ne: float(2),
         auc: float(3),
@@ -281,33 +299,30 @@ fn metrics_of_words(words: &[u32]) -> Metrics {
     }
 }
 
-/// The tensors' values, one after another.
-fn read(state: &[Tensor]) -> Result<Vec<f32>> {
-    let mut values = Vec::new();
-    for tensor in state {
-        values.extend(Vec::<f32>::try_from(&tensor.f_view(-1)?)?);
-    }
-    Ok(values)
-}
+/// Values per all-reduce of [`common_base`]: 64 MB.
+const BASE_CHUNK: i64 = 1 << 24;
 
-/// Adds `target − snapshot` to the tensors (in place: changes made since the
-/// snapshot are kept).
-fn write_delta(state: &[Tensor], target: &[f32], snapshot: &[f32]) -> Result<()> {
-    let mut offset = 0;
+/// The processes' common starting point, the mean of their tables (and
+/// optimizer state), added to this process's as a change (what its trainers
+/// did meanwhile is kept). Averaged chunk by chunk: besides the base it
+/// returns, a round takes a chunk's memory, not the table's.
+fn common_base(fabric: &dyn Fabric, state: &[Tensor]) -> Result<Vec<f32>> {
+    let mut base = Vec::with_capacity(state.iter().map(Tensor::numel).sum());
     for tensor in state {
-        let len = tensor.numel();
-        let range = offset..offset + len;
-        let delta: Vec<f32> = target[range.clone()]
-            .iter()
-            .zip(&snapshot[range])
-            .map(|(t, s)| t - s)
-            .collect();
-        let delta = Tensor::f_from_slice(&delta)?.f_view_as(tensor)?;
-        let mut tensor = tensor.shallow_clone();
-        let _ = tch::no_grad(|| tensor.f_add_(&delta))?;
-        offset += len;
+        let flat = tensor.f_view(-1)?;
+        let len = flat.numel() as i64;
+        for start in (0..len).step_by(BASE_CHUNK as usize) {
+            let mut part = flat.f_narrow(0, start, BASE_CHUNK.min(len - start))?;
+            let own = Vec::<f32>::try_from(&part)?;
+            let mut mean = own.clone();
+            fabric.average(&mut mean)?;
+            let delta: Vec<f32> = mean.iter().zip(&own).map(|(m, o)| m - o).collect();
+            let delta = Tensor::f_from_slice(&delta)?;
+            let _ = tch::no_grad(|| part.f_add_(&delta))?;
+            base.extend_from_slice(&mean);
+        }
     }
-    Ok(())
+    Ok(base)
 }
 
 /// The values of `rows` in every block of the tensors: row after row, each
@@ -355,6 +370,7 @@ fn add_rows(state: &[Tensor], shape: Shape, changes: &Changes) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shadowsync_actors::sync::InProcess;
 
     #[test]
     fn evaluations_cross_processes_bit_for_bit() {
@@ -366,7 +382,8 @@ mod tests {
             calibration: -1.5e-300,
             ctr: 1.0 / 3.0,
         };
-        let back = metrics_of_words(&metric_words(&m));
+        let crossed = every_process_u64s(&InProcess, &metric_fields(&m)).unwrap();
+        let back = metrics_of_fields(&crossed[0]);
         assert_eq!(back.examples, m.examples);
         for (a, b) in [
             (back.logloss, m.logloss),

@@ -151,12 +151,19 @@ impl EmbeddingTable {
         lr: f64,
     ) -> Result<Self> {
         let init = RowInit::new(layout)?;
-        let mut values = vec![0f32; layout.total_rows() as usize * width as usize];
-        for (id, row) in values.chunks_mut(width as usize).enumerate() {
-            init.fill(id as u64, row);
+        let rows = layout.total_rows();
+        let weight = Tensor::f_empty([rows, width], (Kind::Float, Device::Cpu))?;
+        // Filled a block of rows at a time: no second copy of the table.
+        const BLOCK: i64 = 1 << 16;
+        for start in (0..rows).step_by(BLOCK as usize) {
+            let count = BLOCK.min(rows - start);
+            let mut values = vec![0f32; (count * width) as usize];
+            for (i, row) in values.chunks_mut(width as usize).enumerate() {
+                init.fill(start as u64 + i as u64, row);
+            }
+            let block = Tensor::f_from_slice(&values)?.f_view([count, width])?;
+            weight.f_narrow(0, start, count)?.f_copy_(&block)?;
         }
-        let weight = Tensor::f_from_slice(&values)?.f_view([layout.total_rows(), width])?;
-        drop(values);
         let written = Arc::new(WrittenRows::new(layout.total_rows() as usize));
         let optimizer = match optimizer {
             OptimizerKind::Sgd => SparseOptimizer::Sgd,

@@ -194,6 +194,19 @@ impl Table {
         }
     }
 
+    /// Bytes of the rows this process keeps and of their optimizer state: the
+    /// whole table, or this process's shard.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Self::Local(table) => table
+                .state()
+                .iter()
+                .map(|(_, t)| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
+                .sum(),
+            Self::Sharded(table) => table.server.with_store(|store| store.bytes()),
+        }
+    }
+
     /// The rows this process keeps and their optimizer state, by name: the
     /// whole table, or this process's shard.
     pub fn arrays(&self) -> Result<Vec<(String, Vec<f32>)>> {

@@ -3,6 +3,7 @@
 //! set loaded and not empty, the data unchanged since a checkpoint being
 //! resumed, the embedding table within the machine's memory.
 
+use super::memory::available_memory;
 use super::{load_batches, EVAL_BATCH};
 use crate::checkpoint::{Checkpoint, DataFile};
 use crate::config::Config;
@@ -59,7 +60,7 @@ impl RunData {
             return Err(no_examples(&test, &test_read));
         }
         if let Some(available) = available_memory() {
-            config.check_table_fits(available)?;
+            config.check_table_fits(available, fabric.processes())?;
         }
         Ok(Self {
             train,
@@ -104,19 +105,4 @@ pub(super) fn no_examples(path: &Path, read: &ReadStats) -> Error {
         (lines, _) => format!("has no examples in its {lines} lines"),
     };
     Error::data(path, reason)
-}
-
-/// Bytes of memory available to a new allocation (`MemAvailable`), if the
-/// system says.
-fn available_memory() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse::<u64>()
-        .ok()?;
-    Some(kib * 1024)
 }

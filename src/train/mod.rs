@@ -36,7 +36,7 @@ use crate::config::{Config, EmbeddingsMode};
 use crate::data::{
     BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, TableLayout,
 };
-use crate::distributed::TableSyncReport;
+use crate::distributed::{every_process_u64s, TableSyncReport};
 use crate::metrics::{EvalPoint, Metrics};
 use crate::model::{CtrLearner, ShardedTable, Table};
 use crate::{Error, Result};
@@ -50,7 +50,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod data;
+mod memory;
 mod session;
+
+pub use memory::MemoryReport;
 
 use data::{no_examples, RunData};
 use session::{Ended, Session};
@@ -114,6 +117,9 @@ pub struct TrainReport {
     /// and `examples_per_sec` above are then the whole job's; `cluster` is
     /// this process's).
     pub distributed: Option<DistributedReport>,
+    /// This process's memory: its embedding rows and peak resident set.
+    #[serde(default)]
+    pub memory: MemoryReport,
 }
 
 /// A process's part in a run spread over processes.
@@ -143,6 +149,9 @@ pub struct DistributedReport {
     pub sparse_bytes_per_example: f64,
     /// Both.
     pub bytes_per_example: f64,
+    /// Every process's memory, in process order.
+    #[serde(default)]
+    pub memory_per_process: Vec<MemoryReport>,
 }
 
 /// Where a resumed run started.
@@ -277,10 +286,9 @@ pub fn resume_on(
             .map(|t| t.sync.round)
             .max()
             .unwrap_or(0);
-        let all = fabric.gather(vec![furthest as u32, (furthest >> 32) as u32])?;
-        let furthest = all
-            .iter()
-            .filter_map(|w| Some(u64::from(*w.first()?) | (u64::from(*w.get(1)?) << 32)))
+        let furthest = every_process_u64s(fabric.as_ref(), &[furthest])?
+            .into_iter()
+            .flatten()
             .max()
             .unwrap_or(furthest);
         for trainer in &mut checkpoint.cluster.trainers {
@@ -319,6 +327,7 @@ fn run(
     let mut data = RunData::prepare(fabric.as_ref(), config, &layout, checkpoint)?;
     let mut pipeline = spawn_pipeline(&data.train, &layout, config, fabric.as_ref(), checkpoint)?;
     let learners = build_learners(config, &layout, &mut pipeline, fabric.as_ref(), checkpoint)?;
+    let table_bytes = learners.1.bytes();
     let mut session = Session::start(
         Arc::clone(&fabric),
         config,
@@ -330,12 +339,12 @@ fn run(
     session.supervise(observer, data.total)?;
     let ended = session.end(observer)?;
     let train_read = pipeline.finish()?;
+    let memory = MemoryReport::now(table_bytes);
     report(
         fabric.as_ref(),
         config,
-        data,
-        train_read,
-        ended,
+        (data, train_read),
+        (ended, memory),
         resumed.map(|(r, _)| r),
         observer,
     )
@@ -430,9 +439,8 @@ fn build_learners(
 fn report(
     fabric: &dyn Fabric,
     config: &Config,
-    data: RunData,
-    train_read: ReadStats,
-    ended: Ended,
+    (data, train_read): (RunData, ReadStats),
+    (ended, memory): (Ended, MemoryReport),
     resumed: Option<Resumed>,
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
@@ -443,6 +451,7 @@ fn report(
     if examples == 0 && !ended.interrupted {
         return Err(no_examples(&data.train, &train_read));
     }
+    let memory_per_process = memory.every_process(fabric)?;
     let distributed = (fabric.processes() > 1).then(|| {
         let dense_bytes_sent = fabric.bytes_sent();
         let sparse_bytes_sent =
@@ -460,6 +469,7 @@ fn report(
             dense_bytes_per_example: per_example(dense_bytes_sent),
             sparse_bytes_per_example: per_example(sparse_bytes_sent),
             bytes_per_example: per_example(dense_bytes_sent + sparse_bytes_sent),
+            memory_per_process,
         }
     });
     let last = EvalPoint {
@@ -496,5 +506,6 @@ fn report(
         checkpoint_errors: ended.checkpoints.errors,
         interrupted: ended.interrupted,
         distributed,
+        memory,
     })
 }

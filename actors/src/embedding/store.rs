@@ -117,6 +117,11 @@ impl RowStore {
         self.weight.len() / self.width
     }
 
+    /// Bytes of the rows and their rule's state held.
+    pub fn bytes(&self) -> u64 {
+        ((self.weight.len() + self.state.len()) * std::mem::size_of::<f32>()) as u64
+    }
+
     /// The local index of `id`, if this shard owns it.
     fn local(&self, id: u64) -> Result<usize> {
         if id >= self.sharding.rows() || self.sharding.owner(id) != self.rank {

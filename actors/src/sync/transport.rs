@@ -292,38 +292,67 @@ impl Endpoint {
         if self.stopped() {
             return Ok(None);
         }
-        let m = group.len();
-        let data = payload.values();
-        let len = data.len();
+        let len = payload.values().len();
         if len == 0 {
             return Ok(Some(GroupMean {
                 mean: Vec::new(),
                 unresponsive: Vec::new(),
             }));
         }
-        // Reduce-scatter: every member gets the others' values of its own slice
-        // (in one process the whole payload, shared, not copied; none from a
-        // member that abstains) and reduces only that slice ...
-        let sent = if contribute {
-            Arc::clone(&payload.0)
-        } else {
-            Arc::from([])
+        let round = Round {
+            round,
+            group,
+            me,
+            payload,
+            contribute,
         };
-        let span_of = |k: usize| match contribute {
+        let Some((payloads, mut unresponsive, reduced)) = self.scatter_reduce(&round, reduce)?
+        else {
+            return Ok(None);
+        };
+        let Some((mut mean, late)) = self.all_gather(&round, reduced)? else {
+            return Ok(None);
+        };
+        for member in late {
+            round.fill_slice_of(member, &payloads, reduce, &mut mean);
+            if !unresponsive.contains(&member) {
+                unresponsive.push(member);
+            }
+        }
+        Ok(Some(GroupMean { mean, unresponsive }))
+    }
+
+    /// Reduce-scatter: every member gets the others' values of its own slice
+    /// (in one process the whole payload, shared, not copied; none from a
+    /// member that abstains) and reduces only that slice. Returns the
+    /// messages received, the members that sent none, and this member's
+    /// reduced slice; `Ok(None)` once stopped.
+    fn scatter_reduce(
+        &mut self,
+        round: &Round,
+        reduce: &Reduce,
+    ) -> Result<Option<(Vec<Message>, Vec<usize>, Arc<[f32]>)>> {
+        let (group, len, m) = (round.group, round.len(), round.group.len());
+        let sent = match round.contribute {
+            true => round.payload.shared(),
+            false => Arc::from([]),
+        };
+        let span_of = |k: usize| match round.contribute {
             true => slice(len, m, k),
             false => 0..0,
         };
-        if !self.broadcast(round, Phase::Scatter, group, &sent, span_of)? {
+        if !self.broadcast(round.round, Phase::Scatter, group, &sent, span_of)? {
             return Ok(None);
         }
-        let Some((payloads, mut unresponsive)) = self.collect(round, Phase::Scatter, group)? else {
+        let Some((payloads, unresponsive)) = self.collect(round.round, Phase::Scatter, group)?
+        else {
             return Ok(None);
         };
-        let mine = slice(len, m, me);
+        let mine = slice(len, m, round.me);
         // The contributors' values of this member's slice, its own first.
         let mut contributions: Vec<&[f32]> = Vec::with_capacity(m);
-        if contribute {
-            contributions.push(&data[mine.clone()]);
+        if round.contribute {
+            contributions.push(&round.payload.values()[mine.clone()]);
         }
         for message in payloads.iter().filter(|m| !m.values().is_empty()) {
             if message.values().len() != mine.len() {
@@ -346,19 +375,35 @@ impl Endpoint {
         }
         let mut reduced = vec![0f32; mine.len()];
         reduce(&mut reduced, &contributions);
-        let reduced: Arc<[f32]> = Arc::from(reduced);
-        // ... then all-gather: every member sends its reduced slice to the others.
+        Ok(Some((payloads, unresponsive, Arc::from(reduced))))
+    }
+
+    /// All-gather: every member sends its reduced slice to the others and
+    /// assembles the whole vector. Returns it and the members whose slice did
+    /// not come (their part of the vector is left at zero); `Ok(None)` once
+    /// stopped.
+    fn all_gather(
+        &mut self,
+        round: &Round,
+        reduced: Arc<[f32]>,
+    ) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
+        let (group, len, m) = (round.group, round.len(), round.group.len());
         let whole = 0..reduced.len();
-        if !self.broadcast(round, Phase::Gather, group, &reduced, |_| whole.clone())? {
+        if !self.broadcast(round.round, Phase::Gather, group, &reduced, |_| {
+            whole.clone()
+        })? {
             return Ok(None);
         }
-        let Some((slices, late)) = self.collect(round, Phase::Gather, group)? else {
+        let Some((slices, late)) = self.collect(round.round, Phase::Gather, group)? else {
             return Ok(None);
         };
         let mut mean = vec![0f32; len];
-        mean[mine.clone()].copy_from_slice(&reduced);
+        mean[slice(len, m, round.me)].copy_from_slice(&reduced);
         for message in &slices {
-            let k = group.iter().position(|&t| t == message.from).unwrap_or(me);
+            let k = group
+                .iter()
+                .position(|&t| t == message.from)
+                .unwrap_or(round.me);
             let range = slice(len, m, k);
             if message.values().len() != range.len() {
                 return Err(Error::Layout(format!(
@@ -368,36 +413,7 @@ impl Endpoint {
             }
             mean[range].copy_from_slice(message.values());
         }
-        // The slices of members that did not send theirs: reduced here from
-        // the contributors' whole payloads when this process holds them (the
-        // senders are in this process), else this member's own values stay.
-        let whole_payloads: Vec<&[f32]> = payloads
-            .iter()
-            .filter(|m| !m.values().is_empty())
-            .map(|m| &m.data[..])
-            .collect();
-        let all_whole = whole_payloads.iter().all(|p| p.len() == len);
-        for &member in &late {
-            let k = group.iter().position(|&t| t == member).unwrap_or(me);
-            let range = slice(len, m, k);
-            if all_whole {
-                let mut everyone: Vec<&[f32]> = whole_payloads.clone();
-                if contribute {
-                    everyone.insert(0, data);
-                }
-                let values = match everyone.is_empty() {
-                    true => data[range.clone()].to_vec(),
-                    false => slice_reduce(&everyone, range.clone(), reduce),
-                };
-                mean[range].copy_from_slice(&values);
-            } else {
-                mean[range.clone()].copy_from_slice(&data[range]);
-            }
-            if !unresponsive.contains(&member) {
-                unresponsive.push(member);
-            }
-        }
-        Ok(Some(GroupMean { mean, unresponsive }))
+        Ok(Some((mean, late)))
     }
 
     /// Sends `payload[span_of(k)]` to the `k`-th member of `group` (each but
@@ -507,6 +523,56 @@ impl Endpoint {
             }
         }
         Ok(Some((received, missing)))
+    }
+}
+
+/// One member's part in one round of [`Endpoint::group_reduce`].
+struct Round<'a> {
+    round: u64,
+    group: &'a [usize],
+    /// This member's place in `group`.
+    me: usize,
+    payload: &'a Payload,
+    contribute: bool,
+}
+
+impl Round<'_> {
+    fn len(&self) -> usize {
+        self.payload.values().len()
+    }
+
+    /// Fills the slice of `member`, who did not send its reduced slice: from
+    /// the contributors' whole payloads when this process holds them (the
+    /// senders are in this process), else with this member's own values.
+    fn fill_slice_of(
+        &self,
+        member: usize,
+        payloads: &[Message],
+        reduce: &Reduce,
+        mean: &mut [f32],
+    ) {
+        let (len, m) = (self.len(), self.group.len());
+        let data = self.payload.values();
+        let k = self
+            .group
+            .iter()
+            .position(|&t| t == member)
+            .unwrap_or(self.me);
+        let range = slice(len, m, k);
+        let mut everyone: Vec<&[f32]> = payloads
+            .iter()
+            .filter(|m| !m.values().is_empty())
+            .map(|m| &m.data[..])
+            .collect();
+        let all_whole = everyone.iter().all(|p| p.len() == len);
+        if self.contribute {
+            everyone.insert(0, data);
+        }
+        let values = match all_whole && !everyone.is_empty() {
+            true => slice_reduce(&everyone, range.clone(), reduce),
+            false => data[range.clone()].to_vec(),
+        };
+        mean[range].copy_from_slice(&values);
     }
 }
 

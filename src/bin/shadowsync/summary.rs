@@ -37,6 +37,18 @@ pub(crate) fn print_summary(report: &TrainReport) {
             "across processes (rank {}): {embeddings}; bytes sent per example: dense sync {:.1}, embeddings {:.1}",
             d.process, d.dense_bytes_per_example, d.sparse_bytes_per_example
         );
+        let each: Vec<String> = d
+            .memory_per_process
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} ({} peak)",
+                    mib(m.table_bytes),
+                    m.peak_rss_bytes.map_or("?".into(), mib)
+                )
+            })
+            .collect();
+        println!("embedding rows per process: {}", each.join(", "));
     }
     if trainers > 1 && cluster.algorithm != Algorithm::None {
         let n = cluster.trainer_stats.len() as f64;
@@ -92,6 +104,11 @@ pub(crate) fn print_summary(report: &TrainReport) {
             }
         }
     }
+}
+
+/// `bytes` in MiB, for a person.
+fn mib(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / (1 << 20) as f64)
 }
 
 /// An error's chain of messages, one per line, without the OS's own words
