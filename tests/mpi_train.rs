@@ -231,7 +231,25 @@ fn two_ranks_of_two_trainers_train_as_well_as_four_trainers_in_one_process() {
         assert!(distributed["sparse_bytes_per_example"].as_f64().unwrap() > 0.0);
         assert!(distributed["dense_bytes_sent"].as_u64().unwrap() > 0);
         spread.push(ne);
-        together.push(train(dir.path(), None, 4, seed, "shadow-ma").0);
+        let (ne, alone) = train(dir.path(), None, 4, seed, "shadow-ma");
+        together.push(ne);
+        // Each rank holds its half of the rows one process holds.
+        let whole = alone["memory"]["table_bytes"].as_u64().unwrap();
+        let shares: Vec<u64> = distributed["memory_per_process"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["table_bytes"].as_u64().unwrap())
+            .collect();
+        assert_eq!(shares.len(), 2, "{report}");
+        assert_eq!(shares.iter().sum::<u64>(), whole, "{shares:?} of {whole}");
+        assert!(shares.iter().all(|&s| s as f64 <= 1.1 * whole as f64 / 2.0));
+        assert!(
+            distributed["memory_per_process"][1]["peak_rss_bytes"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
     }
     let (spread, together) = (mean(&spread), mean(&together));
     assert!(

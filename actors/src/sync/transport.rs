@@ -306,7 +306,11 @@ impl Endpoint {
             payload,
             contribute,
         };
-        let Some((payloads, mut unresponsive, reduced)) = self.scatter_reduce(&round, reduce)?
+        let Some(Scattered {
+            payloads,
+            mut unresponsive,
+            reduced,
+        }) = self.scatter_reduce(&round, reduce)?
         else {
             return Ok(None);
         };
@@ -327,11 +331,7 @@ impl Endpoint {
     /// member that abstains) and reduces only that slice. Returns the
     /// messages received, the members that sent none, and this member's
     /// reduced slice; `Ok(None)` once stopped.
-    fn scatter_reduce(
-        &mut self,
-        round: &Round,
-        reduce: &Reduce,
-    ) -> Result<Option<(Vec<Message>, Vec<usize>, Arc<[f32]>)>> {
+    fn scatter_reduce(&mut self, round: &Round, reduce: &Reduce) -> Result<Option<Scattered>> {
         let (group, len, m) = (round.group, round.len(), round.group.len());
         let sent = match round.contribute {
             true => round.payload.shared(),
@@ -375,7 +375,11 @@ impl Endpoint {
         }
         let mut reduced = vec![0f32; mine.len()];
         reduce(&mut reduced, &contributions);
-        Ok(Some((payloads, unresponsive, Arc::from(reduced))))
+        Ok(Some(Scattered {
+            payloads,
+            unresponsive,
+            reduced: Arc::from(reduced),
+        }))
     }
 
     /// All-gather: every member sends its reduced slice to the others and
@@ -524,6 +528,16 @@ impl Endpoint {
         }
         Ok(Some((received, missing)))
     }
+}
+
+/// What a member has after the reduce-scatter phase of a round.
+struct Scattered {
+    /// The messages received (in one process, the senders' whole payloads).
+    payloads: Vec<Message>,
+    /// The members that sent nothing.
+    unresponsive: Vec<usize>,
+    /// This member's slice, reduced over the group.
+    reduced: Arc<[f32]>,
 }
 
 /// One member's part in one round of [`Endpoint::group_reduce`].

@@ -1,7 +1,7 @@
 //! What a finished run prints, and how an error reads.
 
 use shadowsync::runtime::sync::Algorithm;
-use shadowsync::train::TrainReport;
+use shadowsync::train::{DistributedReport, TrainReport};
 
 pub(crate) fn print_summary(report: &TrainReport) {
     let m = &report.final_metrics;
@@ -25,30 +25,7 @@ pub(crate) fn print_summary(report: &TrainReport) {
         cluster.algorithm,
     );
     if let Some(d) = &report.distributed {
-        let embeddings = match (&d.table_sync, &d.sharded) {
-            (Some(sync), _) => format!("replicated tables, {} merge rounds", sync.rounds),
-            (_, Some(rows)) => format!(
-                "sharded tables, {} batches fetched, {:.1} s waiting for rows",
-                rows.fetches, rows.wait_seconds
-            ),
-            (None, None) => "no tables".to_string(),
-        };
-        println!(
-            "across processes (rank {}): {embeddings}; bytes sent per example: dense sync {:.1}, embeddings {:.1}",
-            d.process, d.dense_bytes_per_example, d.sparse_bytes_per_example
-        );
-        let each: Vec<String> = d
-            .memory_per_process
-            .iter()
-            .map(|m| {
-                format!(
-                    "{} ({} peak)",
-                    mib(m.table_bytes),
-                    m.peak_rss_bytes.map_or("?".into(), mib)
-                )
-            })
-            .collect();
-        println!("embedding rows per process: {}", each.join(", "));
+        print_distributed(d);
     }
     if trainers > 1 && cluster.algorithm != Algorithm::None {
         let n = cluster.trainer_stats.len() as f64;
@@ -104,6 +81,35 @@ pub(crate) fn print_summary(report: &TrainReport) {
             }
         }
     }
+}
+
+/// A process's part in a run across processes: how the tables were kept,
+/// bytes sent, memory.
+fn print_distributed(d: &DistributedReport) {
+    let embeddings = match (&d.table_sync, &d.sharded) {
+        (Some(sync), _) => format!("replicated tables, {} merge rounds", sync.rounds),
+        (_, Some(rows)) => format!(
+            "sharded tables, {} batches fetched, {:.1} s waiting for rows",
+            rows.fetches, rows.wait_seconds
+        ),
+        (None, None) => "no tables".to_string(),
+    };
+    println!(
+        "across processes (rank {}): {embeddings}; bytes sent per example: dense sync {:.1}, embeddings {:.1}",
+        d.process, d.dense_bytes_per_example, d.sparse_bytes_per_example
+    );
+    let each: Vec<String> = d
+        .memory_per_process
+        .iter()
+        .map(|m| {
+            format!(
+                "{} ({} peak)",
+                mib(m.table_bytes),
+                m.peak_rss_bytes.map_or("?".into(), mib)
+            )
+        })
+        .collect();
+    println!("embedding rows per process: {}", each.join(", "));
 }
 
 /// `bytes` in MiB, for a person.

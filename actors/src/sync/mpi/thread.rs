@@ -11,7 +11,7 @@ use ::mpi::datatype::PartitionMut;
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use ::mpi::Count;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,51 +41,31 @@ pub(super) fn communicate(
     // Who waits for which rendezvous (counted from 1).
     let mut rendezvous_waiters: Vec<(u32, Sender<()>)> = Vec::new();
     let mut finishing = false;
-    let others = || (0..ranks).filter(move |&r| r != rank);
     loop {
-        let first = match post.outgoing.recv_timeout(IDLE) {
+        // Up to IDLE for a trainer's message or an ask (a fetch of rows
+        // goes out as soon as it is asked).
+        let mut ready = Select::new();
+        ready.recv(&post.outgoing);
+        ready.recv(&asks);
+        let _ = ready.ready_timeout(IDLE);
+        let first = match post.outgoing.try_recv() {
             Ok(message) => Some(message),
-            Err(RecvTimeoutError::Timeout) => None,
+            Err(TryRecvError::Empty) => None,
             // The node is gone without finishing: nothing more to send.
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(TryRecvError::Disconnected) => {
                 finishing = true;
                 None
             }
         };
-        let mut batch: Vec<Envelope> = Vec::new();
-        let mut collectives = Vec::new();
         // After the message, so that the registration of its sender's mesh
         // (asked before any endpoint could send) is seen before it is routed.
+        let mut asked = Asked::default();
         for ask in asks.try_iter() {
-            match ask {
-                Ask::Register {
-                    range,
-                    inboxes,
-                    stop,
-                } => post.register(range, inboxes, stop),
-                Ask::Rendezvous(waiter) => {
-                    post.arrived[rank] += 1;
-                    rendezvous_waiters.push((post.arrived[rank], waiter));
-                    batch.extend(others().map(|r| Envelope::control(r, ARRIVED)));
-                }
-                Ask::StopAll => batch.extend(others().map(|r| Envelope::control(r, STOP))),
-                Ask::HostShards(hosted) => post.host(hosted),
-                Ask::Shard {
-                    rank,
-                    shard,
-                    request,
-                    reply,
-                } => batch.push(post.ask_shard(rank, shard, request, reply)),
-                Ask::HostRows(server) => post.host_rows(server),
-                Ask::Rows {
-                    rank,
-                    request,
-                    reply,
-                } => batch.push(post.ask_rows(rank, request, reply)),
-                Ask::Finish => finishing = true,
-                collective => collectives.push(collective),
-            }
+            asked.take(ask, &mut post);
         }
+        finishing |= asked.finish;
+        let (mut batch, collectives) = (asked.batch, asked.collectives);
+        rendezvous_waiters.extend(asked.rendezvous);
         batch.extend(first.and_then(|out| post.envelope(out)));
         post.send(&world, batch);
         // After what was queued before them: a rank whose trainers are done
@@ -116,6 +96,54 @@ pub(super) fn communicate(
         if finishing && post.outgoing.is_empty() {
             barrier(&world, &mut post);
             return; // `universe` is dropped here: MPI_Finalize
+        }
+    }
+}
+
+/// What the asks of one turn of the loop call for: envelopes to send,
+/// collectives to run after them, rendezvous to wait for, the end.
+#[derive(Default)]
+struct Asked {
+    batch: Vec<Envelope>,
+    collectives: Vec<Ask>,
+    rendezvous: Vec<(u32, Sender<()>)>,
+    finish: bool,
+}
+
+impl Asked {
+    fn take(&mut self, ask: Ask, post: &mut PostOffice) {
+        let (rank, ranks) = (post.rank, post.arrived.len());
+        let others = (0..ranks).filter(move |&r| r != rank);
+        match ask {
+            Ask::Register {
+                range,
+                inboxes,
+                stop,
+            } => post.register(range, inboxes, stop),
+            Ask::Rendezvous(waiter) => {
+                post.arrived[rank] += 1;
+                self.rendezvous.push((post.arrived[rank], waiter));
+                self.batch
+                    .extend(others.map(|r| Envelope::control(r, ARRIVED)));
+            }
+            Ask::StopAll => self
+                .batch
+                .extend(others.map(|r| Envelope::control(r, STOP))),
+            Ask::HostShards(hosted) => post.host(hosted),
+            Ask::Shard {
+                rank,
+                shard,
+                request,
+                reply,
+            } => self.batch.push(post.ask_shard(rank, shard, request, reply)),
+            Ask::HostRows(server) => post.host_rows(server),
+            Ask::Rows {
+                rank,
+                request,
+                reply,
+            } => self.batch.push(post.ask_rows(rank, request, reply)),
+            Ask::Finish => self.finish = true,
+            collective => self.collectives.push(collective),
         }
     }
 }
