@@ -321,18 +321,7 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
         })?;
         Some(baseline.stat(|r| r.report.examples_per_sec).0)
     };
-    let mut header: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
-    header.extend(["runs", "test NE", "AUC", "logloss", "examples/s"].map(String::from));
-    if against_none {
-        header.push("÷ none".into());
-    }
-    header.extend(["sync gap", "staleness", "seconds"].map(String::from));
-    if let Some(target) = experiment.target_ne {
-        header.extend([
-            "ms per sync round".into(),
-            format!("seconds to NE ≤ {target}"),
-        ]);
-    }
+    let header = header(&keys, against_none, experiment.target_ne);
     let _ = writeln!(md, "| {} |", header.join(" | "));
     let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
     let pm = |(mean, std): (f64, f64), digits: usize| match seeds {
@@ -349,6 +338,11 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
         row.push(pm(cell.stat(|r| r.report.final_metrics.ne), 4));
         row.push(pm(cell.stat(|r| r.report.final_metrics.auc), 4));
         row.push(pm(cell.stat(|r| r.report.final_metrics.logloss), 4));
+        row.push(replicas_ne(cell));
+        row.push(format!(
+            "{:.2e}",
+            cell.stat(|r| r.report.consensus_distance).0
+        ));
         row.push(format!("{:.0}", rate.0));
         if against_none {
             row.push(none_rate(cell).map_or("".into(), |base| format!("{:.2}", rate.0 / base)));
@@ -381,8 +375,11 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
     }
     let _ = writeln!(
         md,
-        "\nNE, AUC and logloss on the test set after the run{}; examples/s: all trainers \
-         together{}; sync gap and staleness: mean over trainers, in steps.\n",
+        "\nNE, AUC and logloss on the test set after the run, of the final model (EASGD's \
+         centre, the replicas' mean; under `none` the mean of the replicas' own){}; replicas' \
+         NE: each replica scored as it is, mean (standard deviation over the replicas); \
+         consensus distance: mean over the replicas of ‖w_i − w̄‖² at the end; examples/s: \
+         all trainers together{}; sync gap and staleness: mean over trainers, in steps.\n",
         if seeds {
             " (mean ± standard deviation over seeds)"
         } else {
@@ -402,6 +399,60 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
              {target}: training seconds at the first evaluation that reached it.\n"
         );
     }
+}
+
+/// The table's header: the grid's keys, then the figures.
+fn header(keys: &[&String], against_none: bool, target_ne: Option<f64>) -> Vec<String> {
+    let mut header: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
+    header.extend(
+        [
+            "runs",
+            "test NE",
+            "AUC",
+            "logloss",
+            "replicas' NE",
+            "consensus distance",
+            "examples/s",
+        ]
+        .map(String::from),
+    );
+    if against_none {
+        header.push("÷ none".into());
+    }
+    header.extend(["sync gap", "staleness", "seconds"].map(String::from));
+    if let Some(target) = target_ne {
+        header.extend([
+            "ms per sync round".into(),
+            format!("seconds to NE ≤ {target}"),
+        ]);
+    }
+    header
+}
+
+/// The replicas' own NE in `cell`'s runs: the mean over runs of their mean,
+/// and of their standard deviation, or "—" for results that have none.
+fn replicas_ne(cell: &Cell) -> String {
+    let spreads: Vec<(f64, f64)> = cell
+        .runs
+        .iter()
+        .filter(|r| !r.report.replica_metrics.is_empty())
+        .map(|r| {
+            mean_std(
+                &r.report
+                    .replica_metrics
+                    .iter()
+                    .map(|m| m.ne)
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    if spreads.is_empty() {
+        return "—".into();
+    }
+    let n = spreads.len() as f64;
+    let mean = spreads.iter().map(|s| s.0).sum::<f64>() / n;
+    let sd = spreads.iter().map(|s| s.1).sum::<f64>() / n;
+    format!("{mean:.4} ({sd:.4})")
 }
 
 /// Training seconds at the first evaluation of `run` with test NE ≤ `target`.

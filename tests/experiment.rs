@@ -100,6 +100,12 @@ fn a_grid_runs_resumes_and_is_reported() {
             .all(|r| r.contains(" | 2 | ") && r.contains('±')),
         "{rows:?}"
     );
+    // Every run's replicas scored on their own, beside the final model.
+    assert!(
+        document.contains("| replicas' NE | consensus distance |"),
+        "{document}"
+    );
+    assert!(rows.iter().all(|r| r.contains(") | ")), "{rows:?}");
     // Seconds to the target NE: the first evaluation that reached it, as the
     // runs' histories say (mean of the two seeds).
     let history_seconds = |seed: u32| -> f64 {

@@ -224,6 +224,8 @@ fn two_ranks_of_two_trainers_train_as_well_as_four_trainers_in_one_process() {
         let distributed = &report["distributed"];
         assert_eq!(distributed["processes"], 2, "{report}");
         assert_eq!(distributed["job_trainers"], 4, "{report}");
+        // Every replica of the job scored as it is.
+        assert_eq!(report["replica_metrics"].as_array().unwrap().len(), 4);
         // Sharded tables (the default across processes): rows fetched and
         // pushed, counted apart from the dense sync's bytes.
         assert_eq!(distributed["embeddings"], "sharded", "{report}");

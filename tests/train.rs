@@ -186,3 +186,37 @@ fn a_bad_line_mid_run_keeps_what_was_computed() {
     assert_eq!(report.history.last().unwrap().examples, 2944);
     assert!(report.final_metrics.logloss.is_finite());
 }
+
+/// Every replica is scored as it is, whatever the algorithm: independent
+/// replicas end apart; replicas averaged after every step end close (a
+/// trainer with one batch more than the other takes it alone) and score
+/// about as the final model, their mean, does.
+#[test]
+fn every_replica_is_scored_on_its_own_with_the_distance_between_them() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = synthetic_config(dir.path(), 20_000);
+    lr_adagrad(&mut c);
+    c.train.trainers = 2;
+    c.train.eval_every = 0;
+    let run = |c: &mut Config, sync: &str| {
+        c.sync.algorithm = sync.parse().unwrap();
+        train(c, &mut ()).unwrap()
+    };
+    let apart = run(&mut c, "none");
+    assert_eq!(apart.replica_metrics.len(), 2);
+    assert!(apart.consensus_distance > 1e-4, "{}", apart.consensus_distance);
+    assert_ne!(apart.replica_metrics[0].ne, apart.replica_metrics[1].ne);
+
+    let together = run(&mut c, "fr-ma:1");
+    assert_eq!(together.replica_metrics.len(), 2);
+    assert!(
+        together.consensus_distance < apart.consensus_distance / 5.0,
+        "averaged every step {}, never {}",
+        together.consensus_distance,
+        apart.consensus_distance
+    );
+    for replica in &together.replica_metrics {
+        assert!((replica.ne - together.final_metrics.ne).abs() < 0.005);
+    }
+}

@@ -94,11 +94,17 @@ pub struct TrainReport {
     /// Evaluations during training, in order (with those of the run it
     /// resumed, up to its checkpoint).
     pub history: Vec<EvalPoint>,
-    /// Evaluation of the final model (under `none`, the mean of
-    /// `replica_metrics`).
+    /// Evaluation of the final model: EASGD's centre, the replicas' mean, or
+    /// under `none` the mean of `replica_metrics`.
     pub final_metrics: Metrics,
-    /// Under `none`, each replica's final evaluation; empty otherwise.
+    /// Each replica's own final evaluation (of every process), whatever the
+    /// algorithm: the models as the trainers hold them, before any last
+    /// average.
     pub replica_metrics: Vec<Metrics>,
+    /// Mean over the replicas of `‖w_i − w̄‖²` at the end (0 when they
+    /// agree).
+    #[serde(default)]
+    pub consensus_distance: f64,
     /// Why the run stopped early, if it did.
     pub error: Option<String>,
     /// The runtime's figures: per-trainer examples/s, syncs, sync gap,
@@ -499,6 +505,7 @@ fn report(
         history,
         final_metrics: last.metrics,
         replica_metrics: ended.replica_metrics,
+        consensus_distance: ended.consensus_distance,
         error: cluster.errors.first().cloned(),
         cluster,
         resumed,

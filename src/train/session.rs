@@ -53,9 +53,12 @@ pub(super) struct Ended {
     pub table_sync: Option<TableSyncReport>,
     /// The sharded table's fetches and pushes, if sharded.
     pub embeddings: Option<RowTraffic>,
-    /// The final model's metrics, and under `none` each replica's.
+    /// The final model's metrics.
     pub metrics: Metrics,
+    /// Each replica's own, of every process.
     pub replica_metrics: Vec<Metrics>,
+    /// Mean over the replicas of `‖w_i − w̄‖²` at the end.
+    pub consensus_distance: f64,
     /// Every evaluation, the run's earlier ones first (not the final one).
     pub history: Vec<EvalPoint>,
     /// Training seconds before this process took the run up.
@@ -129,14 +132,7 @@ impl Replicas {
             FinalModel::EachReplica => Self::read(&self.aliases[..1.min(self.aliases.len())])?,
             FinalModel::Mean => self.each()?,
         };
-        let len = each.first().map_or(0, Vec::len);
-        let mut mean = vec![0f32; len];
-        for replica in &each {
-            mean.iter_mut()
-                .zip(replica)
-                .for_each(|(m, v)| *m += v / each.len() as f32);
-        }
-        Ok(mean)
+        Ok(mean_of(&each))
     }
 }
 
@@ -452,7 +448,11 @@ impl<'a> Session<'a> {
         // The whole job's examples (this process's, in one).
         let mut examples = [outcome.report.examples];
         self.fabric.sum(&mut examples)?;
-        let (metrics, replica_metrics) = self.final_metrics(outcome.center, examples[0])?;
+        let Final {
+            metrics,
+            replicas: replica_metrics,
+            consensus_distance,
+        } = self.final_metrics(outcome.center, examples[0])?;
         let embeddings = match &self.table {
             Table::Sharded(sharded) => {
                 // Every process has read what it needs from the others' shards.
@@ -467,6 +467,7 @@ impl<'a> Session<'a> {
             embeddings,
             metrics,
             replica_metrics,
+            consensus_distance,
             history: self.history,
             earlier_seconds: self.earlier.train_seconds,
             checkpoints: self.checkpoints,
@@ -474,37 +475,64 @@ impl<'a> Session<'a> {
         })
     }
 
-    /// The final model's metrics, and under `none` each replica's (of every
-    /// process).
-    fn final_metrics(
-        &mut self,
-        center: Option<Vec<f32>>,
-        examples: u64,
-    ) -> Result<(Metrics, Vec<Metrics>)> {
+    /// The final figures: each replica scored on its own (of every
+    /// process), how far apart they are, and the final model — EASGD's
+    /// centre, the replicas' mean, or under `none` (independent models, whose
+    /// mean would mix unrelated parameters) the mean of their metrics.
+    fn final_metrics(&mut self, center: Option<Vec<f32>>, examples: u64) -> Result<Final> {
+        let each = self.replicas.each()?;
+        let mut mean = mean_of(&each);
+        self.fabric.average(&mut mean)?;
+        let mut distance = [
+            each.iter().map(|w| squared_distance(w, &mean)).sum::<f64>() as f32
+                / each.len().max(1) as f32,
+        ];
+        self.fabric.average(&mut distance)?;
         let evaluator = &mut self.evaluator;
-        match (center, self.replicas.which) {
-            (Some(center), _) => Ok((metrics_of(evaluator.score(center, examples)?)?, Vec::new())),
-            (None, FinalModel::Mean) => {
-                let mut model = self.replicas.model()?;
-                self.fabric.average(&mut model)?;
-                Ok((metrics_of(evaluator.score(model, examples)?)?, Vec::new()))
-            }
-            (None, FinalModel::EachReplica) => {
-                for dense in self.replicas.each()? {
-                    evaluator.request(dense, examples)?;
-                }
-                let mine = evaluator
-                    .wait_all()?
-                    .into_iter()
-                    .map(metrics_of)
-                    .collect::<Result<Vec<_>>>()?;
-                let each = crate::distributed::every_process_metrics(self.fabric.as_ref(), mine)?;
-                let mean = Metrics::mean(&each)
-                    .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?;
-                Ok((mean, each))
-            }
+        for dense in each {
+            evaluator.request(dense, examples)?;
         }
+        let mine = evaluator
+            .wait_all()?
+            .into_iter()
+            .map(metrics_of)
+            .collect::<Result<Vec<_>>>()?;
+        let replicas = crate::distributed::every_process_metrics(self.fabric.as_ref(), mine)?;
+        let metrics = match (center, self.replicas.which) {
+            (Some(center), _) => metrics_of(evaluator.score(center, examples)?)?,
+            (None, FinalModel::Mean) => metrics_of(evaluator.score(mean, examples)?)?,
+            (None, FinalModel::EachReplica) => Metrics::mean(&replicas)
+                .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?,
+        };
+        Ok(Final {
+            metrics,
+            replicas,
+            consensus_distance: f64::from(distance[0]),
+        })
     }
+}
+
+/// A session's final figures (see [`Session::final_metrics`]).
+struct Final {
+    metrics: Metrics,
+    replicas: Vec<Metrics>,
+    consensus_distance: f64,
+}
+
+/// The element-wise mean of `vectors` (of one length).
+fn mean_of(vectors: &[Vec<f32>]) -> Vec<f32> {
+    let mut mean = vec![0f32; vectors.first().map_or(0, Vec::len)];
+    for vector in vectors {
+        mean.iter_mut()
+            .zip(vector)
+            .for_each(|(m, v)| *m += v / vectors.len() as f32);
+    }
+    mean
+}
+
+/// `‖a − b‖²`, summed in f64.
+fn squared_distance(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum()
 }
 
 /// The metrics of a finished evaluation.

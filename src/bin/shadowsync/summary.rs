@@ -1,5 +1,7 @@
 //! What a finished run prints, and how an error reads.
 
+use shadowsync::metrics::Metrics;
+use shadowsync::report::mean_std;
 use shadowsync::runtime::sync::Algorithm;
 use shadowsync::train::{DistributedReport, TrainReport};
 
@@ -45,6 +47,17 @@ pub(crate) fn print_summary(report: &TrainReport) {
         "test ({} examples): NE {:.4}  AUC {:.4}  logloss {:.4}  calibration {:.3}",
         m.examples, m.ne, m.auc, m.logloss, m.calibration
     );
+    let replicas = &report.replica_metrics;
+    if replicas.len() > 1 {
+        let spread = |f: fn(&Metrics) -> f64| mean_std(&replicas.iter().map(f).collect::<Vec<_>>());
+        let ((ne, ne_sd), (auc, auc_sd)) = (spread(|m| m.ne), spread(|m| m.auc));
+        println!(
+            "each of the {} replicas on its own: NE {ne:.4} ± {ne_sd:.4}  AUC {auc:.4} ± {auc_sd:.4}; \
+             consensus distance {:.3e}",
+            replicas.len(),
+            report.consensus_distance
+        );
+    }
     if let Some(o) = &report.data.test_oracle {
         println!(
             "oracle (true probabilities) on test: NE {:.4}  logloss {:.4}",
