@@ -205,7 +205,11 @@ fn every_replica_is_scored_on_its_own_with_the_distance_between_them() {
     };
     let apart = run(&mut c, "none");
     assert_eq!(apart.replica_metrics.len(), 2);
-    assert!(apart.consensus_distance > 1e-4, "{}", apart.consensus_distance);
+    assert!(
+        apart.consensus_distance > 1e-4,
+        "{}",
+        apart.consensus_distance
+    );
     assert_ne!(apart.replica_metrics[0].ne, apart.replica_metrics[1].ne);
 
     let together = run(&mut c, "fr-ma:1");
@@ -218,5 +222,47 @@ fn every_replica_is_scored_on_its_own_with_the_distance_between_them() {
     );
     for replica in &together.replica_metrics {
         assert!((replica.ne - together.final_metrics.ne).abs() < 0.005);
+    }
+}
+
+/// `sync-sgd` over m trainers is one trainer with an m× batch: the group's
+/// dense gradients averaged, its shared (embedding) gradients combined and
+/// applied once per row — under plain SGD, and under Adagrad, whose sums of
+/// squares would differ if each member applied its share of a row's update.
+#[test]
+fn sync_sgd_over_two_trainers_is_one_trainer_with_twice_the_batch() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    for optimizer in [OptimizerKind::Sgd, OptimizerKind::Adagrad] {
+        // 80 batches of 256 rows: every trainer's chunks whole.
+        let mut c = synthetic_config(dir.path(), 20_480);
+        c.model.kind = ModelKind::Dlrm;
+        c.model.embedding_dim = 4;
+        c.model.bottom_mlp = vec![8];
+        c.model.top_mlp = vec![8];
+        c.data.table_size = 50;
+        c.optim.dense = optimizer;
+        c.optim.sparse = optimizer;
+        c.optim.dense_lr = 0.05;
+        c.optim.sparse_lr = 0.05;
+        c.train.eval_every = 0;
+        c.train.seed = 7;
+        c.sync.algorithm = "sync-sgd".parse().unwrap();
+        c.train.batch_size = 256;
+        let one = train(&c, &mut ()).unwrap();
+        c.train.trainers = 2;
+        c.train.batch_size = 128;
+        let two = train(&c, &mut ()).unwrap();
+        let (a, b) = (one.final_metrics, two.final_metrics);
+        assert_eq!(one.steps, 80);
+        assert_eq!(two.steps, 160);
+        assert!(
+            (a.logloss - b.logloss).abs() < 1e-5 && (a.auc - b.auc).abs() < 1e-5,
+            "{optimizer:?}: one trainer, batch 256: logloss {} AUC {}; two, batch 128: {} {}",
+            a.logloss,
+            a.auc,
+            b.logloss,
+            b.auc
+        );
     }
 }

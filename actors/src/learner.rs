@@ -11,6 +11,18 @@ pub struct StepOutcome {
     pub loss: f64,
 }
 
+/// Gradients of parameters that trainers share rather than replicate (rows
+/// of an embedding table), coalesced: each row once.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SharedGradients {
+    /// The rows, each once.
+    pub ids: Vec<u64>,
+    /// Values per row.
+    pub width: usize,
+    /// Each row's gradient, one after another (`ids.len() × width` values).
+    pub values: Vec<f32>,
+}
+
 /// What a learner needs, besides its dense parameters, to continue exactly
 /// where it stopped (what a checkpoint keeps of it).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -46,13 +58,22 @@ pub trait Learner: Send + Unpin + 'static {
     /// Changes the learning rate from the next step on.
     fn set_learning_rate(&mut self, lr: f64);
 
-    /// Scales the gradients of the last [`Learner::compute_gradients`] that go to
-    /// parameters shared with other trainers rather than replicated (a CTR
-    /// model's embedding table). Under `sync-sgd` the runtime passes `1/m`, so
-    /// the `m` updates a group makes to the shared copy add up to one update
-    /// with the group's mean gradient, as an all-reduce over replicated
-    /// parameters would give. Nothing shared: nothing to do (the default).
-    fn scale_shared_gradients(&mut self, _factor: f64) -> Result<(), Self::Error> {
+    /// Takes the gradients of the last [`Learner::compute_gradients`] that go
+    /// to parameters shared with other trainers rather than replicated (a CTR
+    /// model's embedding rows), coalesced: [`Learner::apply_gradients`] then
+    /// applies only the rest. Under `sync-sgd` the runtime combines a
+    /// group's and has each row applied once, by one member
+    /// ([`Learner::apply_shared_gradients`]), as one trainer with the group's
+    /// whole batch would under any optimizer. Nothing shared: `None` (the
+    /// default).
+    fn take_shared_gradients(&mut self) -> Result<Option<SharedGradients>, Self::Error> {
+        Ok(None)
+    }
+
+    /// Applies `gradients` to the shared parameters, through their optimizer
+    /// (under `sync-sgd`, the group's combined gradients of the rows this
+    /// trainer applies).
+    fn apply_shared_gradients(&mut self, _gradients: &SharedGradients) -> Result<(), Self::Error> {
         Ok(())
     }
 

@@ -85,5 +85,5 @@ pub use checkpoint::{ClusterState, TrainerState};
 pub use cluster::{Cluster, ClusterBuilder, ClusterConfig, ClusterOutcome, ClusterReport};
 pub use error::{first_line, Error, Result};
 pub use hogwild::ParamAlias;
-pub use learner::{Learner, LearnerState, StepOutcome};
+pub use learner::{Learner, LearnerState, SharedGradients, StepOutcome};
 pub use params::FlatParams;

@@ -247,6 +247,51 @@ impl<L: Learner> TrainerCore<L> {
         Ok(diverge)
     }
 
+    /// `sync-sgd`: the group's mean of the dense gradients replaces this
+    /// trainer's, and the group's shared gradients are combined and applied,
+    /// each row once (see [`Learner::take_shared_gradients`]); returns once
+    /// every member has applied its rows.
+    fn all_reduce_gradients(&mut self) -> std::result::Result<(), Failure> {
+        let shared = match self.learner.take_shared_gradients() {
+            Ok(shared) => shared,
+            Err(e) => return Err(self.learner_failure(e)),
+        };
+        let Foreground::SyncSgd(peer) = &mut self.foreground else {
+            return Ok(());
+        };
+        let params = self.learner.dense_params();
+        self.buffer.refill(|b| params.copy_grad_to(b))?;
+        let contribute = all_finite(self.buffer.values());
+        match peer.group_mean(&self.buffer, contribute) {
+            Ok(Some(mean)) => {
+                params.load_grad_from(&mean)?;
+                self.counters.record_sync(0);
+            }
+            Ok(None) => {}
+            Err(Error::NonFinite { group }) => {
+                return Err(Failure::Recoverable(format!(
+                    "every gradient of group {group:?} is non-finite"
+                )))
+            }
+            Err(e) => return Err(Failure::sync(e)),
+        }
+        let Some(mine) = shared else {
+            return Ok(());
+        };
+        // Syncing stopped: this trainer's own rows, as a lone trainer's.
+        let rows = peer.combine_shared(&mine).map_err(Failure::sync)?;
+        let applied = self
+            .learner
+            .apply_shared_gradients(rows.as_ref().unwrap_or(&mine));
+        if let Err(e) = applied {
+            return Err(self.learner_failure(e));
+        }
+        if let Foreground::SyncSgd(peer) = &mut self.foreground {
+            peer.shared_applied().map_err(Failure::sync)?;
+        }
+        Ok(())
+    }
+
     /// Attempts one step; `Ok(false)` once the data is exhausted.
     fn try_step(&mut self) -> std::result::Result<bool, Failure> {
         let diverge = self.inject()?;
@@ -263,27 +308,9 @@ impl<L: Learner> TrainerCore<L> {
             )));
         }
         let catching_up = self.counters.steps() < self.catch_up;
-        if let (Foreground::SyncSgd(peer), false) = (&mut self.foreground, catching_up) {
-            let params = self.learner.dense_params();
-            self.buffer.refill(|b| params.copy_grad_to(b))?;
-            let contribute = all_finite(self.buffer.values());
-            match peer.group_mean(&self.buffer, contribute) {
-                Ok(Some(mean)) => {
-                    params.load_grad_from(&mean)?;
-                    self.counters.record_sync(0);
-                }
-                Ok(None) => {}
-                Err(Error::NonFinite { group }) => {
-                    return Err(Failure::Recoverable(format!(
-                        "every gradient of group {group:?} is non-finite"
-                    )))
-                }
-                Err(e) => return Err(Failure::sync(e)),
-            }
-            let scale = 1.0 / peer.group_size() as f64;
-            if let Err(e) = self.learner.scale_shared_gradients(scale) {
-                return Err(self.learner_failure(e));
-            }
+        let sync_sgd = matches!(self.foreground, Foreground::SyncSgd(_)) && !catching_up;
+        if sync_sgd {
+            self.all_reduce_gradients()?;
         }
         if let Err(e) = self.learner.apply_gradients() {
             return Err(self.learner_failure(e));

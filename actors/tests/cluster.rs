@@ -130,22 +130,47 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
 }
 
 #[test]
-fn sync_sgd_averages_the_shared_gradients_over_the_group() {
+fn sync_sgd_applies_each_shared_row_once_with_the_groups_mean() {
     let _serial = exclusive();
     let mut config = config("sync-sgd");
     config.sync.group_size = 2;
     config.sync.schedule = Schedule::Random;
     let cluster = Cluster::start(config, learners(4, Some(30))).unwrap();
     let outcome = cluster.wait().unwrap();
+    // Learner i's gradient is 1 + i on rows 0..4. Every step each pair
+    // {i, j} applies rows 0..4 once between them, each with the pair's mean.
+    let mut applied: Vec<(u64, f32)> = Vec::new();
     for learner in &outcome.learners {
-        // One 1/m per step: the group's updates to shared parameters add up to
-        // one update with the group's mean gradient.
-        assert_eq!(learner.shared_scales, vec![0.5; 30]);
+        assert_eq!(learner.shared_applied.len(), 30);
+        for step in &learner.shared_applied {
+            applied.extend(step.ids.iter().copied().zip(step.values.iter().copied()));
+        }
+    }
+    for row in 0..4 {
+        let means: Vec<f32> = applied
+            .iter()
+            .filter(|(id, _)| *id == row)
+            .map(|a| a.1)
+            .collect();
+        // 2 pairs × 30 steps.
+        assert_eq!(means.len(), 60, "row {row}");
+        // Pairs of {1, 2, 3, 4}: means of two of them, and over every step
+        // the two pairs' means add up to (1 + 2 + 3 + 4) / 2.
+        assert!(
+            means
+                .iter()
+                .all(|&m| (1.5..=3.5).contains(&m) && (2.0 * m).fract() == 0.0),
+            "{means:?}"
+        );
+        assert!(
+            (means.iter().sum::<f32>() - 30.0 * 5.0).abs() < 1e-3,
+            "{means:?}"
+        );
     }
     // No other algorithm touches shared gradients.
     let cluster = Cluster::start(self::config("fr-ma:1"), learners(2, Some(10))).unwrap();
     let outcome = cluster.wait().unwrap();
-    assert!(outcome.learners.iter().all(|l| l.shared_scales.is_empty()));
+    assert!(outcome.learners.iter().all(|l| l.shared_applied.is_empty()));
 }
 
 #[test]

@@ -5,7 +5,7 @@ use crate::data::{Batch, TableLayout};
 use crate::model::{build, CtrModel, DenseOptimizer, EmbeddingTable, Pending, Prefetch, Table};
 use crate::{Error, Result};
 use crossbeam_channel::Receiver;
-use shadowsync_actors::{FlatParams, Learner, LearnerState, StepOutcome};
+use shadowsync_actors::{FlatParams, Learner, LearnerState, SharedGradients, StepOutcome};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
 /// Model, dense optimizer, embedding table with its sparse optimizer, and data.
@@ -248,12 +248,21 @@ impl Learner for CtrLearner {
         &self.dense
     }
 
-    /// Scales the pending embedding-row gradients (the shared table's).
-    fn scale_shared_gradients(&mut self, factor: f64) -> Result<()> {
-        if let Some(pending) = &self.pending {
-            let _ = tch::no_grad(|| pending.leaf.grad().f_mul_scalar_(factor))?;
-        }
-        Ok(())
+    /// The pending embedding-row gradients (the shared table's), coalesced.
+    fn take_shared_gradients(&mut self) -> Result<Option<SharedGradients>> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(None);
+        };
+        let (ids, values) = self.table.coalesce(pending)?;
+        Ok(Some(SharedGradients {
+            ids,
+            width: self.table.width() as usize,
+            values,
+        }))
+    }
+
+    fn apply_shared_gradients(&mut self, gradients: &SharedGradients) -> Result<()> {
+        self.table.apply_rows(&gradients.ids, &gradients.values)
     }
 
     /// Resets the dense optimizer; the shared table's state is everyone's and
@@ -317,7 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn scaled_shared_gradients_scale_the_embedding_update() {
+    fn taken_shared_gradients_update_the_table_as_the_learner_would() {
         let model = ModelConfig {
             kind: ModelKind::Lr,
             ..ModelConfig::default()
@@ -327,29 +336,32 @@ mod tests {
         let example = Example {
             label: 1.0,
             dense: [0.5; 13],
-            sparse: std::array::from_fn(|i| i as u32),
+            sparse: std::array::from_fn(|i| (i % 3) as u32),
         };
-        let batch = Batch::from_examples(&[example], &layout).unwrap();
+        let batch = Batch::from_examples(&[example, example], &layout).unwrap();
         let table = CtrLearner::new_table(&model, &optim, &layout).unwrap();
-        let mut half = CtrLearner::with_table(&model, &optim, table.share(), None).unwrap();
-        let mut full = CtrLearner::with_table(&model, &optim, table.share(), None).unwrap();
-        let mut dense = vec![0f32; half.dense.numel()];
-        half.dense.copy_to(&mut dense).unwrap();
-        full.dense.load_from(&dense).unwrap();
+        let mut own = CtrLearner::with_table(&model, &optim, table.share(), None).unwrap();
+        let mut taken = CtrLearner::with_table(&model, &optim, table.share(), None).unwrap();
+        let mut dense = vec![0f32; own.dense.numel()];
+        own.dense.copy_to(&mut dense).unwrap();
+        taken.dense.load_from(&dense).unwrap();
         // Same parameters, same batch: same gradients.
-        half.backward_on(&batch).unwrap();
-        full.backward_on(&batch).unwrap();
+        own.backward_on(&batch).unwrap();
+        taken.backward_on(&batch).unwrap();
         let rows = || table.arrays().unwrap().remove(0).1;
         let before = rows();
-        half.scale_shared_gradients(0.5).unwrap();
-        half.apply().unwrap();
+        own.apply().unwrap();
         let between = rows();
-        full.apply().unwrap();
+        let shared = taken.take_shared_gradients().unwrap().unwrap();
+        // One row per field, each once (both examples look the same rows up).
+        assert_eq!(shared.ids.len(), 26);
+        assert!(shared.ids.windows(2).all(|w| w[0] < w[1]));
+        taken.apply().unwrap();
+        assert_eq!(rows(), between, "the taken gradients are not applied again");
+        taken.apply_shared_gradients(&shared).unwrap();
         let after = rows();
-        let moved = before.iter().zip(&between).filter(|(a, b)| a != b).count();
-        assert_eq!(moved, 26, "one row per field");
         for ((b, m), a) in before.iter().zip(&between).zip(&after) {
-            assert!(((a - m) - 2.0 * (m - b)).abs() < 1e-6, "{b} {m} {a}");
+            assert!(((a - m) - (m - b)).abs() < 1e-6, "{b} {m} {a}");
         }
     }
 }

@@ -19,7 +19,7 @@ use shadowsync_actors::embedding::{
 use shadowsync_actors::sync::Fabric;
 use std::sync::Arc;
 use std::time::Duration;
-use tch::Tensor;
+use tch::{Device, Kind, Tensor};
 
 /// A learner's embedding rows.
 #[derive(Debug)]
@@ -166,6 +166,40 @@ impl Table {
                 Ok(table.client.push(&ids, &grad, table.lr as f32)?)
             }
             _ => Err(mismatch()),
+        }
+    }
+
+    /// The gradient in `pending`'s leaf, coalesced: each row once, with the
+    /// sum of its lookups' gradients (rows sorted by id).
+    pub fn coalesce(&self, pending: Pending) -> Result<(Vec<u64>, Vec<f32>)> {
+        let grad = pending.leaf.grad();
+        let width = self.width();
+        let (ids, grad) = match pending.rows {
+            PendingRows::Local(rows) => {
+                let (unique, inverse, _) =
+                    rows.f_view(-1)?.f_internal_unique2(true, true, false)?;
+                let summed =
+                    Tensor::f_zeros([unique.size()[0], width], (Kind::Float, Device::Cpu))?
+                        .f_index_add_(0, &inverse, &grad.f_view([-1, width])?)?;
+                let ids = Vec::<i64>::try_from(&unique)?;
+                (ids.into_iter().map(|id| id as u64).collect(), summed)
+            }
+            PendingRows::Sharded(ids) => (ids, grad),
+        };
+        Ok((ids, Vec::<f32>::try_from(grad.f_contiguous()?.f_view(-1)?)?))
+    }
+
+    /// Applies `grads` (a row of values per id, each id once) to the rows
+    /// `ids` with the table's optimizer: here, or pushed to their owners.
+    pub fn apply_rows(&mut self, ids: &[u64], grads: &[f32]) -> Result<()> {
+        match self {
+            Self::Local(table) => {
+                let index: Vec<i64> = ids.iter().map(|&id| id as i64).collect();
+                let index = Tensor::f_from_slice(&index)?;
+                let grads = Tensor::f_from_slice(grads)?.f_view([-1, table.width()])?;
+                tch::no_grad(|| table.apply(&index, &grads))
+            }
+            Self::Sharded(table) => Ok(table.client.push(ids, grads, table.lr as f32)?),
         }
     }
 

@@ -6,7 +6,7 @@
 //! | name | who syncs | what |
 //! |---|---|---|
 //! | `none` | nobody | independent local SGD |
-//! | `sync-sgd` | the trainer, every step, waiting | gradient all-reduce within the group (as PyTorch DDP) |
+//! | `sync-sgd` | the trainer, every step, waiting | gradient all-reduce within the group (as PyTorch DDP); shared rows (`Learner::take_shared_gradients`) combined and applied once each |
 //! | `fr-RULE:k` | the trainer, every `k` steps, waiting | a round of the rule |
 //! | `shadow-RULE` | a background loop beside each trainer | rounds of the rule, back to back |
 

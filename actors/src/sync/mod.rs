@@ -12,6 +12,7 @@ mod peer;
 mod rule;
 mod schedule;
 mod server;
+mod shared;
 mod transport;
 
 pub use algorithm::{Algorithm, SyncConfig};

@@ -7,10 +7,11 @@
 //! checkpoint ([`PeerState`]) while the peer syncs on.
 
 use crate::coordinator::CoordinatorClient;
+use crate::sync::transport::Phase;
 use crate::sync::{
     mean_into, Endpoint, Exchange, Payload, Reduce, RuleState, ServerClient, SyncRule,
 };
-use crate::{Error, Result};
+use crate::{Error, Result, SharedGradients};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a peer carries from one round to the next, as a checkpoint keeps it.
@@ -58,6 +59,8 @@ pub struct SyncPeer {
     groups: CoordinatorClient,
     state: SharedPeer,
     server: Option<ServerClient>,
+    /// The round and group of its last group exchange.
+    last: Option<(u64, Vec<usize>)>,
 }
 
 impl SyncPeer {
@@ -79,6 +82,7 @@ impl SyncPeer {
             groups,
             state: Arc::new(Mutex::new(LivePeer { round: 0, rule })),
             server,
+            last: None,
         })
     }
 
@@ -144,6 +148,7 @@ impl SyncPeer {
         };
         let round = assignment.round;
         self.set_round(round + 1);
+        self.last = Some((round, assignment.group.clone()));
         let Some(outcome) =
             self.endpoint
                 .group_reduce(round, &assignment.group, payload, contribute, reduce)?
@@ -155,6 +160,44 @@ impl SyncPeer {
                 .report_unresponsive(member, round, self.endpoint.id());
         }
         Ok(Some(outcome.mean))
+    }
+
+    /// `sync-sgd`'s shared gradients in the group of its last
+    /// [`SyncPeer::group_mean`]: every member's `mine` combined, each row the
+    /// mean over the members that sent theirs; of those rows, the ones this
+    /// member applies (see the `shared` module). `None` once stopped, or
+    /// before any group mean.
+    pub fn combine_shared(&mut self, mine: &SharedGradients) -> Result<Option<SharedGradients>> {
+        let Some((round, group)) = self.last.clone() else {
+            return Ok(None);
+        };
+        let place = group.iter().position(|&t| t == self.id()).unwrap_or(0);
+        let sent = self
+            .endpoint
+            .exchange(round, Phase::Shared, &group, mine.encode().into())?;
+        let Some((messages, _late)) = sent else {
+            return Ok(None);
+        };
+        let mut all = vec![mine.clone()];
+        for message in &messages {
+            all.push(SharedGradients::decode(
+                message.values(),
+                mine.width,
+                message.from,
+            )?);
+        }
+        Ok(Some(SharedGradients::combine(&all, place, group.len())))
+    }
+
+    /// Returns once every member of the group of its last
+    /// [`SyncPeer::combine_shared`] has applied its rows (or the timeout
+    /// passed), so that the next step reads them all.
+    pub fn shared_applied(&mut self) -> Result<()> {
+        if let Some((round, group)) = self.last.clone() {
+            self.endpoint
+                .exchange(round, Phase::Applied, &group, Arc::from([]))?;
+        }
+        Ok(())
     }
 
     /// One round of the rule: the target for `snapshot`; `None` once syncing has

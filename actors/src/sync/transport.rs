@@ -125,6 +125,11 @@ pub(super) enum Phase {
     Scatter,
     /// A member's reduced slice: the group mean over its part of the vector.
     Gather,
+    /// `sync-sgd`: a member's shared gradients (rows of a shared table).
+    Shared,
+    /// `sync-sgd`: a member has applied its rows of the group's shared
+    /// gradients.
+    Applied,
 }
 
 /// A payload in flight: the values `data[span]` (in one process `data` is the
@@ -418,6 +423,23 @@ impl Endpoint {
             mean[range].copy_from_slice(message.values());
         }
         Ok(Some((mean, late)))
+    }
+
+    /// Sends every other member of `group` the whole `payload` (of any
+    /// length) in `phase` of `round`, and returns theirs, with the members
+    /// that sent none in time; `Ok(None)` once stopped.
+    pub(super) fn exchange(
+        &mut self,
+        round: u64,
+        phase: Phase,
+        group: &[usize],
+        payload: Arc<[f32]>,
+    ) -> Result<Option<(Vec<Message>, Vec<usize>)>> {
+        let whole = 0..payload.len();
+        if !self.broadcast(round, phase, group, &payload, |_| whole.clone())? {
+            return Ok(None);
+        }
+        self.collect(round, phase, group)
     }
 
     /// Sends `payload[span_of(k)]` to the `k`-th member of `group` (each but

@@ -7,7 +7,9 @@
 use crossbeam_channel::RecvTimeoutError;
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::sync::SyncConfig;
-use shadowsync_actors::{Cluster, ClusterConfig, FlatParams, Learner, LearnerState, StepOutcome};
+use shadowsync_actors::{
+    Cluster, ClusterConfig, FlatParams, Learner, LearnerState, SharedGradients, StepOutcome,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,8 +33,11 @@ pub struct LeastSquares {
     pub lr: f64,
     pub steps_left: Option<u64>,
     pub step_delay: Duration,
-    /// Every factor the runtime scaled the (here imaginary) shared gradients by.
-    pub shared_scales: Vec<f64>,
+    /// Its seed, also its index among the learners.
+    pub index: i64,
+    /// Every combination of the (here imaginary) shared gradients it was
+    /// handed to apply.
+    pub shared_applied: Vec<SharedGradients>,
     /// Every step fails once this many steps were taken.
     pub broken_after: Option<u64>,
     /// The update of this step (counted from 1) turns the parameters into NaN
@@ -59,7 +64,8 @@ impl LeastSquares {
             lr: 0.05,
             steps_left: steps,
             step_delay: Duration::ZERO,
-            shared_scales: Vec::new(),
+            index: seed,
+            shared_applied: Vec::new(),
             broken_after: None,
             poison_at: None,
             poison_hold: Duration::ZERO,
@@ -139,8 +145,18 @@ impl Learner for LeastSquares {
         self.lr = lr;
     }
 
-    fn scale_shared_gradients(&mut self, factor: f64) -> Result<(), tch::TchError> {
-        self.shared_scales.push(factor);
+    /// A gradient of 1 + its index on each of rows 0..4 (width 1), as if
+    /// every trainer looked up the same rows of a shared table.
+    fn take_shared_gradients(&mut self) -> Result<Option<SharedGradients>, tch::TchError> {
+        Ok(Some(SharedGradients {
+            ids: vec![0, 1, 2, 3],
+            width: 1,
+            values: vec![1.0 + self.index as f32; 4],
+        }))
+    }
+
+    fn apply_shared_gradients(&mut self, gradients: &SharedGradients) -> Result<(), tch::TchError> {
+        self.shared_applied.push(gradients.clone());
         Ok(())
     }
 

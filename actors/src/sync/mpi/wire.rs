@@ -38,6 +38,8 @@ pub(super) fn encode(out: &Outgoing) -> Vec<u32> {
         match message.phase {
             Phase::Scatter => 0,
             Phase::Gather => 1,
+            Phase::Shared => 2,
+            Phase::Applied => 3,
         },
         values.len() as u32,
     ]);
@@ -58,6 +60,8 @@ pub(super) fn decode(words: &[u32]) -> std::result::Result<(usize, Message), Str
     let phase = match phase {
         0 => Phase::Scatter,
         1 => Phase::Gather,
+        2 => Phase::Shared,
+        3 => Phase::Applied,
         other => return Err(format!("unknown phase {other}")),
     };
     let data: Arc<[f32]> = values.iter().map(|&w| f32::from_bits(w)).collect();
