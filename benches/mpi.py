@@ -32,7 +32,12 @@ def train(args, out, ranks, trainers, sync):
                "--model", args.model, "--table-size", str(args.table_size),
                "--trainers", str(trainers), "--sync", sync, "--eval-every", "0",
                "--server-shards", str(args.trainers), "--results", results]
-    command += args.train_flags.split()
+    return run_train(command + args.train_flags.split(), ranks, results)
+
+
+def run_train(command, ranks, results):
+    """Runs `shadowsync train` (under mpirun on `ranks` ranks unless None) to
+    its end, or exits saying how it failed; its results (rank 0's)."""
     if ranks is not None:
         command = MPIRUN + ["-np", str(ranks)] + command
     run = subprocess.run(command, capture_output=True, text=True)

@@ -14,9 +14,10 @@ Run by `./dev mpi-memory`, which builds what it needs.
     python3 benches/mpi_memory.py --shadowsync target/release/shadowsync \\
         --train train.tsv --test test.tsv --ranks 2,4
 """
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, os, sys, tempfile
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+from mpi import run_train
+
 GB = 1e9
 
 
@@ -31,14 +32,8 @@ def train(args, out, ranks, embeddings):
                "--test", args.test, "--model", "dlrm", "--table-size", str(args.table_size),
                "--sparse-optimizer", args.sparse_optimizer, "--trainers", "1",
                "--sync", "shadow-ma", "--eval-every", "0", "--results", results]
-    if ranks is not None:
-        command = MPIRUN + ["-np", str(ranks)] + command
     print(f"running {name} ...", file=sys.stderr)
-    run = subprocess.run(command, capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"failed: {' '.join(command)}\n{run.stdout}\n{run.stderr[-3000:]}")
-    with open(results) as f:
-        return json.load(f)
+    return run_train(command, ranks, results)
 
 
 def main():

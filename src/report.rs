@@ -475,15 +475,38 @@ fn largest_n<'a>(experiment: &Experiment, cells: &[Cell<'a>]) -> Vec<Cell<'a>> {
     cells.iter().filter(|c| n(c) == largest).cloned().collect()
 }
 
-/// A plot's SVG text, drawn by `draw`.
+/// Width of a plot, and height of one of its panels.
+const PLOT_WIDTH: u32 = 900;
+const PANEL_HEIGHT: u32 = 340;
+/// Width of the legend, right of the data.
+const LEGEND_WIDTH: u32 = 220;
+/// The most lines a panel holds before the plot is split into panels.
+const LINES_PER_PANEL: usize = 6;
+/// Colours of a panel's lines, told apart at a glance (Tableau's 10).
+const COLOURS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// A plot's SVG text, `panels` high, drawn by `draw`.
 fn svg(
+    panels: usize,
     draw: impl FnOnce(
         &DrawingArea<SVGBackend, plotters::coord::Shift>,
     ) -> std::result::Result<(), String>,
 ) -> Result<String> {
     let mut text = String::new();
     {
-        let area = SVGBackend::with_string(&mut text, (860, 500)).into_drawing_area();
+        let size = (PLOT_WIDTH, PANEL_HEIGHT * panels.max(1) as u32);
+        let area = SVGBackend::with_string(&mut text, size).into_drawing_area();
         area.fill(&WHITE).map_err(plot_error)?;
         draw(&area).map_err(|e| Error::config("report", format!("drawing a plot: {e}")))?;
         area.present().map_err(plot_error)?;
@@ -498,76 +521,124 @@ fn plot_error(e: impl std::fmt::Display) -> Error {
 /// Lines with a legend: (label, points).
 type Series = Vec<(String, Vec<(f64, f64)>)>;
 
-/// A line plot of `series`; `log_y` for a logarithmic y axis.
-fn line_plot(series: &Series, x_label: &str, y_label: &str, log_y: bool) -> Result<Option<String>> {
-    let points = || series.iter().flat_map(|(_, p)| p.iter());
-    if series.is_empty() || points().count() < 2 {
-        return Ok(None);
+/// The panels `series` are drawn in: one, or — over [`LINES_PER_PANEL`]
+/// lines — one per first setting of their labels (the algorithm, in most
+/// grids), each cut to at most that many lines.
+fn panels(series: &Series) -> Vec<Series> {
+    if series.len() <= LINES_PER_PANEL {
+        return vec![series.clone()];
     }
+    let mut groups: Vec<(String, Series)> = Vec::new();
+    for line in series {
+        let first = line.0.split(", ").next().unwrap_or_default().to_string();
+        match groups.iter_mut().find(|(g, _)| *g == first) {
+            Some((_, group)) => group.push(line.clone()),
+            None => groups.push((first, vec![line.clone()])),
+        }
+    }
+    groups
+        .into_iter()
+        .flat_map(|(_, group)| {
+            group
+                .chunks(LINES_PER_PANEL)
+                .map(<[_]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A log axis's tick label: `1e-6`, `3e-4`, `20`, `0.5`.
+fn log_tick(v: &f64) -> String {
+    match v.abs() {
+        a if a != 0.0 && !(1e-2..1e4).contains(&a) => format!("{v:.0e}"),
+        _ => format!("{v}"),
+    }
+}
+
+/// The range of `series`' points, padded; `None` without two finite points.
+fn bounds(series: &Series, log_y: bool) -> Option<((f64, f64), (f64, f64))> {
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in points().filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_y || *y > 0.0))
-    {
+    let points = series.iter().flat_map(|(_, p)| p.iter());
+    let mut count = 0;
+    for &(x, y) in points.filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_y || *y > 0.0)) {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+        count += 1;
     }
-    if x0 > x1 {
-        return Ok(None);
+    if count < 2 {
+        return None;
     }
     let pad = |lo: f64, hi: f64| {
         let span = (hi - lo).abs().max(hi.abs() * 1e-3).max(1e-12);
         (lo - 0.05 * span, hi + 0.05 * span)
     };
-    let (x0, x1) = pad(x0, x1);
-    let svg_text = svg(|area| {
+    let y = match log_y {
+        true => (y0 * 0.8, y1 * 1.25),
+        false => pad(y0, y1),
+    };
+    Some((pad(x0, x1), y))
+}
+
+/// A line plot of `series` (`log_y`: a logarithmic y axis), in panels of at
+/// most [`LINES_PER_PANEL`] lines that share their axes' ranges, each with
+/// its legend right of its data.
+fn line_plot(series: &Series, x_label: &str, y_label: &str, log_y: bool) -> Result<Option<String>> {
+    let Some(((x0, x1), (y0, y1))) = bounds(series, log_y) else {
+        return Ok(None);
+    };
+    let panels = panels(series);
+    let svg_text = svg(panels.len(), |area| {
         let draw = |e: DrawingAreaErrorKind<_>| e.to_string();
-        let mut builder = ChartBuilder::on(area);
-        builder
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(70);
-        macro_rules! finish {
-            ($chart:expr) => {{
-                let mut chart = $chart;
-                chart
-                    .configure_mesh()
-                    .x_desc(x_label)
-                    .y_desc(y_label)
-                    .draw()
+        for (lines, area) in panels.iter().zip(area.split_evenly((panels.len(), 1))) {
+            let (data, legend) = area.split_horizontally(PLOT_WIDTH - LEGEND_WIDTH);
+            let mut builder = ChartBuilder::on(&data);
+            builder
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(70);
+            macro_rules! finish {
+                ($chart:expr $(, $y_ticks:expr)?) => {{
+                    let mut chart = $chart;
+                    let mut mesh = chart.configure_mesh();
+                    mesh.x_desc(x_label).y_desc(y_label);
+                    $(mesh.y_label_formatter($y_ticks);)?
+                    mesh.draw().map_err(draw)?;
+                    for (i, (_, pts)) in lines.iter().enumerate() {
+                        let finite = pts.iter().copied().filter(|(_, y)| y.is_finite() && (!log_y || *y > 0.0));
+                        let colour = COLOURS[i % COLOURS.len()].stroke_width(2);
+                        chart.draw_series(LineSeries::new(finite, colour)).map_err(draw)?;
+                    }
+                }};
+            }
+            if log_y {
+                let chart = builder
+                    .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
                     .map_err(draw)?;
-                for (i, (label, pts)) in series.iter().enumerate() {
-                    let color = Palette99::pick(i).to_rgba();
-                    chart
-                        .draw_series(LineSeries::new(
-                            pts.iter()
-                                .copied()
-                                .filter(|(_, y)| y.is_finite() && (!log_y || *y > 0.0)),
-                            color.stroke_width(2),
-                        ))
-                        .map_err(draw)?
-                        .label(label.clone())
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                        });
-                }
-                chart
-                    .configure_series_labels()
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(BLACK)
-                    .position(SeriesLabelPosition::UpperRight)
-                    .draw()
-                    .map_err(draw)?;
-            }};
-        }
-        if log_y {
-            finish!(builder
-                .build_cartesian_2d(x0..x1, (y0 * 0.8..y1 * 1.25).log_scale())
-                .map_err(draw)?);
-        } else {
-            let (y0, y1) = pad(y0, y1);
-            finish!(builder.build_cartesian_2d(x0..x1, y0..y1).map_err(draw)?);
+                finish!(chart, &log_tick);
+            } else {
+                let chart = builder.build_cartesian_2d(x0..x1, y0..y1).map_err(draw)?;
+                finish!(chart);
+            }
+            draw_legend(&legend, lines).map_err(draw)?;
         }
         Ok(())
     })?;
     Ok(Some(svg_text))
+}
+
+/// The legend of `lines`, in `area` (right of the data): a stroke of each
+/// line's colour and its label.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    lines: &Series,
+) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let style = ("sans-serif", 13).into_font().color(&BLACK);
+    for (i, (label, _)) in lines.iter().enumerate() {
+        let y = 24 + 22 * i as i32;
+        let colour = COLOURS[i % COLOURS.len()].stroke_width(3);
+        area.draw(&PathElement::new(vec![(4, y), (28, y)], colour))?;
+        area.draw(&Text::new(label.clone(), (34, y - 7), style.clone()))?;
+    }
+    Ok(())
 }
 
 /// Test NE against `x` of each evaluation, averaged over a cell's seeds
@@ -689,6 +760,39 @@ fn consensus_plot(cells: &[Cell]) -> Result<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn over_six_lines_a_plot_has_a_panel_per_algorithm() {
+        let line = |label: &str| (label.to_string(), vec![(0.0, 1.0), (1.0, 2.0)]);
+        let few: Series = ["none, 2", "shadow-ma, 2"].map(line).to_vec();
+        assert_eq!(panels(&few).len(), 1);
+        let algorithms = ["none", "shadow-ma", "shadow-easgd", "shadow-bmuf"];
+        let many: Series = algorithms
+            .iter()
+            .flat_map(|a| [2, 4, 8, 16].map(|n| line(&format!("{a}, {n}"))))
+            .collect();
+        let split = panels(&many);
+        assert_eq!(split.len(), 4);
+        for (panel, algorithm) in split.iter().zip(algorithms) {
+            assert_eq!(panel.len(), 4);
+            assert!(panel.iter().all(|(l, _)| l.starts_with(algorithm)));
+        }
+        // One algorithm with more lines than a panel holds: cut.
+        let one: Series = (0..8).map(|n| line(&format!("none, {n}"))).collect();
+        assert_eq!(
+            panels(&one).iter().map(Vec::len).collect::<Vec<_>>(),
+            [6, 2]
+        );
+    }
+
+    #[test]
+    fn log_axis_ticks_read_as_numbers() {
+        assert_eq!(log_tick(&2e-6), "2e-6");
+        assert_eq!(log_tick(&0.001), "1e-3");
+        assert_eq!(log_tick(&0.5), "0.5");
+        assert_eq!(log_tick(&20.0), "20");
+        assert_eq!(log_tick(&1e5), "1e5");
+    }
 
     #[test]
     fn mean_and_sample_standard_deviation() {

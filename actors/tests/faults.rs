@@ -169,12 +169,29 @@ fn a_diverged_replica_is_never_averaged_into_the_others() {
 fn a_replica_that_stays_diverged_sits_out_its_groups_averages() {
     let _serial = exclusive();
     for algorithm in ["shadow-ma", "shadow-easgd", "shadow-bmuf"] {
-        let mut ls = paced();
+        let mut ls = learners(4, None);
+        ls.iter_mut()
+            .for_each(|l| l.step_delay = Duration::from_micros(200));
         // NaN for 1.5 s from its step 100, longer than a shadow loop waits for
         // steps: it snapshots NaN.
         ls[2].poison_at = Some(100);
         ls[2].poison_hold = Duration::from_millis(1500);
-        let (outcome, events) = run_logged(with_faults(algorithm, Vec::new()), ls);
+        let c = with_faults(algorithm, Vec::new());
+        let log = EventLog::of(&c.events);
+        let cluster = Cluster::start(c, ls).unwrap();
+        // Trainer 2 comes back, then all four train together for 300 of its
+        // steps, so that the replicas are judged after training, not while a
+        // trainer that restarted from its recovery point is still pulling
+        // finished ones back (BMUF's block momentum overshoots then: with
+        // 400 steps each the others used to finish during the hold).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while cluster.stats()[2].steps < 400 {
+            assert!(Instant::now() < deadline, "{algorithm}: trainer 2 stuck");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        cluster.stop();
+        let outcome = cluster.wait().unwrap();
+        let events = log.finish();
         let report = &outcome.report;
         assert!(report.errors.is_empty(), "{algorithm}: {:?}", report.errors);
         let abstentions: Vec<u64> = report.trainer_stats.iter().map(|s| s.abstentions).collect();

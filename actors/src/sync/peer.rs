@@ -59,7 +59,8 @@ pub struct SyncPeer {
     groups: CoordinatorClient,
     state: SharedPeer,
     server: Option<ServerClient>,
-    /// The round and group of its last group exchange.
+    /// The round of its last group exchange and the members that answered
+    /// in it (`sync-sgd` exchanges its shared gradients among them).
     last: Option<(u64, Vec<usize>)>,
 }
 
@@ -148,13 +149,17 @@ impl SyncPeer {
         };
         let round = assignment.round;
         self.set_round(round + 1);
-        self.last = Some((round, assignment.group.clone()));
+        self.last = None;
         let Some(outcome) =
             self.endpoint
                 .group_reduce(round, &assignment.group, payload, contribute, reduce)?
         else {
             return Ok(None);
         };
+        // The members that answered, for the round's further exchanges.
+        let answered = assignment.group.iter().copied();
+        let answered = answered.filter(|m| !outcome.unresponsive.contains(m));
+        self.last = Some((round, answered.collect()));
         for &member in &outcome.unresponsive {
             self.groups
                 .report_unresponsive(member, round, self.endpoint.id());
