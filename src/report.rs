@@ -571,8 +571,10 @@ fn bounds(series: &Series, log_y: bool) -> Option<((f64, f64), (f64, f64))> {
         let span = (hi - lo).abs().max(hi.abs() * 1e-3).max(1e-12);
         (lo - 0.05 * span, hi + 0.05 * span)
     };
+    // A log axis spans 8 decades at most below the largest value: a run's
+    // last sample of replicas made equal (1e-17) would flatten every line.
     let y = match log_y {
-        true => (y0 * 0.8, y1 * 1.25),
+        true => (y0.max(y1 * 1e-8) * 0.8, y1 * 1.25),
         false => pad(y0, y1),
     };
     Some((pad(x0, x1), y))
