@@ -15,6 +15,7 @@ use crate::experiment::{run_file, Experiment, RunResult};
 use crate::{output, Error, Result};
 use plotters::prelude::*;
 use shadowsync_actors::stats::HISTOGRAM_BUCKETS;
+use statrs::distribution::{ContinuousCDF, StudentsT};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use toml::Value;
@@ -311,15 +312,14 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
     let seeds = experiment.keys.iter().any(|k| is_seed(k));
     let against_none = cells.iter().any(|c| c.algorithm() == Some("none"));
     // `none` at the cell's other settings.
-    let none_rate = |cell: &Cell| -> Option<f64> {
+    let baseline = |cell: &Cell| -> Option<&Cell> {
         cell.algorithm()?;
-        let baseline = cells.iter().find(|c| {
+        cells.iter().find(|c| {
             c.algorithm() == Some("none")
                 && c.settings
                     .iter()
                     .all(|(k, v)| k == ALGORITHM || k == SYNC || cell.setting(k) == Some(v))
-        })?;
-        Some(baseline.stat(|r| r.report.examples_per_sec).0)
+        })
     };
     let header = header(&keys, against_none, experiment.target_ne);
     let _ = writeln!(md, "| {} |", header.join(" | "));
@@ -345,7 +345,12 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
         ));
         row.push(format!("{:.0}", rate.0));
         if against_none {
-            row.push(none_rate(cell).map_or("".into(), |base| format!("{:.2}", rate.0 / base)));
+            let none = baseline(cell);
+            row.push(none.map_or("".into(), |none| {
+                format!("{:.2}", rate.0 / none.stat(|r| r.report.examples_per_sec).0)
+            }));
+            let other = none.filter(|none| !std::ptr::eq(*none, cell));
+            row.push(other.map_or("".into(), |none| ne_against(cell, none)));
         }
         row.push(format!(
             "{:.1}",
@@ -386,7 +391,9 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
             ""
         },
         if against_none {
-            "; ÷ none: against `none` at the same other settings"
+            "; ÷ none: against `none` at the same other settings; NE − none's: the \
+             difference of the mean test NEs, with the two-sided p-value of Welch's t-test \
+             over the runs (p > 0.05: no difference measured)"
         } else {
             ""
         },
@@ -417,7 +424,7 @@ fn header(keys: &[&String], against_none: bool, target_ne: Option<f64>) -> Vec<S
         .map(String::from),
     );
     if against_none {
-        header.push("÷ none".into());
+        header.extend(["÷ none", "NE − none's (p)"].map(String::from));
     }
     header.extend(["sync gap", "staleness", "seconds"].map(String::from));
     if let Some(target) = target_ne {
@@ -427,6 +434,44 @@ fn header(keys: &[&String], against_none: bool, target_ne: Option<f64>) -> Vec<S
         ]);
     }
     header
+}
+
+/// `cell`'s test NE against `none`'s: the difference of their means and
+/// Welch's p-value ("no difference measured" above 0.05; no p-value with
+/// fewer than 2 runs on either side).
+fn ne_against(cell: &Cell, none: &Cell) -> String {
+    let ne = |c: &Cell| {
+        c.runs
+            .iter()
+            .map(|r| r.report.final_metrics.ne)
+            .collect::<Vec<_>>()
+    };
+    let (mine, theirs) = (ne(cell), ne(none));
+    let difference = mean_std(&mine).0 - mean_std(&theirs).0;
+    match welch_p(&mine, &theirs) {
+        Some(p) if p > 0.05 => format!("{difference:+.4} (p {p:.2}: no difference measured)"),
+        Some(p) => format!("{difference:+.4} (p {p:.3})"),
+        None => format!("{difference:+.4}"),
+    }
+}
+
+/// The two-sided p-value of Welch's t-test that samples `a` and `b` have
+/// the same mean; `None` with fewer than 2 values in either, or no spread
+/// in both.
+pub fn welch_p(a: &[f64], b: &[f64]) -> Option<f64> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let ((mean_a, sd_a), (mean_b, sd_b)) = (mean_std(a), mean_std(b));
+    let (va, vb) = (sd_a.powi(2) / a.len() as f64, sd_b.powi(2) / b.len() as f64);
+    if va + vb == 0.0 {
+        return None;
+    }
+    let t = (mean_a - mean_b) / (va + vb).sqrt();
+    let df =
+        (va + vb).powi(2) / (va.powi(2) / (a.len() - 1) as f64 + vb.powi(2) / (b.len() - 1) as f64);
+    let student = StudentsT::new(0.0, 1.0, df).ok()?;
+    Some(2.0 * student.sf(t.abs()))
 }
 
 /// The replicas' own NE in `cell`'s runs: the mean over runs of their mean,
@@ -785,6 +830,20 @@ mod tests {
             panels(&one).iter().map(Vec::len).collect::<Vec<_>>(),
             [6, 2]
         );
+    }
+
+    #[test]
+    fn welch_p_values_match_an_independent_computation() {
+        // Reference: Welch's t and degrees of freedom, then the t density
+        // integrated numerically (Simpson) in Python from the formulas.
+        let p = welch_p(&[1.0, 2.0, 3.0, 4.0, 5.0], &[2.0, 4.0, 6.0, 8.0, 10.0]).unwrap();
+        assert!((p - 0.107_531_194_9).abs() < 1e-6, "{p}");
+        let a = [0.7952, 0.7921, 0.7983];
+        let b = [0.7877, 0.7850, 0.7905];
+        let p = welch_p(&a, &b).unwrap();
+        assert!((p - 0.036_188_757_2).abs() < 1e-6, "{p}");
+        assert_eq!(welch_p(&a, &b[..1]), None);
+        assert_eq!(welch_p(&[1.0, 1.0], &[1.0, 1.0]), None);
     }
 
     #[test]
