@@ -278,8 +278,8 @@ impl<L: Learner> TrainerCore<L> {
         let Some(mine) = shared else {
             return Ok(());
         };
-        // Syncing stopped: this trainer's own rows, as a lone trainer's.
         let rows = peer.combine_shared(&mine).map_err(Failure::sync)?;
+        // Syncing stopped (no rows): this trainer's own, as a lone trainer's.
         let applied = self
             .learner
             .apply_shared_gradients(rows.as_ref().unwrap_or(&mine));

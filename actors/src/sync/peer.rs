@@ -92,11 +92,6 @@ impl SyncPeer {
         self.endpoint.id()
     }
 
-    /// Members of each of its groups.
-    pub fn group_size(&self) -> usize {
-        self.groups.group_size()
-    }
-
     /// True once syncing has stopped for everyone.
     pub fn stopped(&self) -> bool {
         self.endpoint.stopped()
