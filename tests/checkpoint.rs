@@ -205,11 +205,21 @@ fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_match_an
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), ROWS, 4, "shadow-ma");
-    let clean = uninterrupted(
-        &config,
-        &dir.path().join("clean"),
-        &dir.path().join("clean.json"),
-    );
+    // Shadow syncs land where thread timing puts them: two uninterrupted runs
+    // differ by up to ~0.005 NE themselves (0.7808–0.7857 seen), so the
+    // resumed run is held to the median of three.
+    let mut clean: Vec<f64> = (0..3)
+        .map(|i| {
+            let results = dir.path().join(format!("clean-{i}.json"));
+            ne(&uninterrupted(
+                &config,
+                &dir.path().join(format!("clean-{i}")),
+                &results,
+            ))
+        })
+        .collect();
+    clean.sort_by(f64::total_cmp);
+    let clean = clean[1];
     let checkpoints = dir.path().join("killed");
     let mut child = start(&config, &checkpoints);
     wait_for_checkpoints(&checkpoints, 2);
@@ -235,15 +245,13 @@ fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_match_an
     assert!(output.contains("unusable newer checkpoint"), "{output}");
     assert_eq!(resumed["examples"], ROWS);
     eprintln!(
-        "test NE: uninterrupted {:.4}, killed and resumed {:.4}",
-        ne(&clean),
+        "test NE: uninterrupted (median of 3) {clean:.4}, killed and resumed {:.4}",
         ne(&resumed)
     );
     assert!(
-        (ne(&resumed) - ne(&clean)).abs() <= 0.005,
-        "resumed NE {} vs uninterrupted {}",
+        (ne(&resumed) - clean).abs() <= 0.005,
+        "resumed NE {} vs uninterrupted {clean}",
         ne(&resumed),
-        ne(&clean)
     );
     let end = manifest(checkpoints_in(&checkpoints).last().unwrap());
     assert_each_chunk_trained_once(&end, ROWS, 4);
