@@ -12,8 +12,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const SEEDS: [u64; 3] = [1, 2, 3];
-/// Seeds of the DLRM comparison: its runs vary more (thread timing), 5 keep
-/// the means' noise well under the 0.005 compared.
+/// Seeds of the DLRM comparison. Its runs vary by thread timing alone (one
+/// seed run three times in one process: NE 0.779, 0.792, 0.800), so the
+/// means of 5 differ by ~0.004 between two identical jobs.
 const DLRM_SEEDS: [u64; 5] = [1, 2, 3, 4, 5];
 
 /// The binary, under `mpirun` on `ranks` ranks when given; run to its end.
@@ -171,8 +172,20 @@ fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len() as f64
 }
 
+/// The standard error of the difference of the means of `a` and `b` (Welch).
+fn difference_standard_error(a: &[f64], b: &[f64]) -> f64 {
+    let variance_of_mean = |v: &[f64]| {
+        let m = mean(v);
+        v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64 / v.len() as f64
+    };
+    (variance_of_mean(a) + variance_of_mean(b)).sqrt()
+}
+
 /// DLRM with Adagrad on tables sharded over the ranks (2 × 2 and 4 × 1) learns
-/// as the same 4 trainers in one process do, seed for seed.
+/// as the same 4 trainers in one process do: the mean NEs over 5 seeds differ
+/// by at most 0.005 beyond twice the standard error of their difference (which
+/// the runs' own spread gives; ~0.004 here). A fixed 0.005 alone failed one CI
+/// run in three with nothing wrong; a gap that timing does not explain fails.
 #[test]
 fn dlrm_with_sharded_tables_learns_across_ranks_as_in_one_process() {
     let dir = tempfile::tempdir().unwrap();
@@ -203,10 +216,15 @@ fn dlrm_with_sharded_tables_learns_across_ranks_as_in_one_process() {
         "DLRM NE: 4 in one process {together:.4}, 2 × 2 {two_by_two:.4}, 4 × 1 {four_by_one:.4}"
     );
     assert!(together < 0.85, "DLRM did not learn: NE {together:.4}");
-    for (layout, spread) in [("2 × 2", two_by_two), ("4 × 1", four_by_one)] {
+    for (layout, spread, runs) in [
+        ("2 × 2", two_by_two, &nes[1]),
+        ("4 × 1", four_by_one, &nes[2]),
+    ] {
+        let allowed = 0.005 + 2.0 * difference_standard_error(&nes[0], runs);
         assert!(
-            (spread - together).abs() <= 0.005,
-            "{layout}: NE {spread:.4}, 4 in one process: {together:.4} (each seed: {nes:?})"
+            (spread - together).abs() <= allowed,
+            "{layout}: NE {spread:.4}, 4 in one process: {together:.4}, allowed {allowed:.4} \
+             (each seed: {nes:?})"
         );
     }
 }
