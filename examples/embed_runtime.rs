@@ -47,7 +47,7 @@ fn main() -> anyhow::Result<()> {
         &table,
         pipeline.take_shards(),
         1,
-        (config.train.seed, 0),
+        config.train.seed,
     )?;
 
     let mut cluster_config = ClusterConfig::default();

@@ -62,25 +62,25 @@ impl CtrLearner {
     /// One learner per data shard, all sharing `table` (updated
     /// Hogwild-style): the replicas of a multi-trainer run. With `workers > 1`,
     /// every `workers` consecutive shards make one trainer whose learners also
-    /// share one dense replica (its Hogwild workers). The trainers are
-    /// `first, first + 1, …` of the job; each one's dense parameters are drawn
-    /// from `seed` and its index, so a trainer starts the same in whichever
-    /// process it runs.
+    /// share one dense replica (its Hogwild workers). Every trainer's dense
+    /// parameters start at the same point, drawn from `seed`, in whichever
+    /// process it runs (as data-parallel training starts from one model):
+    /// replicas drawn apart are networks that averaging cannot merge and
+    /// EASGD's weak pull never brings together.
     pub fn replicas(
         model: &ModelConfig,
         optim: &OptimConfig,
         table: &Table,
         shards: Vec<Receiver<Result<Batch>>>,
         workers: usize,
-        (seed, first): (u64, usize),
+        seed: u64,
     ) -> Result<Vec<Self>> {
         let workers = workers.max(1);
         let mut learners: Vec<Self> = Vec::with_capacity(shards.len());
         for (i, shard) in shards.into_iter().enumerate() {
             let owner = learners.get(i - i % workers).map(|owner| &owner.dense);
             if owner.is_none() {
-                let trainer = (first + i / workers) as u64;
-                tch::manual_seed(seed.wrapping_mul(0x9E37_79B9).wrapping_add(trainer) as i64);
+                tch::manual_seed(seed.wrapping_mul(0x9E37_79B9) as i64);
             }
             let learner = Self::build(model, optim, table.share(), Some(shard), owner)?;
             learners.push(learner);

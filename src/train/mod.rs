@@ -431,10 +431,7 @@ fn build_learners(
         &table,
         pipeline.take_shards(),
         config.train.workers,
-        (
-            config.train.seed,
-            fabric.local_trainers(config.train.trainers).start,
-        ),
+        config.train.seed,
     )?;
     Ok((learners, table))
 }

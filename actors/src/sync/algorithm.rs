@@ -137,7 +137,7 @@ pub struct SyncConfig {
     pub seed: u64,
     /// How an average is written into a replica that kept training.
     pub write_back: WriteBack,
-    /// EASGD's elasticity α (default 0.9 / trainers, as EASGD's β = 0.9).
+    /// EASGD's elasticity α per round (default: see [`SyncConfig::alpha_for`]).
     pub alpha: Option<f32>,
     /// BMUF's block momentum η (default 1 − 1/group size).
     pub eta: Option<f32>,
@@ -203,9 +203,29 @@ impl SyncConfig {
             .then(|| std::time::Duration::from_secs_f64(self.peer_timeout_ms / 1000.0))
     }
 
-    /// EASGD's α for `trainers`.
+    /// The largest default α: beyond ½ a replica and the centre overshoot
+    /// each other (a round multiplies their difference by 1 − 2α).
+    pub const MAX_DEFAULT_ALPHA: f32 = 0.5;
+
+    /// EASGD's α per round for `trainers`, `sync.alpha` when set. By default
+    /// the pull per trainer step is EASGD's (β = 0.9 shared by the trainers,
+    /// one round a step), compounded over the steps between rounds:
+    /// `fr-easgd:K` takes `1 − (1 − 0.9/N)^K`, at most ½. Shadow rounds land
+    /// every ~8 steps on 2 cores, where that reaches ½ up to N = 8; they take
+    /// ½ at every N. At N = 16 a fixed 0.9/N (0.056) was too weak for the
+    /// ~12 rounds of a run: replicas stayed apart and their centre lagged;
+    /// ½ gave NE 0.831 against 0.843 with the compounded 0.37 and `none`'s
+    /// 0.838 (E1's setting, 5 seeds).
     pub fn alpha_for(&self, trainers: usize) -> f32 {
-        self.alpha.unwrap_or(0.9 / trainers.max(1) as f32)
+        let per_step = 0.9 / trainers.max(1) as f32;
+        let compounded = |steps: u64| {
+            let steps = steps.clamp(1, i32::MAX as u64) as i32;
+            (1.0 - (1.0 - per_step).powi(steps)).min(Self::MAX_DEFAULT_ALPHA)
+        };
+        self.alpha.unwrap_or(match self.algorithm {
+            Algorithm::Foreground { every, .. } => compounded(every),
+            _ => Self::MAX_DEFAULT_ALPHA,
+        })
     }
 
     /// BMUF's parameters for groups of `group_size`.
@@ -305,7 +325,18 @@ mod tests {
     fn defaults_and_ranges() {
         let c = SyncConfig::default();
         assert_eq!(c.group_size_for(8), 8);
-        assert!((c.alpha_for(4) - 0.225).abs() < 1e-7);
+        let easgd = |algorithm: &str, alpha| SyncConfig {
+            algorithm: algorithm.parse().unwrap(),
+            alpha,
+            ..SyncConfig::default()
+        };
+        // EASGD's paper at one step a round; compounded, at most ½.
+        assert!((easgd("fr-easgd:1", None).alpha_for(4) - 0.225).abs() < 1e-7);
+        let two = 1.0 - (1.0 - 0.9f32 / 16.0).powi(2);
+        assert!((easgd("fr-easgd:2", None).alpha_for(16) - two).abs() < 1e-6);
+        assert_eq!(easgd("fr-easgd:10", None).alpha_for(4), 0.5);
+        assert_eq!(easgd("shadow-easgd", None).alpha_for(16), 0.5);
+        assert_eq!(easgd("shadow-easgd", Some(0.1)).alpha_for(16), 0.1);
         assert_eq!(c.bmuf_for(4).eta, 0.75);
         for (c, key) in [
             (

@@ -264,7 +264,7 @@ mod tests {
         let ma = rules.make("ma", &context(&config)).unwrap();
         assert_eq!(ma.exchange(), Exchange::Group);
         let easgd = rules.make("easgd", &context(&config)).unwrap();
-        assert_eq!(easgd.exchange(), Exchange::Centre { alpha: 0.225 });
+        assert_eq!(easgd.exchange(), Exchange::Centre { alpha: 0.5 });
         let e = rules
             .make("sgd", &context(&config))
             .unwrap_err()
