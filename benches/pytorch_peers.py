@@ -2,23 +2,35 @@
 """shadowsync side by side with what a PyTorch user would run instead.
 
 For each N in --trainers, on the same Criteo-format files, the same model (DLRM),
-the same optimizers (Adagrad, dense and sparse learning rates), the same per-trainer
-batch and one pass over the data split between N trainers, in one run:
+the same optimizers (Adagrad, dense and sparse learning rates), one intra-op thread
+per trainer and one pass over the data split between N trainers (trainer r takes
+every N-th batch from the r-th), in one run:
 
-* shadowsync:      `shadowsync train --sync SYNC` (N trainer threads, one process);
-* PyTorch DDP:     N processes (gloo backend), gradients all-reduced every step;
+* shadowsync:        `shadowsync train --sync SYNC` (N trainer threads, one process,
+                     one embedding table shared Hogwild-style, dense replicas
+                     averaged in the background);
+* PyTorch Hogwild:   N processes (torch.multiprocessing), the embedding tables and
+                     their Adagrad sums in shared memory, updated without locks;
+                     each process its own dense replica, the replicas averaged
+                     through shared memory every --period steps (the peer a PyTorch
+                     user picks for this job on one machine);
+* PyTorch DDP:       N processes (gloo backend), gradients all-reduced every step;
 * PyTorch local SGD: N processes, every --period steps all parameters averaged
-                   with an all-reduce (periodic model averaging, as
-                   torch.distributed.algorithms.model_averaging does).
+                     with an all-reduce (periodic model averaging, as
+                     torch.distributed.algorithms.model_averaging does).
 
-Each trainer uses one intra-op thread. Prints one table: examples/s of all trainers
-together and test NE per system, and the ratios shadowsync ÷ peer (examples/s) and the
-NE differences. Needs `torch`; without it, says so and exits 0 (skipped).
+Each N runs at two batch settings: the same batch per trainer (--batch-size each,
+the global batch grows with N) and the same global batch (--batch-size split
+between the N trainers). Every cell runs --runs times (seeds --seed, --seed + 1,
+…), the four systems one after another within a run; the table prints each
+system's median examples/s with its range, the median of the per-run ratios
+shadowsync ÷ peer, and the median test NE. Models with replicas are scored on
+the replicas' average. Needs `torch`; without it, says so and exits 0 (skipped).
 
     python3 benches/pytorch_peers.py --shadowsync target/release/shadowsync \
-        --train train.tsv --test test.tsv --trainers 1,2,4
+        --train train.tsv --test test.tsv --trainers 1,2,4 --runs 3
 """
-import argparse, json, os, subprocess, sys, tempfile, time, warnings
+import argparse, json, os, statistics, subprocess, sys, tempfile, time, warnings
 
 try:
     import torch
@@ -34,6 +46,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # The same model, parsing and metrics as the single-trainer reference.
 from pytorch_reference import DLRM, evaluate, load  # noqa: E402
 
+SYSTEMS = ["shadowsync", "hogwild", "ddp", "local_sgd"]
+
+
+def split(n, rank, batch, data):
+    """Trainer `rank`'s batches: every n-th one from the rank-th."""
+    dense, sparse, labels = data
+    return [(dense[i:i + batch], sparse[i:i + batch], labels[i:i + batch])
+            for i in range(rank * batch, labels.shape[0], n * batch)]
+
+
+def common_steps(n, batch, data):
+    """Steps every trainer takes (the fewest any has): collectives and
+    barriers pair by count."""
+    return min(len(split(n, r, batch, data)) for r in range(n))
+
+
+def new_model(args, seed):
+    torch.manual_seed(seed)  # every replica starts from the same parameters
+    return DLRM(args.table_size, 16, [512, 256, 64], [512, 256])
+
+
+def dense_params(model):
+    return [p for name, p in model.named_parameters() if "tables" not in name]
+
 
 def optimizers(model, args):
     """Adagrad on the dense parameters and (sparse) on the embedding tables."""
@@ -43,27 +79,21 @@ def optimizers(model, args):
             torch.optim.Adagrad(tables, lr=args.sparse_lr)]
 
 
-def worker(rank, n, mode, args, init, out):
+def worker(rank, n, mode, setting, args, init, out):
+    """A DDP or local-SGD process; rank 0 writes the job's figures to `out`."""
+    batch, seed = setting
     warnings.filterwarnings("ignore", message="Sparse invariant checks")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=n)
-    torch.manual_seed(args.seed)  # every replica starts from the same parameters
-    dense, sparse, labels = load(args.train, args.table_size)
-    # Rank r takes every n-th batch: the trainers split one pass over the data.
-    b = args.batch_size
-    batches = [(dense[i:i + b], sparse[i:i + b], labels[i:i + b])
-               for i in range(rank * b, labels.shape[0], n * b)]
-    model = DLRM(args.table_size, 16, [512, 256, 64], [512, 256])
+    data = load(args.train, args.table_size)
+    batches = split(n, rank, batch, data)[:common_steps(n, batch, data)]
+    model = new_model(args, seed)
     net = DistributedDataParallel(model) if mode == "ddp" and n > 1 else model
     opts = optimizers(model, args)
     loss_fn = nn.BCEWithLogitsLoss()
     dist.barrier()
     start = time.perf_counter()
-    steps = len(batches)
-    # Every rank takes the same number of steps (collectives pair by count).
-    counts = torch.tensor([steps])
-    dist.all_reduce(counts, op=dist.ReduceOp.MIN)
-    for step, (d, s, y) in enumerate(batches[:int(counts)]):
+    for step, (d, s, y) in enumerate(batches):
         for opt in opts:
             opt.zero_grad()
         loss_fn(net(d, s), y).backward()
@@ -79,7 +109,7 @@ def worker(rank, n, mode, args, init, out):
                 for p in model.parameters():
                     dist.all_reduce(p.data)
                     p.data /= n
-    examples = torch.tensor([sum(int(y.shape[0]) for _, _, y in batches[:int(counts)])])
+    examples = torch.tensor([sum(int(y.shape[0]) for _, _, y in batches)])
     dist.all_reduce(examples)
     seconds = time.perf_counter() - start
     if mode == "local-sgd" and n > 1:  # the model evaluated: the replicas' average
@@ -96,23 +126,109 @@ def worker(rank, n, mode, args, init, out):
     dist.destroy_process_group()
 
 
-def peer(mode, n, args):
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "result.json")
-        init = "file://" + os.path.join(tmp, "rendezvous")
-        mp.spawn(worker, args=(n, mode, args, init, out), nprocs=n, join=True)
-        with open(out) as f:
-            return json.load(f)
+def distributed(mode, n, setting, args, attempts=3):
+    """A DDP or local-SGD job. gloo's sparse all-reduce sometimes corrupts the
+    heap (`malloc(): unaligned tcache chunk`, SIGABRT) even with the
+    gradients coalesced: such a job is run again, and said."""
+    for attempt in range(1, attempts + 1):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "result.json")
+            init = "file://" + os.path.join(tmp, "rendezvous")
+            try:
+                mp.spawn(worker, args=(n, mode, setting, args, init, out), nprocs=n, join=True)
+            except mp.ProcessExitedException as e:
+                print(f"{mode} at N={n} crashed ({e}), attempt {attempt} of {attempts}",
+                      flush=True)
+                if attempt == attempts:
+                    raise
+                continue
+            with open(out) as f:
+                return json.load(f)
 
 
-def shadowsync(n, args):
+def hogwild_worker(rank, n, model, sparse_opt, shared, args, batches):
+    """A Hogwild process: the shared tables, its own dense replica."""
+    slots, barrier, times = shared
+    warnings.filterwarnings("ignore", message="Sparse invariant checks")
+    torch.set_num_threads(1)
+    dense = dense_params(model)
+    for p in dense:  # shared by the parent: this process's own copy from here
+        p.data = p.data.clone()
+    dense_opt = torch.optim.Adagrad(dense, lr=args.dense_lr)
+    offsets = [0]
+    for p in dense:
+        offsets.append(offsets[-1] + p.numel())
+
+    def average():
+        with torch.no_grad():
+            for p, a, b in zip(dense, offsets, offsets[1:]):
+                slots[rank, a:b] = p.data.view(-1)
+            barrier.wait()
+            mean = slots.mean(0)
+            barrier.wait()  # everyone has read before anyone writes again
+            for p, a, b in zip(dense, offsets, offsets[1:]):
+                p.data.copy_(mean[a:b].view_as(p))
+
+    loss_fn = nn.BCEWithLogitsLoss()
+    barrier.wait()
+    times[rank, 0] = time.perf_counter()
+    for step, (d, s, y) in enumerate(batches):
+        dense_opt.zero_grad()
+        sparse_opt.zero_grad()
+        loss_fn(model(d, s), y).backward()
+        dense_opt.step()
+        sparse_opt.step()
+        if n > 1 and (step + 1) % args.period == 0:
+            average()
+    times[rank, 1] = time.perf_counter()
+    average()  # the model scored: the replicas' average
+
+
+def hogwild(n, setting, args, data, test):
+    """N processes sharing the embedding tables and their Adagrad sums."""
+    batch, seed = setting
+    model = new_model(args, seed)
+    model.share_memory()
+    tables = [p for name, p in model.named_parameters() if "tables" in name]
+    sparse_opt = torch.optim.Adagrad(tables, lr=args.sparse_lr)
+    sparse_opt.share_memory()
+    width = sum(p.numel() for p in dense_params(model))
+    context = mp.get_context("fork")  # the children inherit the parsed data
+    shared = (torch.zeros(n, width).share_memory_(), context.Barrier(n),
+              torch.zeros(n, 2, dtype=torch.float64).share_memory_())
+    steps = common_steps(n, batch, data)
+    processes = [context.Process(target=hogwild_worker, args=(
+        rank, n, model, sparse_opt, shared, args, split(n, rank, batch, data)[:steps]))
+        for rank in range(n)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a Hogwild process failed (exit code {p.exitcode})")
+    slots, _, times = shared
+    seconds = float(times[:, 1].max() - times[:, 0].min())
+    with torch.no_grad():  # every process left the average in its slot
+        mean = slots[0]
+        offset = 0
+        for p in dense_params(model):
+            p.data.copy_(mean[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+    examples = steps * n * batch if steps else 0
+    result = {"examples": examples, "seconds": seconds, "examples_per_sec": examples / seconds}
+    result.update(evaluate(model, test))
+    return result
+
+
+def shadowsync(n, setting, args):
+    batch, seed = setting
     with tempfile.TemporaryDirectory() as tmp:
         results = os.path.join(tmp, "results.json")
         command = [args.shadowsync, "train", "--train", args.train, "--test", args.test,
                    "--model", "dlrm", "--optimizer", "adagrad", "--lr", str(args.dense_lr),
                    "--sparse-optimizer", "adagrad", "--sparse-lr", str(args.sparse_lr),
-                   "--table-size", str(args.table_size), "--batch-size", str(args.batch_size),
-                   "--trainers", str(n), "--sync", args.sync, "--seed", str(args.seed),
+                   "--table-size", str(args.table_size), "--batch-size", str(batch),
+                   "--trainers", str(n), "--sync", args.sync, "--seed", str(seed),
                    "--eval-every", "0", "--results", results]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
                        env=dict(os.environ, RUST_LOG="warn"))
@@ -122,44 +238,69 @@ def shadowsync(n, args):
                 "ne": report["final_metrics"]["ne"], "auc": report["final_metrics"]["auc"]}
 
 
+def spread(values, digits=0):
+    """`median [min–max]`."""
+    return (f"{statistics.median(values):.{digits}f} "
+            f"[{min(values):.{digits}f}–{max(values):.{digits}f}]")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shadowsync", required=True, help="the shadowsync binary")
     ap.add_argument("--train", required=True)
     ap.add_argument("--test", required=True)
     ap.add_argument("--trainers", default="1,2,4")
+    ap.add_argument("--runs", type=int, default=3, help="runs per cell")
     ap.add_argument("--sync", default="shadow-ma", help="shadowsync's algorithm")
-    ap.add_argument("--period", type=int, default=10, help="local SGD's steps between averages")
+    ap.add_argument("--period", type=int, default=10,
+                    help="Hogwild's and local SGD's steps between averages")
     ap.add_argument("--table-size", type=int, default=100_000)
-    ap.add_argument("--batch-size", type=int, default=128, help="per trainer")
+    ap.add_argument("--batch-size", type=int, default=128,
+                    help="per trainer, or global at the same global batch")
     ap.add_argument("--dense-lr", type=float, default=0.02)
     ap.add_argument("--sparse-lr", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", help="also write every figure to this file")
+    ap.add_argument("--json", help="also write every run's figures to this file")
     args = ap.parse_args()
-    rows = []
+    torch.set_num_threads(1)
+    data, test = load(args.train, args.table_size), load(args.test, args.table_size)
+    cells = []
     for n in [int(x) for x in args.trainers.split(",")]:
-        ours = shadowsync(n, args)
-        ddp = peer("ddp", n, args)
-        local = peer("local-sgd", n, args)
-        rows.append({"trainers": n, "shadowsync": ours, "ddp": ddp, "local_sgd": local})
-        print(f"N={n}: shadowsync {ours['examples_per_sec']:.0f}/s NE {ours['ne']:.4f}; "
-              f"DDP {ddp['examples_per_sec']:.0f}/s NE {ddp['ne']:.4f}; "
-              f"local SGD {local['examples_per_sec']:.0f}/s NE {local['ne']:.4f}", flush=True)
-    print(f"\nshadowsync {args.sync} against PyTorch {torch.__version__} (gloo), "
-          f"DLRM, Adagrad, batch {args.batch_size} per trainer, local SGD every {args.period} steps")
-    print("| N | shadowsync ex/s | DDP ex/s | ÷ DDP | local SGD ex/s | ÷ local SGD "
-          "| NE shadowsync | NE DDP | Δ | NE local SGD | Δ |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        o, d, l = r["shadowsync"], r["ddp"], r["local_sgd"]
-        print(f"| {r['trainers']} | {o['examples_per_sec']:.0f} | {d['examples_per_sec']:.0f} "
-              f"| {o['examples_per_sec'] / d['examples_per_sec']:.2f} | {l['examples_per_sec']:.0f} "
-              f"| {o['examples_per_sec'] / l['examples_per_sec']:.2f} | {o['ne']:.4f} | {d['ne']:.4f} "
-              f"| {o['ne'] - d['ne']:+.4f} | {l['ne']:.4f} | {o['ne'] - l['ne']:+.4f} |")
+        batches = {"per trainer": args.batch_size}
+        if n > 1:
+            batches["global"] = args.batch_size // n
+        for setting, batch in batches.items():
+            runs = []
+            for r in range(args.runs):
+                run_setting = (batch, args.seed + r)
+                run = {"shadowsync": shadowsync(n, run_setting, args),
+                       "hogwild": hogwild(n, run_setting, args, data, test),
+                       "ddp": distributed("ddp", n, run_setting, args),
+                       "local_sgd": distributed("local-sgd", n, run_setting, args)}
+                runs.append(run)
+                print(f"N={n}, batch {batch} per trainer, run {r + 1}: " + "; ".join(
+                    f"{k} {v['examples_per_sec']:.0f}/s NE {v['ne']:.4f}" for k, v in run.items()),
+                    flush=True)
+            cells.append({"trainers": n, "same": setting, "batch": batch, "runs": runs})
+    print(f"\nshadowsync {args.sync} against PyTorch {torch.__version__}, DLRM, Adagrad, "
+          f"averages every {args.period} steps (Hogwild, local SGD), {args.runs} runs per "
+          f"cell: median [min–max]")
+    print("| N | same batch | per trainer | shadowsync ex/s | Hogwild ex/s | DDP ex/s "
+          "| local SGD ex/s | ÷ Hogwild | ÷ DDP | ÷ local SGD | NE shadowsync | NE Hogwild "
+          "| NE DDP | NE local SGD |")
+    print("|" + "---|" * 14)
+    for c in cells:
+        ratio = lambda peer: spread([r["shadowsync"]["examples_per_sec"] /
+                                     r[peer]["examples_per_sec"] for r in c["runs"]], 2)
+        speed = lambda k: spread([r[k]["examples_per_sec"] for r in c["runs"]])
+        ne = lambda k: spread([r[k]["ne"] for r in c["runs"]], 4)
+        print(f"| {c['trainers']} | {c['same']} | {c['batch']} | "
+              + " | ".join(speed(k) for k in SYSTEMS) + " | "
+              + " | ".join(ratio(k) for k in SYSTEMS[1:]) + " | "
+              + " | ".join(ne(k) for k in SYSTEMS) + " |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(cells, f, indent=1)
 
 
 if __name__ == "__main__":
