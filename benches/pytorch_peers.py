@@ -71,12 +71,14 @@ def dense_params(model):
     return [p for name, p in model.named_parameters() if "tables" not in name]
 
 
+def table_params(model):
+    return [p for name, p in model.named_parameters() if "tables" in name]
+
+
 def optimizers(model, args):
     """Adagrad on the dense parameters and (sparse) on the embedding tables."""
-    tables = [p for name, p in model.named_parameters() if "tables" in name]
-    dense = [p for name, p in model.named_parameters() if "tables" not in name]
-    return [torch.optim.Adagrad(dense, lr=args.dense_lr),
-            torch.optim.Adagrad(tables, lr=args.sparse_lr)]
+    return [torch.optim.Adagrad(dense_params(model), lr=args.dense_lr),
+            torch.optim.Adagrad(table_params(model), lr=args.sparse_lr)]
 
 
 def worker(rank, n, mode, setting, args, init, out):
@@ -189,8 +191,7 @@ def hogwild(n, setting, args, data, test):
     batch, seed = setting
     model = new_model(args, seed)
     model.share_memory()
-    tables = [p for name, p in model.named_parameters() if "tables" in name]
-    sparse_opt = torch.optim.Adagrad(tables, lr=args.sparse_lr)
+    sparse_opt = torch.optim.Adagrad(table_params(model), lr=args.sparse_lr)
     sparse_opt.share_memory()
     width = sum(p.numel() for p in dense_params(model))
     context = mp.get_context("fork")  # the children inherit the parsed data
@@ -208,8 +209,8 @@ def hogwild(n, setting, args, data, test):
             raise RuntimeError(f"a Hogwild process failed (exit code {p.exitcode})")
     slots, _, times = shared
     seconds = float(times[:, 1].max() - times[:, 0].min())
-    with torch.no_grad():  # every process left the average in its slot
-        mean = slots[0]
+    with torch.no_grad():  # every process left its final replica in its slot
+        mean = slots.mean(0)
         offset = 0
         for p in dense_params(model):
             p.data.copy_(mean[offset:offset + p.numel()].view_as(p))
