@@ -78,9 +78,15 @@ struct ExperimentFile {
     about: String,
     #[serde(default)]
     target_ne: Option<f64>,
+    #[serde(default = "default_baseline")]
+    baseline: String,
     #[serde(default)]
     base: Table,
     grid: Table,
+}
+
+fn default_baseline() -> String {
+    "none".into()
 }
 
 /// A grid of runs.
@@ -95,6 +101,9 @@ pub struct Experiment {
     /// A test NE whose time to reach the report gives (evaluated during the
     /// runs: set `train.eval_every`).
     pub target_ne: Option<f64>,
+    /// The `sync.algorithm` the report compares every cell with, at the
+    /// cell's other settings (`none` unless said).
+    pub baseline: String,
     /// The runs, in order.
     pub runs: Vec<Run>,
     /// The combinations the configuration rejects.
@@ -161,6 +170,7 @@ impl Experiment {
             title: file.title,
             about: file.about,
             target_ne: file.target_ne,
+            baseline: file.baseline,
             runs: Vec::new(),
             skipped: Vec::new(),
             keys: axes.iter().map(|(k, _)| k.clone()).collect(),

@@ -4,8 +4,9 @@
 //! wrote (`experiment.toml` and `runs/*.json`). [`render`] groups the runs
 //! into cells — runs whose settings differ only in keys named `seed` — and
 //! writes one table row per cell (test NE, AUC and logloss as mean ± standard
-//! deviation over seeds, examples/s and its ratio to `none` at the same other
-//! settings, sync gap, staleness) and the plots the results hold data for: test
+//! deviation over seeds, examples/s and its ratio to the experiment's
+//! baseline (`none` unless said) at the same other settings with Welch's
+//! p-value of the NE difference, sync gap, staleness) and the plots the results hold data for: test
 //! NE against examples and against training seconds, examples/s against
 //! trainers, the distributions of sync gaps and stalenesses, and the consensus
 //! distance over time. [`Report::write`] puts the document at `OUT/NAME.md` and
@@ -310,18 +311,19 @@ pub fn render(results: &ExperimentResults, provenance: &Provenance) -> Result<Re
 fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
     let keys: Vec<&String> = experiment.keys.iter().filter(|k| !is_seed(k)).collect();
     let seeds = experiment.keys.iter().any(|k| is_seed(k));
-    let against_none = cells.iter().any(|c| c.algorithm() == Some("none"));
-    // `none` at the cell's other settings.
+    let name = experiment.baseline.as_str();
+    let compared = cells.iter().any(|c| c.algorithm() == Some(name));
+    // The baseline at the cell's other settings.
     let baseline = |cell: &Cell| -> Option<&Cell> {
         cell.algorithm()?;
         cells.iter().find(|c| {
-            c.algorithm() == Some("none")
+            c.algorithm() == Some(name)
                 && c.settings
                     .iter()
                     .all(|(k, v)| k == ALGORITHM || k == SYNC || cell.setting(k) == Some(v))
         })
     };
-    let header = header(&keys, against_none, experiment.target_ne);
+    let header = header(&keys, compared.then_some(name), experiment.target_ne);
     let _ = writeln!(md, "| {} |", header.join(" | "));
     let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
     let pm = |(mean, std): (f64, f64), digits: usize| match seeds {
@@ -344,13 +346,13 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
             cell.stat(|r| r.report.consensus_distance).0
         ));
         row.push(format!("{:.0}", rate.0));
-        if against_none {
-            let none = baseline(cell);
-            row.push(none.map_or("".into(), |none| {
-                format!("{:.2}", rate.0 / none.stat(|r| r.report.examples_per_sec).0)
+        if compared {
+            let base = baseline(cell);
+            row.push(base.map_or("".into(), |base| {
+                format!("{:.2}", rate.0 / base.stat(|r| r.report.examples_per_sec).0)
             }));
-            let other = none.filter(|none| !std::ptr::eq(*none, cell));
-            row.push(other.map_or("".into(), |none| ne_against(cell, none)));
+            let other = base.filter(|base| !std::ptr::eq(*base, cell));
+            row.push(other.map_or("".into(), |base| ne_against(cell, base)));
         }
         row.push(format!(
             "{:.1}",
@@ -390,12 +392,14 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
         } else {
             ""
         },
-        if against_none {
-            "; ÷ none: against `none` at the same other settings; NE − none's: the \
-             difference of the mean test NEs, with the two-sided p-value of Welch's t-test \
-             over the runs (p > 0.05: no difference measured)"
+        if compared {
+            format!(
+                "; ÷ {name}: against `{name}` at the same other settings; NE − {name}'s: the \
+                 difference of the mean test NEs, with the two-sided p-value of Welch's \
+                 t-test over the runs (p > 0.05: no difference measured)"
+            )
         } else {
-            ""
+            String::new()
         },
     );
     if let Some(target) = experiment.target_ne {
@@ -408,8 +412,9 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
     }
 }
 
-/// The table's header: the grid's keys, then the figures.
-fn header(keys: &[&String], against_none: bool, target_ne: Option<f64>) -> Vec<String> {
+/// The table's header: the grid's keys, then the figures (with the ratio to
+/// and difference from `baseline` when it ran).
+fn header(keys: &[&String], baseline: Option<&str>, target_ne: Option<f64>) -> Vec<String> {
     let mut header: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
     header.extend(
         [
@@ -423,8 +428,8 @@ fn header(keys: &[&String], against_none: bool, target_ne: Option<f64>) -> Vec<S
         ]
         .map(String::from),
     );
-    if against_none {
-        header.extend(["÷ none", "NE − none's (p)"].map(String::from));
+    if let Some(name) = baseline {
+        header.extend([format!("÷ {name}"), format!("NE − {name}'s (p)")]);
     }
     header.extend(["sync gap", "staleness", "seconds"].map(String::from));
     if let Some(target) = target_ne {
@@ -436,17 +441,17 @@ fn header(keys: &[&String], against_none: bool, target_ne: Option<f64>) -> Vec<S
     header
 }
 
-/// `cell`'s test NE against `none`'s: the difference of their means and
+/// `cell`'s test NE against the baseline's: the difference of their means and
 /// Welch's p-value ("no difference measured" above 0.05; no p-value with
 /// fewer than 2 runs on either side).
-fn ne_against(cell: &Cell, none: &Cell) -> String {
+fn ne_against(cell: &Cell, baseline: &Cell) -> String {
     let ne = |c: &Cell| {
         c.runs
             .iter()
             .map(|r| r.report.final_metrics.ne)
             .collect::<Vec<_>>()
     };
-    let (mine, theirs) = (ne(cell), ne(none));
+    let (mine, theirs) = (ne(cell), ne(baseline));
     let difference = mean_std(&mine).0 - mean_std(&theirs).0;
     match welch_p(&mine, &theirs) {
         Some(p) if p > 0.05 => format!("{difference:+.4} (p {p:.2}: no difference measured)"),

@@ -138,6 +138,32 @@ fn a_grid_runs_resumes_and_is_reported() {
             "{plot}"
         );
     }
+
+    // Against `none` unless the grid names another baseline.
+    assert!(
+        document.contains("| ÷ none | NE − none's (p) |"),
+        "{document}"
+    );
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let text = text.replacen("target_ne", "baseline = \"shadow-ma\"\ntarget_ne", 1);
+    std::fs::write(&spec, text).unwrap();
+    let again = shadowsync(&[
+        "report",
+        results.join("cli-grid").to_str().unwrap(),
+        "--out",
+        docs.to_str().unwrap(),
+    ]);
+    assert!(again.status.success(), "{}", said(&again));
+    let document = std::fs::read_to_string(docs.join("cli-grid.md")).unwrap();
+    assert!(
+        document.contains("| ÷ shadow-ma | NE − shadow-ma's (p) |"),
+        "{document}"
+    );
+    let none_pair = document
+        .lines()
+        .find(|l| l.starts_with("| none | 2 |"))
+        .unwrap();
+    assert!(none_pair.contains(" (p "), "{none_pair}");
 }
 
 #[test]
