@@ -72,13 +72,16 @@ fn a_grid_runs_resumes_and_is_reported() {
     );
 
     let docs = dir.path().join("docs");
-    let report = shadowsync(&[
-        "report",
-        results.join("cli-grid").to_str().unwrap(),
-        "--out",
-        docs.to_str().unwrap(),
-    ]);
-    assert!(report.status.success(), "{}", said(&report));
+    let report = || {
+        let out = shadowsync(&[
+            "report",
+            results.join("cli-grid").to_str().unwrap(),
+            "--out",
+            docs.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", said(&out));
+    };
+    report();
     let document = std::fs::read_to_string(docs.join("cli-grid.md")).unwrap();
     assert!(
         document.starts_with("# A grid of the CLI test"),
@@ -147,13 +150,7 @@ fn a_grid_runs_resumes_and_is_reported() {
     let text = std::fs::read_to_string(&spec).unwrap();
     let text = text.replacen("target_ne", "baseline = \"shadow-ma\"\ntarget_ne", 1);
     std::fs::write(&spec, text).unwrap();
-    let again = shadowsync(&[
-        "report",
-        results.join("cli-grid").to_str().unwrap(),
-        "--out",
-        docs.to_str().unwrap(),
-    ]);
-    assert!(again.status.success(), "{}", said(&again));
+    report();
     let document = std::fs::read_to_string(docs.join("cli-grid.md")).unwrap();
     assert!(
         document.contains("| ÷ shadow-ma | NE − shadow-ma's (p) |"),
