@@ -57,9 +57,9 @@ def split(n, rank, batch, data):
 
 
 def common_steps(n, batch, data):
-    """Steps every trainer takes (the fewest any has): collectives and
-    barriers pair by count."""
-    return min(len(split(n, r, batch, data)) for r in range(n))
+    """Steps every trainer takes (the fewest any has: the last trainer's):
+    collectives and barriers pair by count."""
+    return len(range((n - 1) * batch, data[2].shape[0], n * batch))
 
 
 def new_model(args, seed):
@@ -81,13 +81,13 @@ def optimizers(model, args):
             torch.optim.Adagrad(table_params(model), lr=args.sparse_lr)]
 
 
-def worker(rank, n, mode, setting, args, init, out):
+def worker(rank, n, mode, setting, args, sets, init, out):
     """A DDP or local-SGD process; rank 0 writes the job's figures to `out`."""
     batch, seed = setting
+    data, test = sets
     warnings.filterwarnings("ignore", message="Sparse invariant checks")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=n)
-    data = load(args.train, args.table_size)
     batches = split(n, rank, batch, data)[:common_steps(n, batch, data)]
     model = new_model(args, seed)
     net = DistributedDataParallel(model) if mode == "ddp" and n > 1 else model
@@ -122,22 +122,24 @@ def worker(rank, n, mode, setting, args, init, out):
     if rank == 0:
         result = {"examples": int(examples), "seconds": seconds,
                   "examples_per_sec": int(examples) / seconds}
-        result.update(evaluate(model, load(args.test, args.table_size)))
+        result.update(evaluate(model, test))
         with open(out, "w") as f:
             json.dump(result, f)
     dist.destroy_process_group()
 
 
-def distributed(mode, n, setting, args, attempts=3):
-    """A DDP or local-SGD job. gloo's sparse all-reduce sometimes corrupts the
-    heap (`malloc(): unaligned tcache chunk`, SIGABRT) even with the
-    gradients coalesced: such a job is run again, and said."""
+def distributed(mode, n, setting, args, sets, attempts=3):
+    """A DDP or local-SGD job, its processes forked with the parsed `sets`
+    (train, test). gloo's sparse all-reduce sometimes corrupts the heap
+    (`malloc(): unaligned tcache chunk`, SIGABRT) even with the gradients
+    coalesced: such a job is run again, and said."""
     for attempt in range(1, attempts + 1):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "result.json")
             init = "file://" + os.path.join(tmp, "rendezvous")
             try:
-                mp.spawn(worker, args=(n, mode, setting, args, init, out), nprocs=n, join=True)
+                mp.start_processes(worker, args=(n, mode, setting, args, sets, init, out),
+                                   nprocs=n, join=True, start_method="fork")
             except mp.ProcessExitedException as e:
                 print(f"{mode} at N={n} crashed ({e}), attempt {attempt} of {attempts}",
                       flush=True)
@@ -276,8 +278,9 @@ def main():
                 run_setting = (batch, args.seed + r)
                 run = {"shadowsync": shadowsync(n, run_setting, args),
                        "hogwild": hogwild(n, run_setting, args, data, test),
-                       "ddp": distributed("ddp", n, run_setting, args),
-                       "local_sgd": distributed("local-sgd", n, run_setting, args)}
+                       "ddp": distributed("ddp", n, run_setting, args, (data, test)),
+                       "local_sgd": distributed("local-sgd", n, run_setting, args,
+                                                (data, test))}
                 runs.append(run)
                 print(f"N={n}, batch {batch} per trainer, run {r + 1}: " + "; ".join(
                     f"{k} {v['examples_per_sec']:.0f}/s NE {v['ne']:.4f}" for k, v in run.items()),

@@ -6,11 +6,11 @@
 //! writes one table row per cell (test NE, AUC and logloss as mean ± standard
 //! deviation over seeds, examples/s and its ratio to the experiment's
 //! baseline (`none` unless said) at the same other settings with Welch's
-//! p-value of the NE difference, sync gap, staleness) and the plots the results hold data for: test
-//! NE against examples and against training seconds, examples/s against
-//! trainers, the distributions of sync gaps and stalenesses, and the consensus
-//! distance over time. [`Report::write`] puts the document at `OUT/NAME.md` and
-//! the plots in `OUT/NAME/`.
+//! p-value of the NE difference, sync gap, staleness) and the plots the
+//! results hold data for: test NE against examples and against training
+//! seconds, examples/s against trainers, the distributions of sync gaps and
+//! stalenesses, and the consensus distance over time. [`Report::write`] puts
+//! the document at `OUT/NAME.md` and the plots in `OUT/NAME/`.
 
 use crate::experiment::{run_file, Experiment, RunResult};
 use crate::{output, Error, Result};

@@ -7,6 +7,7 @@
 #![cfg(feature = "mpi")]
 
 use serde_json::Value;
+use shadowsync::report::mean_std;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -169,15 +170,12 @@ fn data_paths(dir: &Path) -> (String, String) {
 }
 
 fn mean(values: &[f64]) -> f64 {
-    values.iter().sum::<f64>() / values.len() as f64
+    mean_std(values).0
 }
 
 /// The standard error of the difference of the means of `a` and `b` (Welch).
 fn difference_standard_error(a: &[f64], b: &[f64]) -> f64 {
-    let variance_of_mean = |v: &[f64]| {
-        let m = mean(v);
-        v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64 / v.len() as f64
-    };
+    let variance_of_mean = |v: &[f64]| mean_std(v).1.powi(2) / v.len() as f64;
     (variance_of_mean(a) + variance_of_mean(b)).sqrt()
 }
 

@@ -4,6 +4,7 @@ mod common;
 
 use common::sample;
 use shadowsync::config::{Config, EmbeddingsMode, ModelKind, OptimizerKind};
+use shadowsync::report::mean_std;
 use shadowsync::train::{train, TrainReport};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -313,6 +314,6 @@ fn easgd_over_sixteen_trainers_learns_with_its_replicas_together() {
             apart.consensus_distance
         );
     }
-    let mean = centres.iter().sum::<f64>() / centres.len() as f64;
+    let mean = mean_std(&centres).0;
     assert!(mean < 0.9, "shadow-easgd's centres: {centres:?}");
 }
