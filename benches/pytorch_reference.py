@@ -2,13 +2,22 @@
 """PyTorch eager reference for shadowsync's training-step benchmark.
 
 Trains the same model as `shadowsync train` (DLRM, Kaggle shape by default) with
-PyTorch's ordinary eager loop -- 26 `nn.EmbeddingBag(sparse=True)` tables, plain
-SGD -- on the same Criteo TSV files with the same conventions (DLRM: missing -> 0,
-negative -> 0, ln(x+1), hex mod table size) and the same initialization, one pass,
-one intra-op thread. Parsing is done before the clock starts. Prints one JSON line:
-examples/s and test metrics.
+PyTorch's ordinary eager loop -- 26 `nn.EmbeddingBag(sparse=True)` tables, SGD or
+Adagrad -- on the same Criteo TSV files with the same conventions (DLRM: missing
+-> 0, negative -> 0, ln(x+1), hex mod table size) and the same initialization,
+one pass, one intra-op thread. Parsing is done before the clock starts. Prints
+one JSON line: examples/s and test metrics.
 
-Runs only where `torch` is importable; `cargo bench --bench train_step` calls it.
+Each optimizer is set up as a PyTorch user would at its fastest: the dense
+parameters with `fused=True` (one kernel over all of them), the tables with the
+sparse path (`fused` does not take sparse gradients).
+
+`--profile` also times each phase of a step (embedding lookup, bottom MLP,
+interaction, top MLP and loss, backward, dense and sparse optimizer); CPU
+kernels are synchronous, so a clock between phases measures them.
+
+Runs only where `torch` is importable; `cargo bench --bench train_step` and
+`cargo bench --bench step_profile` call it.
 """
 import argparse, json, math, sys, time
 
@@ -56,13 +65,18 @@ class DLRM(nn.Module):
         self.register_buffer("lj", lj)
         self.top = mlp([dim + n * (n - 1) // 2] + top + [1], False)
 
-    def forward(self, dense, sparse):
-        x = self.bottom(dense)
+    def embed(self, sparse):
         offsets = torch.arange(sparse.shape[0], dtype=torch.int64)
-        embs = [t(sparse[:, i].contiguous(), offsets) for i, t in enumerate(self.tables)]
+        return [t(sparse[:, i].contiguous(), offsets) for i, t in enumerate(self.tables)]
+
+    def interact(self, x, embs):
         t = torch.stack([x] + embs, dim=1)
         z = torch.bmm(t, t.transpose(1, 2))[:, self.li, self.lj]
-        return self.top(torch.cat([x, z], dim=1)).squeeze(1)
+        return torch.cat([x, z], dim=1)
+
+    def forward(self, dense, sparse):
+        x = self.bottom(dense)
+        return self.top(self.interact(x, self.embed(sparse))).squeeze(1)
 
 
 def auc(scores, labels):
@@ -94,33 +108,81 @@ def evaluate(model, test):
     return {"logloss": logloss, "ne": logloss / entropy, "auc": float(auc(p, y))}
 
 
+def optimizers(model, kind, lr, sparse_lr):
+    """The dense parameters' optimizer and the tables'."""
+    dense = [p for name, p in model.named_parameters() if not name.startswith("tables.")]
+    tables = list(model.tables.parameters())
+    if kind == "sgd":
+        return (torch.optim.SGD(dense, lr=lr, fused=True), torch.optim.SGD(tables, lr=sparse_lr))
+    return (torch.optim.Adagrad(dense, lr=lr, fused=True),
+            torch.optim.Adagrad(tables, lr=sparse_lr))
+
+
+PHASES = ["embedding lookup", "bottom MLP", "interaction", "top MLP and loss", "backward",
+          "dense optimizer", "sparse optimizer"]
+
+
+def profiled_step(model, opts, loss_fn, d, s, y, seconds):
+    """One step, each phase's time added to `seconds` (a list in PHASES' order)."""
+    clock = [time.perf_counter()]
+
+    def lap(i):
+        now = time.perf_counter()
+        seconds[i] += now - clock[0]
+        clock[0] = now
+
+    for opt in opts:
+        opt.zero_grad()
+    embs = model.embed(s); lap(0)
+    x = model.bottom(d); lap(1)
+    z = model.interact(x, embs); lap(2)
+    loss = loss_fn(model.top(z).squeeze(1), y); lap(3)
+    loss.backward(); lap(4)
+    opts[0].step(); lap(5)
+    opts[1].step(); lap(6)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--train", required=True)
     ap.add_argument("--test", required=True)
     ap.add_argument("--table-size", type=int, default=100_000)
     ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--optimizer", choices=["sgd", "adagrad"], default="sgd")
+    ap.add_argument("--lr", type=float, default=0.1, help="dense learning rate")
+    ap.add_argument("--sparse-lr", type=float, default=None,
+                    help="embedding learning rate (--lr unless given)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", action="store_true", help="time each phase of a step")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     dense, sparse, labels = load(args.train, args.table_size)
     test = load(args.test, args.table_size)
     model = DLRM(args.table_size, 16, [512, 256, 64], [512, 256])
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    sparse_lr = args.lr if args.sparse_lr is None else args.sparse_lr
+    opts = optimizers(model, args.optimizer, args.lr, sparse_lr)
     loss_fn = nn.BCEWithLogitsLoss()
     n = labels.shape[0]
+    seconds = [0.0] * len(PHASES)
     start = time.perf_counter()
     for i in range(0, n, args.batch_size):
         d, s, y = dense[i:i + args.batch_size], sparse[i:i + args.batch_size], labels[i:i + args.batch_size]
-        opt.zero_grad()
+        if args.profile:
+            profiled_step(model, opts, loss_fn, d, s, y, seconds)
+            continue
+        for opt in opts:
+            opt.zero_grad()
         loss = loss_fn(model(d, s), y)
         loss.backward()
-        opt.step()
-    seconds = time.perf_counter() - start
-    result = {"examples": int(n), "train_seconds": seconds, "examples_per_sec": n / seconds,
-              "torch": torch.__version__}
+        for opt in opts:
+            opt.step()
+    elapsed = time.perf_counter() - start
+    steps = -(-n // args.batch_size)
+    result = {"examples": int(n), "train_seconds": elapsed, "examples_per_sec": n / elapsed,
+              "optimizer": args.optimizer, "torch": torch.__version__}
+    if args.profile:
+        result["phase_ms_per_step"] = {p: 1e3 * t / steps for p, t in zip(PHASES, seconds)}
     result.update(evaluate(model, test))
     print(json.dumps(result))
 

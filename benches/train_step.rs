@@ -1,5 +1,5 @@
 //! Training-step benchmark: shadowsync's DLRM against PyTorch's eager loop on the
-//! same data, side by side in one run.
+//! same data, side by side in one run, with plain SGD and with Adagrad.
 //!
 //! ```text
 //! cargo bench --bench train_step
@@ -7,81 +7,42 @@
 //! SHADOWSYNC_BENCH_TRAIN=a.tsv SHADOWSYNC_BENCH_TEST=b.tsv cargo bench --bench train_step
 //! ```
 //!
-//! Figures: examples/s of one trainer (one intra-op thread, batch 128, DLRM Kaggle
-//! shape, SGD 0.1) on pre-parsed batches, the same end to end with the parsing
-//! pipeline running beside it, and PyTorch's examples/s on pre-parsed tensors
-//! (`benches/pytorch_reference.py`, run with `$SHADOWSYNC_TORCH_PYTHON`, else the
-//! venv `scripts/setup.sh --with-torch` makes, else `python3`; skipped with a
-//! message where `torch` cannot be imported). Then the ratio and the test NE of
-//! each.
+//! Figures, for each optimizer setting (SGD 0.1; Adagrad dense 0.02,
+//! embeddings 0.05): examples/s of one trainer (one intra-op thread, batch 128,
+//! DLRM Kaggle shape) on pre-parsed batches, the same end to end with the
+//! parsing pipeline running beside it, and PyTorch's examples/s on pre-parsed
+//! tensors (`benches/pytorch_reference.py`, skipped with a message where
+//! `torch` cannot be imported). Then the ratios (shadowsync ÷ PyTorch, and
+//! Adagrad ÷ SGD of each) and the test NE of each.
 
-use anyhow::{Context, Result};
+#[path = "common/mod.rs"]
+mod common;
+
+use anyhow::Result;
 use shadowsync::config::Config;
-use shadowsync::data::{SyntheticData, SyntheticSpec};
-use shadowsync::metrics::evaluate;
+use shadowsync::metrics::{evaluate, Metrics};
 use shadowsync::model::CtrLearner;
 use shadowsync::train::{load_batches, train};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
-fn env_u64(name: &str, default: u64) -> Result<u64> {
-    std::env::var(name).map_or(Ok(default), |v| {
-        v.parse()
-            .with_context(|| format!("{name}={v} is not a number"))
-    })
+/// One optimizer setting's figures: examples/s and test metrics of each run.
+struct Figures {
+    name: &'static str,
+    pre_parsed: (f64, Metrics),
+    end_to_end: (f64, Metrics),
+    pytorch: Option<(f64, f64, f64)>,
 }
 
-fn torch_python() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from)?;
-    let candidates = [
-        std::env::var_os("SHADOWSYNC_TORCH_PYTHON").map(PathBuf::from),
-        Some(home.join(".cache/shadowsync/torch-venv/bin/python")),
-        Some(PathBuf::from("python3")),
-    ];
-    candidates.into_iter().flatten().find(|python| {
-        Command::new(python)
-            .args(["-c", "import torch"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
-}
-
-fn main() -> Result<()> {
-    let mut config = Config::default();
-    config.train.eval_every = 0;
-    let (train_path, test_path) = match (
-        std::env::var_os("SHADOWSYNC_BENCH_TRAIN"),
-        std::env::var_os("SHADOWSYNC_BENCH_TEST"),
-    ) {
-        (Some(train), Some(test)) => (PathBuf::from(train), PathBuf::from(test)),
-        _ => {
-            config.data.synthetic.train_rows = env_u64("SHADOWSYNC_BENCH_ROWS", 1_000_000)?;
-            config.data.synthetic.test_rows = config.data.synthetic.train_rows / 5;
-            let spec: SyntheticSpec = config.data.synthetic.spec();
-            eprintln!(
-                "data: synthetic {} + {} rows",
-                spec.train_rows, spec.test_rows
-            );
-            let data = SyntheticData::ensure(spec, &config.data.synthetic.directory())?;
-            (data.train, data.test)
-        }
-    };
-    config.data.train = Some(train_path.clone());
-    config.data.test = Some(test_path.clone());
-    tch::set_num_threads(1);
-    tch::manual_seed(0);
-
-    // 1. Steps on pre-parsed batches: the trainer alone.
+/// One trainer's examples/s on pre-parsed batches and its test metrics.
+fn pre_parsed(config: &Config) -> Result<(f64, Metrics)> {
     let layout = config.table_layout()?;
     let policy = config.data.bad_lines;
-    let parse_start = Instant::now();
-    let (batches, _) = load_batches(&train_path, &layout, policy, config.train.batch_size)?;
-    let (test_batches, _) = load_batches(&test_path, &layout, policy, 8192)?;
-    eprintln!(
-        "parsed in {:.1} s; training on pre-parsed batches",
-        parse_start.elapsed().as_secs_f64()
-    );
+    let (Some(train_path), Some(test_path)) = (&config.data.train, &config.data.test) else {
+        anyhow::bail!("the benchmark's config names no data");
+    };
+    let (batches, _) = load_batches(train_path, &layout, policy, config.train.batch_size)?;
+    let (test_batches, _) = load_batches(test_path, &layout, policy, 8192)?;
+    tch::manual_seed(0);
     let mut learner = CtrLearner::new(&config.model, &config.optim, &layout, None)?;
     let start = Instant::now();
     let mut examples = 0;
@@ -89,74 +50,77 @@ fn main() -> Result<()> {
         learner.train_on(batch)?;
         examples += batch.len();
     }
-    let steps_eps = examples as f64 / start.elapsed().as_secs_f64();
+    let eps = examples as f64 / start.elapsed().as_secs_f64();
     let (p, y) = learner.predict_all(&test_batches)?;
-    let steps_metrics = evaluate(&p, &y);
-    drop((batches, learner));
+    Ok((eps, evaluate(&p, &y)))
+}
 
-    // 2. End to end, with the parsing pipeline beside the trainer.
-    eprintln!("training end to end with the pipeline");
-    let report = train(&config, &mut ())?;
-
-    // 3. PyTorch's eager loop on the same files.
-    let reference = match torch_python() {
-        None => {
-            eprintln!("PyTorch reference skipped: no python with `torch` (run scripts/setup.sh --with-torch)");
-            None
-        }
-        Some(python) => {
-            eprintln!("PyTorch reference with {}", python.display());
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/pytorch_reference.py");
-            let out = Command::new(&python)
-                .arg(&script)
-                .arg("--train")
-                .arg(&train_path)
-                .arg("--test")
-                .arg(&test_path)
-                .arg("--table-size")
-                .arg(config.data.table_size.to_string())
-                .output()
-                .context("running the PyTorch reference")?;
-            anyhow::ensure!(
-                out.status.success(),
-                "PyTorch reference failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Some(serde_json::from_slice::<serde_json::Value>(&out.stdout)?)
-        }
-    };
-
-    println!("\ntrain_step: DLRM Kaggle shape, batch 128, 1 intra-op thread, SGD 0.1, one pass");
-    println!(
-        "data: {} ({examples} examples), test {}",
-        train_path.display(),
-        test_path.display()
-    );
-    println!(
-        "{:<40} {:>12} {:>9} {:>8}",
-        "run", "examples/s", "test NE", "AUC"
-    );
-    println!(
-        "{:<40} {:>12.0} {:>9.4} {:>8.4}",
-        "shadowsync, pre-parsed batches", steps_eps, steps_metrics.ne, steps_metrics.auc
-    );
-    let e2e = &report.final_metrics;
-    println!(
-        "{:<40} {:>12.0} {:>9.4} {:>8.4}",
-        "shadowsync, end to end with pipeline", report.examples_per_sec, e2e.ne, e2e.auc
-    );
-    if let Some(r) = reference {
-        let field = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
-        let (eps, ne) = (field("examples_per_sec"), field("ne"));
-        println!(
-            "{:<40} {:>12.0} {:>9.4} {:>8.4}",
-            "PyTorch eager (pre-parsed tensors)",
-            eps,
-            ne,
-            field("auc")
-        );
-        println!("ratio shadowsync/PyTorch examples/s: {:.2} (pre-parsed), {:.2} (end to end); target >= 1.3", steps_eps / eps, report.examples_per_sec / eps);
-        println!("test NE difference (shadowsync - PyTorch): {:+.4} (pre-parsed), {:+.4} (end to end); target |diff| <= 0.01", steps_metrics.ne - ne, e2e.ne - ne);
+fn main() -> Result<()> {
+    let base = common::bench_config(1_000_000)?;
+    tch::set_num_threads(1);
+    let mut all = Vec::new();
+    for setting in common::OPTIMIZERS {
+        let config = common::with_optimizer(&base, setting);
+        eprintln!("{}: training on pre-parsed batches", setting.0);
+        let pre_parsed = pre_parsed(&config)?;
+        eprintln!("{}: training end to end with the pipeline", setting.0);
+        tch::manual_seed(0);
+        let report = train(&config, &mut ())?;
+        let pytorch = common::pytorch_reference(&config, setting, &[])?.map(|r| {
+            let field = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            (field("examples_per_sec"), field("ne"), field("auc"))
+        });
+        all.push(Figures {
+            name: setting.0,
+            pre_parsed,
+            end_to_end: (report.examples_per_sec, report.final_metrics),
+            pytorch,
+        });
     }
+
+    println!("\ntrain_step: DLRM Kaggle shape, batch 128, 1 intra-op thread, one pass");
+    println!(
+        "data: {:?}, test {:?}",
+        base.data.train.as_deref().unwrap_or_else(|| "?".as_ref()),
+        base.data.test.as_deref().unwrap_or_else(|| "?".as_ref())
+    );
+    println!(
+        "{:<9} {:<38} {:>11} {:>8} {:>7}",
+        "optimizer", "run", "examples/s", "test NE", "AUC"
+    );
+    for f in &all {
+        let row = |run: &str, eps: f64, ne: f64, auc: f64| {
+            println!("{:<9} {run:<38} {eps:>11.0} {ne:>8.4} {auc:>7.4}", f.name)
+        };
+        let (eps, m) = &f.pre_parsed;
+        row("shadowsync, pre-parsed batches", *eps, m.ne, m.auc);
+        let (eps, m) = &f.end_to_end;
+        row("shadowsync, end to end with pipeline", *eps, m.ne, m.auc);
+        if let Some((eps, ne, auc)) = f.pytorch {
+            row("PyTorch eager (pre-parsed tensors)", eps, ne, auc);
+        }
+    }
+    for f in &all {
+        if let Some((eps, ne, _)) = f.pytorch {
+            println!(
+                "{}: shadowsync / PyTorch examples/s {:.2} (pre-parsed), {:.2} (end to end); NE − PyTorch's {:+.4} (pre-parsed)",
+                f.name,
+                f.pre_parsed.0 / eps,
+                f.end_to_end.0 / eps,
+                f.pre_parsed.1.ne - ne
+            );
+        }
+    }
+    if let [sgd, adagrad] = &all[..] {
+        println!(
+            "Adagrad / SGD examples/s: shadowsync {:.2} (pre-parsed), PyTorch {}",
+            adagrad.pre_parsed.0 / sgd.pre_parsed.0,
+            match (adagrad.pytorch, sgd.pytorch) {
+                (Some(a), Some(s)) => format!("{:.2}", a.0 / s.0),
+                _ => "—".to_string(),
+            }
+        );
+    }
+    println!("targets: shadowsync / PyTorch >= 1.6 with either optimizer; Adagrad / SGD >= 0.9");
     Ok(())
 }

@@ -8,10 +8,14 @@
 //! as a `shallow_clone` would. Reads may see a half-updated replica and concurrent
 //! updates may overwrite each other: Hogwild semantics, by design (docs/design.md §2).
 //!
+//! [`with_values`] and [`with_values_mut`] hand a tensor's memory to plain Rust
+//! loops (the one-pass optimizers), under the same Hogwild contract.
+//!
 //! This is the only module of the project with `unsafe` code.
 
 use crate::sync::WriteBack;
 use crate::{Error, FlatParams, Result};
+use tch::kind::Element;
 use tch::{Device, Kind, Tensor};
 
 /// Another thread's handle on a replica's flat parameter buffer.
@@ -114,6 +118,51 @@ pub(crate) fn with_borrowed<R>(values: &[f32], f: impl FnOnce(&Tensor) -> Result
     f(&tensor)
 }
 
+/// The number of `T`s in `tensor` if it is a contiguous CPU tensor of `T`s,
+/// else an error naming what it is.
+fn plain_len<T: Element>(tensor: &Tensor) -> Result<usize> {
+    if tensor.kind() != T::KIND || tensor.device() != Device::Cpu || !tensor.is_contiguous() {
+        return Err(Error::Layout(format!(
+            "a slice of {:?} over a {:?} tensor on {:?} (contiguous: {}): only contiguous CPU tensors of that kind",
+            T::KIND,
+            tensor.kind(),
+            tensor.device(),
+            tensor.is_contiguous()
+        )));
+    }
+    Ok(tensor.numel())
+}
+
+/// Runs `f` on the values of `tensor`, a contiguous CPU tensor of `T`s, as a
+/// slice (no copy). Another thread may be writing them meanwhile (Hogwild).
+pub fn with_values<T: Element, R>(tensor: &Tensor, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+    let len = plain_len::<T>(tensor)?;
+    if len == 0 {
+        return Ok(f(&[]));
+    }
+    // SAFETY: `tensor` is contiguous, on the CPU and of `T`s (checked above), so
+    // `data_ptr` points at `len` initialized `T`s, valid while `tensor` is
+    // borrowed, which outlives `f`. Concurrent writers are Hogwild's data race
+    // on plain values, never on the tensor's metadata.
+    let values = unsafe { std::slice::from_raw_parts(tensor.data_ptr() as *const T, len) };
+    Ok(f(values))
+}
+
+/// Runs `f` on the values of `tensor`, a contiguous CPU tensor of `T`s, as a
+/// mutable slice (no copy): writes land in the tensor and in every handle on
+/// its memory. Other threads may be reading or writing them meanwhile
+/// (Hogwild); the caller must not hold another slice of the same tensor.
+pub fn with_values_mut<T: Element, R>(tensor: &Tensor, f: impl FnOnce(&mut [T]) -> R) -> Result<R> {
+    let len = plain_len::<T>(tensor)?;
+    if len == 0 {
+        return Ok(f(&mut []));
+    }
+    // SAFETY: as in `with_values`; within this thread the slice is the only
+    // access to the memory while `f` runs (the caller's contract above).
+    let values = unsafe { std::slice::from_raw_parts_mut(tensor.data_ptr() as *mut T, len) };
+    Ok(f(values))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +218,22 @@ mod tests {
             params.values().abs().sum(Kind::Float).double_value(&[]),
             0.0
         );
+    }
+
+    #[test]
+    fn value_slices_write_through_and_refuse_other_kinds_and_layouts() {
+        let t = Tensor::from_slice(&[1f32, 2.0, 3.0]);
+        with_values_mut(&t, |v: &mut [f32]| v[1] = 5.0).unwrap();
+        assert_eq!(
+            with_values(&t, |v: &[f32]| v.to_vec()).unwrap(),
+            [1.0, 5.0, 3.0]
+        );
+        assert!(with_values(&t, |_: &[i64]| ()).is_err());
+        let strided = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0]).view([2, 2]).tr();
+        let e = with_values(&strided, |_: &[f32]| ()).unwrap_err();
+        assert!(e.to_string().contains("contiguous: false"), "{e}");
+        let empty = Tensor::from_slice::<f32>(&[]);
+        assert_eq!(with_values(&empty, |v: &[f32]| v.len()).unwrap(), 0);
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! [`FlatParams::adopt_shared`] points a second model's variables at an existing
 //! buffer instead: Hogwild workers of one replica, each with its own gradient.
 
-use crate::hogwild::{with_borrowed, ParamAlias};
+use crate::hogwild::{with_borrowed, with_values, ParamAlias};
+use crate::recovery::all_finite;
 use crate::{Error, Result};
 use tch::{nn::VarStore, Kind, Tensor};
 
@@ -187,12 +188,11 @@ impl FlatParams {
 
     /// Whether every parameter is finite (no NaN, no ±Inf).
     ///
-    /// Reads each value once (`|w| ≤ f32::MAX`, false for NaN): a sync loop may
-    /// be writing the buffer meanwhile, and libtorch's `isfinite` reads it twice
-    /// (`w == w`), so a value changing between the reads looked like a NaN.
+    /// One pass that reads each value once: a sync loop may be writing the
+    /// buffer meanwhile, and libtorch's `isfinite` reads it twice (`w == w`),
+    /// so a value changing between the reads looked like a NaN.
     pub fn all_finite(&self) -> Result<bool> {
-        let finite = tch::no_grad(|| self.values.f_abs()?.f_le(f64::from(f32::MAX))?.f_all())?;
-        Ok(finite.f_int64_value(&[])? != 0)
+        with_values(&self.values, all_finite)
     }
 }
 

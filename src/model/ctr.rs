@@ -154,15 +154,35 @@ impl CtrModel for Dlrm {
     }
 
     fn forward(&self, dense: &Tensor, embedded: &Tensor) -> Result<Tensor> {
-        let batch = dense.size()[0];
-        let x = self.bottom.forward(dense)?;
+        let x = self.bottom(dense)?;
+        let top_input = self.interact(&x, embedded)?;
+        self.top(&top_input)
+    }
+}
+
+/// The three stages of [`Dlrm`]'s forward pass, one at a time (a profile of a
+/// step times them apart).
+impl Dlrm {
+    /// The bottom MLP's output `[B, dim]` for dense features `[B, 13]`.
+    pub fn bottom(&self, dense: &Tensor) -> Result<Tensor> {
+        self.bottom.forward(dense)
+    }
+
+    /// The top MLP's input: `x` beside the pairwise dot products of the 27
+    /// vectors (`x` and the 26 embeddings `[B, 26, dim]`).
+    pub fn interact(&self, x: &Tensor, embedded: &Tensor) -> Result<Tensor> {
+        let batch = x.size()[0];
         let vectors = Tensor::f_cat(&[x.f_unsqueeze(1)?, embedded.shallow_clone()], 1)?;
         let products = vectors.f_bmm(&vectors.f_transpose(1, 2)?)?;
         let interactions = products
             .f_view([batch, -1])?
             .f_index_select(1, &self.pairs)?;
-        let top_input = Tensor::f_cat(&[x, interactions], 1)?;
-        Ok(self.top.forward(&top_input)?.f_view(-1)?)
+        Ok(Tensor::f_cat(&[x.shallow_clone(), interactions], 1)?)
+    }
+
+    /// Click logits `[B]` from the top MLP's input.
+    pub fn top(&self, top_input: &Tensor) -> Result<Tensor> {
+        Ok(self.top.forward(top_input)?.f_view(-1)?)
     }
 }
 

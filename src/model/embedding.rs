@@ -4,26 +4,20 @@
 //! [`TableLayout`]), looked up once per batch. The table is not part of autograd:
 //! the looked-up rows are a fresh leaf tensor, and after `backward()` its gradient
 //! is the *row-sparse* gradient of the table (one row of values per looked-up
-//! index), which [`EmbeddingTable::apply`] scatters into the table with SGD or
-//! Adagrad. Rows no example touched are never read or written, which is what lets
-//! many trainers share one table Hogwild-style.
+//! index), which [`EmbeddingTable::apply`] coalesces (one gradient per row) and
+//! applies in one pass with the row rule of the sharded tables (SGD or
+//! Adagrad). Rows no example touched are never read or written, which is what
+//! lets many trainers share one table Hogwild-style.
 
 use crate::config::OptimizerKind;
 use crate::data::TableLayout;
 use crate::{Error, Result};
+use shadowsync_actors::embedding::{Adagrad, RowRule, Sgd};
+use shadowsync_actors::Error::Layout;
+use shadowsync_actors::{with_values, with_values_mut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tch::{Device, Kind, Tensor};
-
-/// How the table is updated from its row-sparse gradients.
-#[derive(Debug)]
-enum SparseOptimizer {
-    Sgd,
-    /// Element-wise Adagrad; `sum` accumulates squared gradients per entry.
-    Adagrad {
-        sum: Tensor,
-    },
-}
 
 /// One fused embedding table with its optimizer.
 #[derive(Debug)]
@@ -32,11 +26,22 @@ pub struct EmbeddingTable {
     width: i64,
     lr: f64,
     written: Arc<WrittenRows>,
-    optimizer: SparseOptimizer,
+    rule: Arc<dyn RowRule>,
+    /// The rule's state beside the weights (Adagrad's sums), if it keeps one.
+    state: Option<Tensor>,
 }
 
-/// Adagrad's ε, as in PyTorch.
-const ADAGRAD_EPS: f64 = 1e-10;
+/// The row rule of the embedding optimizer `kind` (SGD or Adagrad).
+pub fn row_rule(kind: OptimizerKind) -> Result<Box<dyn RowRule>> {
+    match kind {
+        OptimizerKind::Sgd => Ok(Box::new(Sgd)),
+        OptimizerKind::Adagrad => Ok(Box::new(Adagrad::default())),
+        OptimizerKind::Adam => Err(Error::config(
+            "optim.sparse",
+            "adam is not available for embeddings; use sgd or adagrad",
+        )),
+    }
+}
 
 /// Which rows of a table were written since they were last taken: one bit per
 /// row, set by every handle's updates once tracking is on (a replicated
@@ -60,16 +65,15 @@ impl WrittenRows {
         self.on.store(true, Ordering::Relaxed);
     }
 
-    fn mark(&self, rows: &Tensor) -> Result<()> {
+    fn mark(&self, rows: &[i64]) {
         if !self.on.load(Ordering::Relaxed) {
-            return Ok(());
+            return;
         }
-        for row in Vec::<i64>::try_from(rows)? {
+        for &row in rows {
             if let Some(word) = self.words.get(row as usize / 64) {
                 word.fetch_or(1 << (row % 64), Ordering::Relaxed);
             }
         }
-        Ok(())
     }
 
     /// The rows written since the last call, in order; their marks cleared.
@@ -165,24 +169,18 @@ impl EmbeddingTable {
             weight.f_narrow(0, start, count)?.f_copy_(&block)?;
         }
         let written = Arc::new(WrittenRows::new(layout.total_rows() as usize));
-        let optimizer = match optimizer {
-            OptimizerKind::Sgd => SparseOptimizer::Sgd,
-            OptimizerKind::Adagrad => SparseOptimizer::Adagrad {
-                sum: weight.f_zeros_like()?,
-            },
-            OptimizerKind::Adam => {
-                return Err(Error::config(
-                    "optim.sparse",
-                    "adam is not available for embeddings; use sgd or adagrad",
-                ))
-            }
+        let rule: Arc<dyn RowRule> = Arc::from(row_rule(optimizer)?);
+        let state = match rule.state_name() {
+            Some(_) => Some(weight.f_zeros_like()?),
+            None => None,
         };
         Ok(Self {
             weight,
             width,
             lr,
             written,
-            optimizer,
+            rule,
+            state,
         })
     }
 
@@ -195,12 +193,8 @@ impl EmbeddingTable {
             width: self.width,
             lr: self.lr,
             written: Arc::clone(&self.written),
-            optimizer: match &self.optimizer {
-                SparseOptimizer::Sgd => SparseOptimizer::Sgd,
-                SparseOptimizer::Adagrad { sum } => SparseOptimizer::Adagrad {
-                    sum: sum.shallow_clone(),
-                },
-            },
+            rule: Arc::clone(&self.rule),
+            state: self.state.as_ref().map(Tensor::shallow_clone),
         }
     }
 
@@ -232,8 +226,8 @@ impl EmbeddingTable {
     /// The table and its optimizer state, by name (`weight`, Adagrad's `sum`).
     pub fn state(&self) -> Vec<(&'static str, &Tensor)> {
         let mut state = vec![("weight", &self.weight)];
-        if let SparseOptimizer::Adagrad { sum } = &self.optimizer {
-            state.push(("sum", sum));
+        if let (Some(name), Some(values)) = (self.rule.state_name(), &self.state) {
+            state.push((name, values));
         }
         state
     }
@@ -267,35 +261,78 @@ impl EmbeddingTable {
         Ok(flat.f_view([size[0], size[1], self.width])?)
     }
 
-    /// Applies the gradient `grad` (`[B, F, width]`) of the rows `rows` (`[B, F]`).
+    /// Applies the gradient `grad` (`[B, F, width]`) of the rows `rows` (`[B, F]`):
+    /// each row once, with the sum of its lookups' gradients (Adagrad is not
+    /// linear in the gradient), in one pass over the batch's unique rows.
     pub fn apply(&mut self, rows: &Tensor, grad: &Tensor) -> Result<()> {
-        let index = rows.f_view(-1)?;
-        self.written.mark(&index)?;
-        let grad = grad.f_view([-1, self.width])?;
-        match &mut self.optimizer {
-            SparseOptimizer::Sgd => {
-                let _ = self
-                    .weight
-                    .f_index_add_(0, &index, &grad.f_mul_scalar(-self.lr)?)?;
-            }
-            SparseOptimizer::Adagrad { sum } => {
-                // Coalesce repeated rows first: Adagrad is not linear in the gradient.
-                let (unique, inverse, _) = index.f_internal_unique2(false, true, false)?;
-                let mut coalesced =
-                    Tensor::f_zeros([unique.size()[0], self.width], (Kind::Float, Device::Cpu))?
-                        .f_index_add_(0, &inverse, &grad)?;
-                let new_sum = sum
-                    .f_index_select(0, &unique)?
-                    .f_add_(&coalesced.f_square()?)?;
-                let _ = sum.f_index_copy_(0, &unique, &new_sum)?;
-                let step = coalesced
-                    .f_div_(&new_sum.f_sqrt()?.f_add_scalar_(ADAGRAD_EPS)?)?
-                    .f_mul_scalar_(-self.lr)?;
-                let _ = self.weight.f_index_add_(0, &unique, &step)?;
-            }
-        }
+        let ids = Vec::<i64>::try_from(rows.f_reshape(-1)?)?;
+        self.written.mark(&ids);
+        let grad = grad.f_contiguous()?;
+        let (width, lr, rule) = (self.width as usize, self.lr as f32, &*self.rule);
+        let none = Tensor::new();
+        let state = self.state.as_ref().unwrap_or(&none);
+        with_values(&grad, |grad: &[f32]| {
+            with_values_mut(&self.weight, |weight: &mut [f32]| {
+                if state.defined() {
+                    with_values_mut(state, |state: &mut [f32]| {
+                        apply_coalesced(rule, &ids, grad, weight, state, width, lr)
+                    })?
+                } else {
+                    apply_coalesced(rule, &ids, grad, weight, &mut [], width, lr)
+                }
+            })?
+        })??;
         Ok(())
     }
+}
+
+/// Applies `grad` (a row of `width` per id of `ids`) to the rows `ids` of
+/// `weight` (and their `state`, empty for a rule without one): each row once,
+/// with the sum of its gradients in the order they come.
+fn apply_coalesced(
+    rule: &dyn RowRule,
+    ids: &[i64],
+    grad: &[f32],
+    weight: &mut [f32],
+    state: &mut [f32],
+    width: usize,
+    lr: f32,
+) -> Result<()> {
+    if grad.len() != ids.len() * width {
+        return Err(Layout(format!(
+            "{} gradient values for {} rows of width {width}",
+            grad.len(),
+            ids.len()
+        ))
+        .into());
+    }
+    let rows = weight.len() / width;
+    let mut order: Vec<(i64, usize)> = ids.iter().copied().zip(0..).collect();
+    order.sort_unstable();
+    let mut sum = vec![0f32; width];
+    for run in order.chunk_by(|a, b| a.0 == b.0) {
+        let id = run[0].0;
+        let start = match usize::try_from(id) {
+            Ok(row) if row < rows => row * width,
+            _ => {
+                return Err(Layout(format!(
+                    "embedding row {id} is outside the table's {rows} rows"
+                ))
+                .into())
+            }
+        };
+        sum.fill(0.0);
+        for &(_, at) in run {
+            let g = &grad[at * width..(at + 1) * width];
+            sum.iter_mut().zip(g).for_each(|(s, g)| *s += g);
+        }
+        let row_state = match state.is_empty() {
+            true => &mut [][..],
+            false => &mut state[start..start + width],
+        };
+        rule.update(&mut weight[start..start + width], row_state, &sum, lr);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -306,7 +343,7 @@ mod tests {
         let layout = TableLayout::uniform(4).unwrap();
         let mut t = EmbeddingTable::new(&layout, 2, kind, 0.5).unwrap();
         t.weight = Tensor::zeros([104, 2], (Kind::Float, Device::Cpu));
-        if let SparseOptimizer::Adagrad { sum } = &mut t.optimizer {
+        if let Some(sum) = &mut t.state {
             *sum = t.weight.zeros_like();
         }
         t

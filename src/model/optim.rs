@@ -1,9 +1,11 @@
-//! Optimizers of the dense parameters, each one vectorized pass over the flat
-//! parameter and gradient buffers of [`FlatParams`].
+//! Optimizers of the dense parameters, each one pass of plain Rust over the
+//! flat parameter and gradient buffers of [`FlatParams`] (vectorized by the
+//! compiler for the baseline x86-64 instruction set, so it runs on any CPU).
 
 use crate::config::OptimizerKind;
 use crate::{Error, Result};
-use shadowsync_actors::FlatParams;
+use shadowsync_actors::embedding::{Adagrad, RowRule, Sgd};
+use shadowsync_actors::{with_values, with_values_mut, FlatParams};
 use tch::Tensor;
 
 /// Dense optimizer state.
@@ -34,7 +36,6 @@ pub enum DenseOptimizer {
     },
 }
 
-const ADAGRAD_EPS: f64 = 1e-10;
 const BETA1: f64 = 0.9;
 const BETA2: f64 = 0.999;
 const ADAM_EPS: f64 = 1e-8;
@@ -138,34 +139,56 @@ impl DenseOptimizer {
         Ok(())
     }
 
-    /// Applies the gradient in `params.grad()` to `params.values()`.
+    /// Applies the gradient in `params.grad()` to `params.values()`, in one
+    /// pass over the buffers (no intermediate tensors). SGD and Adagrad are
+    /// the embeddings' element-wise rules, over the whole buffer as one row.
     pub fn step(&mut self, params: &FlatParams) -> Result<()> {
-        let g = params.grad();
-        let mut w = params.values().shallow_clone();
-        tch::no_grad(|| -> Result<()> {
-            match self {
+        with_values(params.grad(), |g: &[f32]| {
+            with_values_mut(params.values(), |w: &mut [f32]| match self {
                 Self::Sgd { lr } => {
-                    let _ = w.f_sub_(&g.f_mul_scalar(*lr)?)?;
+                    Sgd.update(w, &mut [], g, *lr as f32);
+                    Ok(())
                 }
-                Self::Adagrad { lr, sum } => {
-                    let _ = sum.f_addcmul_(g, g)?;
-                    let mut step = g.f_div(&sum.f_sqrt()?.f_add_scalar_(ADAGRAD_EPS)?)?;
-                    let _ = w.f_sub_(&step.f_mul_scalar_(*lr)?)?;
-                }
+                Self::Adagrad { lr, sum } => with_values_mut(sum, |s: &mut [f32]| {
+                    Adagrad::default().update(w, s, g, *lr as f32)
+                }),
                 Self::Adam { lr, m, v, t } => {
                     *t += 1;
-                    let _ = m.f_lerp_(g, 1.0 - BETA1)?;
-                    let _ = v
-                        .f_mul_scalar_(BETA2)?
-                        .f_add_(&g.f_square()?.f_mul_scalar_(1.0 - BETA2)?)?;
-                    let m_hat = 1.0 - BETA1.powi(*t);
-                    let v_hat = 1.0 - BETA2.powi(*t);
-                    let denom = v.f_div_scalar(v_hat)?.f_sqrt_()?.f_add_scalar_(ADAM_EPS)?;
-                    let _ = w.f_sub_(&m.f_div(&denom)?.f_mul_scalar_(*lr / m_hat)?)?;
+                    let step = AdamStep::new(*lr, *t);
+                    with_values_mut(m, |m: &mut [f32]| {
+                        with_values_mut(v, |v: &mut [f32]| step.update(w, m, v, g))
+                    })?
                 }
-            }
-            Ok(())
-        })
+            })?
+        })??;
+        Ok(())
+    }
+}
+
+/// One Adam step's constants: `m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g²;
+/// w −= lr·m̂ / (√v̂ + ε)` with the bias-corrected moments m̂ and v̂.
+struct AdamStep {
+    /// `lr / (1 − β₁ᵗ)`.
+    scale: f32,
+    /// `1 / (1 − β₂ᵗ)`.
+    v_correction: f32,
+}
+
+impl AdamStep {
+    fn new(lr: f64, t: i32) -> Self {
+        Self {
+            scale: (lr / (1.0 - BETA1.powi(t))) as f32,
+            v_correction: (1.0 / (1.0 - BETA2.powi(t))) as f32,
+        }
+    }
+
+    fn update(&self, w: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
+        let (b1, b2, eps) = (BETA1 as f32, BETA2 as f32, ADAM_EPS as f32);
+        for (((w, m), v), g) in w.iter_mut().zip(m).zip(v).zip(g) {
+            *m = b1 * *m + (1.0 - b1) * g;
+            *v = b2 * *v + (1.0 - b2) * g * g;
+            *w -= self.scale * *m / ((*v * self.v_correction).sqrt() + eps);
+        }
     }
 }
 

@@ -9,13 +9,12 @@
 //! autograd leaf, and [`Table::apply`] turns the leaf's gradient into the
 //! rows' update (pushed to their owners, not waited for).
 
+use super::embedding::row_rule;
 use super::{EmbeddingTable, RowInit};
-use crate::config::{OptimConfig, OptimizerKind, TrainConfig};
+use crate::config::{OptimConfig, TrainConfig};
 use crate::data::TableLayout;
 use crate::{Error, Result};
-use shadowsync_actors::embedding::{
-    Adagrad, Fetch, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore, Sgd,
-};
+use shadowsync_actors::embedding::{Fetch, RowClient, RowServer, RowSharding, RowStats, RowStore};
 use shadowsync_actors::sync::Fabric;
 use std::sync::Arc;
 use std::time::Duration;
@@ -330,13 +329,7 @@ impl ShardedTable {
         fabric: &dyn Fabric,
     ) -> Result<Self> {
         let sharding = RowSharding::new(layout.total_rows() as u64, fabric.processes())?;
-        let rule: Box<dyn RowRule> = match optim.sparse {
-            OptimizerKind::Sgd => Box::new(Sgd),
-            OptimizerKind::Adagrad => Box::new(Adagrad::default()),
-            OptimizerKind::Adam => {
-                return Err(Error::config("optim.sparse", "must be sgd or adagrad"))
-            }
-        };
+        let rule = row_rule(optim.sparse)?;
         let init = RowInit::new(layout)?;
         let fill = |id: u64, row: &mut [f32]| init.fill(id, row);
         let store = RowStore::new(sharding, fabric.process(), width as usize, rule, fill)?;
@@ -381,7 +374,7 @@ impl ShardedTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::config::{Config, OptimizerKind};
     use shadowsync_actors::sync::InProcess;
 
     fn sharded(config: &Config) -> Table {
