@@ -250,14 +250,18 @@ impl<L: Learner> TrainerCore<L> {
     /// `sync-sgd`: the group's mean of the dense gradients replaces this
     /// trainer's, and the group's shared gradients are combined and applied,
     /// each row once (see [`Learner::take_shared_gradients`]); returns once
-    /// every member has applied its rows.
-    fn all_reduce_gradients(&mut self) -> std::result::Result<(), Failure> {
+    /// every member has applied its rows. `false` once syncing has stopped
+    /// (another trainer's data ran out): then nothing is applied and the
+    /// trainer ends its pass, as DDP's `drop_last` does, since a step of its
+    /// own would be no step of the m×-batch trainer sync-sgd stands for (and
+    /// under Adagrad a lone step moves rarely-seen weights far).
+    fn all_reduce_gradients(&mut self) -> std::result::Result<bool, Failure> {
         let shared = match self.learner.take_shared_gradients() {
             Ok(shared) => shared,
             Err(e) => return Err(self.learner_failure(e)),
         };
         let Foreground::SyncSgd(peer) = &mut self.foreground else {
-            return Ok(());
+            return Ok(true);
         };
         let params = self.learner.dense_params();
         self.buffer.refill(|b| params.copy_grad_to(b))?;
@@ -267,7 +271,7 @@ impl<L: Learner> TrainerCore<L> {
                 params.load_grad_from(&mean)?;
                 self.counters.record_sync(0);
             }
-            Ok(None) => {}
+            Ok(None) => return Ok(false),
             Err(Error::NonFinite { group }) => {
                 return Err(Failure::Recoverable(format!(
                     "every gradient of group {group:?} is non-finite"
@@ -276,20 +280,18 @@ impl<L: Learner> TrainerCore<L> {
             Err(e) => return Err(Failure::sync(e)),
         }
         let Some(mine) = shared else {
-            return Ok(());
+            return Ok(true);
         };
-        let rows = peer.combine_shared(&mine).map_err(Failure::sync)?;
-        // Syncing stopped (no rows): this trainer's own, as a lone trainer's.
-        let applied = self
-            .learner
-            .apply_shared_gradients(rows.as_ref().unwrap_or(&mine));
-        if let Err(e) = applied {
+        let Some(rows) = peer.combine_shared(&mine).map_err(Failure::sync)? else {
+            return Ok(false);
+        };
+        if let Err(e) = self.learner.apply_shared_gradients(&rows) {
             return Err(self.learner_failure(e));
         }
         if let Foreground::SyncSgd(peer) = &mut self.foreground {
             peer.shared_applied().map_err(Failure::sync)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Attempts one step; `Ok(false)` once the data is exhausted.
@@ -309,8 +311,8 @@ impl<L: Learner> TrainerCore<L> {
         }
         let catching_up = self.counters.steps() < self.catch_up;
         let sync_sgd = matches!(self.foreground, Foreground::SyncSgd(_)) && !catching_up;
-        if sync_sgd {
-            self.all_reduce_gradients()?;
+        if sync_sgd && !self.all_reduce_gradients()? {
+            return Ok(false);
         }
         if let Err(e) = self.learner.apply_gradients() {
             return Err(self.learner_failure(e));
