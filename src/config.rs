@@ -12,11 +12,11 @@
 //! [model]
 //! kind = "dlrm"              # lr | dlrm | deepfm
 //!
-//! [optim]
-//! dense = "sgd"              # sgd | adagrad | adam
-//! dense_lr = 0.1
-//! sparse = "sgd"             # sgd | adagrad
-//! sparse_lr = 0.1
+//! [optim]                    # the default; DLRM's reference: sgd, 0.1, sgd, 0.1
+//! dense = "adagrad"          # sgd | adagrad | adam
+//! dense_lr = 0.01
+//! sparse = "adagrad"         # sgd | adagrad
+//! sparse_lr = 0.05
 //!
 //! [train]
 //! batch_size = 128
@@ -252,13 +252,37 @@ pub struct OptimConfig {
 }
 
 impl Default for OptimConfig {
-    /// DLRM's Kaggle recipe: plain SGD at 0.1.
+    /// Adagrad, dense 0.01 and embeddings 0.05: the best test NE per second
+    /// of a grid on the built-in data (docs/results/foundation.md).
     fn default() -> Self {
         Self {
-            dense: OptimizerKind::Sgd,
-            dense_lr: 0.1,
-            sparse: OptimizerKind::Sgd,
-            sparse_lr: 0.1,
+            dense: OptimizerKind::Adagrad,
+            dense_lr: 0.01,
+            sparse: OptimizerKind::Adagrad,
+            sparse_lr: 0.05,
+        }
+    }
+}
+
+/// Named optimizer settings (`--optim-preset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OptimPreset {
+    /// The default: Adagrad, dense 0.01, embeddings 0.05.
+    Default,
+    /// DLRM's Kaggle reference: plain SGD at 0.1 for both.
+    DlrmReference,
+}
+
+impl From<OptimPreset> for OptimConfig {
+    fn from(preset: OptimPreset) -> Self {
+        match preset {
+            OptimPreset::Default => Self::default(),
+            OptimPreset::DlrmReference => Self {
+                dense: OptimizerKind::Sgd,
+                dense_lr: 0.1,
+                sparse: OptimizerKind::Sgd,
+                sparse_lr: 0.1,
+            },
         }
     }
 }
@@ -674,12 +698,18 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_dlrm_kaggle() {
+    fn defaults_are_dlrm_kaggle_with_adagrad() {
         let c = parse("").unwrap();
         assert_eq!(c.model.kind, ModelKind::Dlrm);
         assert_eq!(c.model.bottom_mlp, vec![512, 256, 64]);
         assert_eq!(c.train.batch_size, 128);
-        assert_eq!(c.optim.dense_lr, 0.1);
+        assert_eq!(c.optim, OptimConfig::from(OptimPreset::Default));
+        assert_eq!(c.optim.dense, OptimizerKind::Adagrad);
+        let reference = OptimConfig::from(OptimPreset::DlrmReference);
+        assert_eq!(
+            (reference.dense, reference.dense_lr),
+            (OptimizerKind::Sgd, 0.1)
+        );
     }
 
     #[test]

@@ -81,6 +81,8 @@ struct ExperimentFile {
     #[serde(default = "default_baseline")]
     baseline: String,
     #[serde(default)]
+    pairs: Vec<(String, String)>,
+    #[serde(default)]
     base: Table,
     grid: Table,
 }
@@ -104,6 +106,10 @@ pub struct Experiment {
     /// The `sync.algorithm` the report compares every cell with, at the
     /// cell's other settings (`none` unless said).
     pub baseline: String,
+    /// Algorithms the report compares head to head, the first against the
+    /// second, at the same other settings (`pairs = [["shadow-ma",
+    /// "fr-ma:10"]]`).
+    pub pairs: Vec<(String, String)>,
     /// The runs, in order.
     pub runs: Vec<Run>,
     /// The combinations the configuration rejects.
@@ -171,6 +177,7 @@ impl Experiment {
             about: file.about,
             target_ne: file.target_ne,
             baseline: file.baseline,
+            pairs: file.pairs,
             runs: Vec::new(),
             skipped: Vec::new(),
             keys: axes.iter().map(|(k, _)| k.clone()).collect(),

@@ -6,7 +6,8 @@
 //! writes one table row per cell (test NE, AUC and logloss as mean ± standard
 //! deviation over seeds, examples/s and its ratio to the experiment's
 //! baseline (`none` unless said) at the same other settings with Welch's
-//! p-value of the NE difference, sync gap, staleness) and the plots the
+//! p-value of the NE difference, sync gap, staleness), a head-to-head table
+//! for the experiment's `pairs` of algorithms, and the plots the
 //! results hold data for: test NE against examples and against training
 //! seconds, examples/s against trainers, the distributions of sync gaps and
 //! stalenesses, and the consensus distance over time. [`Report::write`] puts
@@ -256,6 +257,7 @@ pub fn render(results: &ExperimentResults, provenance: &Provenance) -> Result<Re
         md.push('\n');
     }
     table(&mut md, experiment, &cells);
+    pairs_table(&mut md, experiment, &cells);
     let mut plots = Vec::new();
     let mut figure = |md: &mut String, file: &str, caption: &str, svg: Option<String>| {
         if let Some(svg) = svg {
@@ -313,16 +315,7 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
     let seeds = experiment.keys.iter().any(|k| is_seed(k));
     let name = experiment.baseline.as_str();
     let compared = cells.iter().any(|c| c.algorithm() == Some(name));
-    // The baseline at the cell's other settings.
-    let baseline = |cell: &Cell| -> Option<&Cell> {
-        cell.algorithm()?;
-        cells.iter().find(|c| {
-            c.algorithm() == Some(name)
-                && c.settings
-                    .iter()
-                    .all(|(k, v)| k == ALGORITHM || k == SYNC || cell.setting(k) == Some(v))
-        })
-    };
+    let baseline = |cell: &Cell| counterpart(cells, cell, name);
     let header = header(&keys, compared.then_some(name), experiment.target_ne);
     let _ = writeln!(md, "| {} |", header.join(" | "));
     let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
@@ -412,6 +405,84 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
     }
 }
 
+/// The cell of algorithm `name` at `cell`'s other settings.
+fn counterpart<'c, 'r>(cells: &'c [Cell<'r>], cell: &Cell, name: &str) -> Option<&'c Cell<'r>> {
+    cell.algorithm()?;
+    cells.iter().find(|c| {
+        c.algorithm() == Some(name)
+            && c.settings
+                .iter()
+                .all(|(k, v)| k == ALGORITHM || k == SYNC || cell.setting(k) == Some(v))
+    })
+}
+
+/// The head-to-head table of the experiment's pairs: for each cell of a
+/// pair's first algorithm and the second's at the same other settings, n,
+/// test NE and AUC (mean ± standard deviation over the runs) and their
+/// differences with Welch's p-value.
+fn pairs_table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
+    if experiment.pairs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Head to head
+"
+    );
+    let _ = writeln!(
+        md,
+        "| A | B | settings | runs (A, B) | test NE A | test NE B | NE A − B (p) | AUC A | AUC B | AUC A − B (p) | replicas' NE A | B |"
+    );
+    let _ = writeln!(md, "|{}", "---|".repeat(12));
+    let metric =
+        |c: &Cell, f: fn(&RunResult) -> f64| c.runs.iter().map(|r| f(r)).collect::<Vec<_>>();
+    let ne = |r: &RunResult| r.report.final_metrics.ne;
+    let auc = |r: &RunResult| r.report.final_metrics.auc;
+    let pm = |values: &[f64]| {
+        let (mean, sd) = mean_std(values);
+        format!("{mean:.4} ± {sd:.4}")
+    };
+    for (a, b) in &experiment.pairs {
+        let firsts = cells.iter().filter(|c| c.algorithm() == Some(a.as_str()));
+        let mut found = false;
+        for first in firsts {
+            let Some(second) = counterpart(cells, first, b) else {
+                continue;
+            };
+            found = true;
+            let settings: Vec<String> = first
+                .settings
+                .iter()
+                .filter(|(k, _)| k != ALGORITHM && k != SYNC)
+                .map(|(k, v)| format!("{k} = {}", text(v)))
+                .collect();
+            let row = [
+                format!("`{a}`"),
+                format!("`{b}`"),
+                settings.join(", "),
+                format!("{}, {}", first.runs.len(), second.runs.len()),
+                pm(&metric(first, ne)),
+                pm(&metric(second, ne)),
+                difference(&metric(first, ne), &metric(second, ne)),
+                pm(&metric(first, auc)),
+                pm(&metric(second, auc)),
+                difference(&metric(first, auc), &metric(second, auc)),
+                replicas_ne(first),
+                replicas_ne(second),
+            ];
+            let _ = writeln!(md, "| {} |", row.join(" | "));
+        }
+        if !found {
+            let _ = writeln!(md, "| `{a}` | `{b}` | not both run | | | | | | | | | |");
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nMeans ± standard deviations over the runs; differences of the means with the \
+         two-sided p-value of Welch's t-test (p > 0.05: no difference measured).\n"
+    );
+}
+
 /// The table's header: the grid's keys, then the figures (with the ratio to
 /// and difference from `baseline` when it ran).
 fn header(keys: &[&String], baseline: Option<&str>, target_ne: Option<f64>) -> Vec<String> {
@@ -441,9 +512,7 @@ fn header(keys: &[&String], baseline: Option<&str>, target_ne: Option<f64>) -> V
     header
 }
 
-/// `cell`'s test NE against the baseline's: the difference of their means and
-/// Welch's p-value ("no difference measured" above 0.05; no p-value with
-/// fewer than 2 runs on either side).
+/// `cell`'s test NE against the baseline's: [`difference`].
 fn ne_against(cell: &Cell, baseline: &Cell) -> String {
     let ne = |c: &Cell| {
         c.runs
@@ -451,9 +520,15 @@ fn ne_against(cell: &Cell, baseline: &Cell) -> String {
             .map(|r| r.report.final_metrics.ne)
             .collect::<Vec<_>>()
     };
-    let (mine, theirs) = (ne(cell), ne(baseline));
-    let difference = mean_std(&mine).0 - mean_std(&theirs).0;
-    match welch_p(&mine, &theirs) {
+    difference(&ne(cell), &ne(baseline))
+}
+
+/// The difference of the means of `mine` and `theirs` and Welch's p-value
+/// ("no difference measured" above 0.05; no p-value with fewer than 2 runs
+/// on either side).
+fn difference(mine: &[f64], theirs: &[f64]) -> String {
+    let difference = mean_std(mine).0 - mean_std(theirs).0;
+    match welch_p(mine, theirs) {
         Some(p) if p > 0.05 => format!("{difference:+.4} (p {p:.2}: no difference measured)"),
         Some(p) => format!("{difference:+.4} (p {p:.3})"),
         None => format!("{difference:+.4}"),

@@ -148,7 +148,11 @@ fn a_grid_runs_resumes_and_is_reported() {
         "{document}"
     );
     let text = std::fs::read_to_string(&spec).unwrap();
-    let text = text.replacen("target_ne", "baseline = \"shadow-ma\"\ntarget_ne", 1);
+    let text = text.replacen(
+        "target_ne",
+        "baseline = \"shadow-ma\"\npairs = [[\"shadow-ma\", \"none\"]]\ntarget_ne",
+        1,
+    );
     std::fs::write(&spec, text).unwrap();
     report();
     let document = std::fs::read_to_string(docs.join("cli-grid.md")).unwrap();
@@ -161,6 +165,18 @@ fn a_grid_runs_resumes_and_is_reported() {
         .find(|l| l.starts_with("| none | 2 |"))
         .unwrap();
     assert!(none_pair.contains(" (p "), "{none_pair}");
+    // Head to head: shadow-ma against none at each trainer count both ran.
+    let heads: Vec<&str> = document
+        .lines()
+        .filter(|l| l.starts_with("| `shadow-ma` | `none` |"))
+        .collect();
+    assert!(!heads.is_empty(), "{document}");
+    assert!(
+        heads
+            .iter()
+            .all(|h| h.contains(" (p ") && h.contains("2, 2")),
+        "{heads:?}"
+    );
 }
 
 #[test]

@@ -74,9 +74,11 @@ impl ParamAlias {
         Ok(())
     }
 
-    /// Writes `target`, computed from `snapshot`, into the replica in one pass;
-    /// [`WriteBack::Delta`] turns `target` into `target − snapshot` on the way.
-    pub fn write_back(&self, mode: WriteBack, target: &mut [f32], snapshot: &[f32]) -> Result<()> {
+    /// Writes `target`, computed from `snapshot`, into the replica in one pass:
+    /// [`WriteBack::Overwrite`] copies it, [`WriteBack::Delta`] adds
+    /// `target − snapshot` (what the round moved, kept on top of the steps the
+    /// trainer took meanwhile).
+    pub fn write_back(&self, mode: WriteBack, target: &[f32], snapshot: &[f32]) -> Result<()> {
         if target.len() != self.len() || snapshot.len() != self.len() {
             return Err(Error::Layout(format!(
                 "write-back of {} values (snapshot {}) into a replica of {}",
@@ -85,16 +87,13 @@ impl ParamAlias {
                 self.len()
             )));
         }
-        if mode == WriteBack::Delta {
-            target.iter_mut().zip(snapshot).for_each(|(t, s)| *t -= s);
-        }
-        let mut alias = self.alias.shallow_clone();
-        with_borrowed(target, |source| {
-            tch::no_grad(|| match mode {
-                WriteBack::Overwrite => alias.f_copy_(source),
-                WriteBack::Delta => alias.f_add_(source).map(|_| ()),
-            })?;
-            Ok(())
+        with_values_mut(&self.alias, |replica: &mut [f32]| match mode {
+            WriteBack::Overwrite => replica.copy_from_slice(target),
+            WriteBack::Delta => {
+                for ((w, t), s) in replica.iter_mut().zip(target.iter()).zip(snapshot) {
+                    *w += t - s;
+                }
+            }
         })
     }
 }
@@ -183,9 +182,9 @@ mod tests {
                 let mut rounds = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     alias.snapshot_into(&mut snapshot).unwrap();
-                    let mut target: Vec<f32> = snapshot.iter().map(|v| 0.5 * v).collect();
+                    let target: Vec<f32> = snapshot.iter().map(|v| 0.5 * v).collect();
                     alias
-                        .write_back(WriteBack::Delta, &mut target, &snapshot)
+                        .write_back(WriteBack::Delta, &target, &snapshot)
                         .unwrap();
                     rounds += 1;
                 }
@@ -212,7 +211,7 @@ mod tests {
         assert!(rounds > 0);
         // Writes through the alias land in the trainer's buffer.
         alias
-            .write_back(WriteBack::Overwrite, &mut zeros.clone(), &zeros)
+            .write_back(WriteBack::Overwrite, &zeros, &zeros)
             .unwrap();
         assert_eq!(
             params.values().abs().sum(Kind::Float).double_value(&[]),
@@ -245,20 +244,20 @@ mod tests {
         let alias = ParamAlias::new(&params).unwrap();
         let snapshot = [0.5, 2.0, 1.0];
         // Delta: w += target − snapshot.
-        let mut target = vec![1.5, 0.0, 1.0];
+        let target = vec![1.5, 0.0, 1.0];
         alias
-            .write_back(WriteBack::Delta, &mut target, &snapshot)
+            .write_back(WriteBack::Delta, &target, &snapshot)
             .unwrap();
         let mut now = [0f32; 3];
         alias.snapshot_into(&mut now).unwrap();
         assert_eq!(now, [2.0, 0.0, 3.0]);
         alias
-            .write_back(WriteBack::Overwrite, &mut [7.0, 8.0, 9.0], &snapshot)
+            .write_back(WriteBack::Overwrite, &[7.0, 8.0, 9.0], &snapshot)
             .unwrap();
         alias.snapshot_into(&mut now).unwrap();
         assert_eq!(now, [7.0, 8.0, 9.0]);
         let e = alias
-            .write_back(WriteBack::Overwrite, &mut [1.0], &snapshot)
+            .write_back(WriteBack::Overwrite, &[1.0], &snapshot)
             .unwrap_err();
         assert!(e.to_string().contains("1 values"), "{e}");
     }

@@ -274,9 +274,9 @@ mod tests {
                 let zeros = vec![0f32; writer.len()];
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     delta.iter_mut().for_each(|d| *d = -*d);
-                    let mut target = delta.clone();
+                    let target = delta.clone();
                     writer
-                        .write_back(crate::sync::WriteBack::Delta, &mut target, &zeros)
+                        .write_back(crate::sync::WriteBack::Delta, &target, &zeros)
                         .unwrap();
                 }
             });

@@ -149,7 +149,7 @@ impl ShadowLoop {
             contributed,
             written_back: false,
         };
-        let mut target = match target {
+        let target = match target {
             Ok(Some(target)) => target,
             Ok(None) => return Ok(None),
             Err(Error::NonFinite { .. }) => return Ok(Some(outcome)),
@@ -165,7 +165,7 @@ impl ShadowLoop {
             WriteBack::Overwrite
         };
         self.replica
-            .write_back(write_back, &mut target, self.snapshot.values())?;
+            .write_back(write_back, &target, self.snapshot.values())?;
         outcome.staleness = self.counters.steps().saturating_sub(steps_at_snapshot);
         outcome.written_back = true;
         self.counters.record_sync(outcome.staleness);

@@ -200,8 +200,15 @@ fn sync_sgd_trainers_end_together_when_one_runs_out_of_data() {
     let _serial = exclusive();
     let mut ls = learners(2, Some(20));
     ls[1].steps_left = Some(30);
-    let outcome = Cluster::start(config("sync-sgd"), ls).unwrap().wait().unwrap();
-    assert!(outcome.report.errors.is_empty(), "{:?}", outcome.report.errors);
+    let outcome = Cluster::start(config("sync-sgd"), ls)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(
+        outcome.report.errors.is_empty(),
+        "{:?}",
+        outcome.report.errors
+    );
     assert_eq!(outcome.report.examples, 2 * 20 * 64);
     for learner in &outcome.learners {
         assert_eq!(learner.shared_applied.len(), 20);

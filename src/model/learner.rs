@@ -311,7 +311,7 @@ impl Learner for CtrLearner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelKind;
+    use crate::config::{ModelKind, OptimPreset};
     use crate::data::Example;
 
     #[test]
@@ -331,7 +331,7 @@ mod tests {
             kind: ModelKind::Lr,
             ..ModelConfig::default()
         };
-        let optim = OptimConfig::default(); // plain SGD
+        let optim = OptimConfig::from(OptimPreset::DlrmReference); // plain SGD
         let layout = TableLayout::uniform(50).unwrap();
         let example = Example {
             label: 1.0,

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use shadowsync::config::{Config, ModelKind, OptimizerKind};
+use shadowsync::config::{Config, ModelKind, OptimPreset, OptimizerKind};
 use shadowsync::data::BadLinePolicy;
 use shadowsync::runtime::sync::{
     launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, WriteBack,
@@ -58,6 +58,10 @@ pub(crate) struct TrainArgs {
     /// Examples per step.
     #[arg(long, group = "setup")]
     pub(crate) batch_size: Option<usize>,
+    /// Named optimizer settings; the optimizer and learning-rate flags
+    /// override them
+    #[arg(long, value_enum, group = "setup")]
+    pub(crate) optim_preset: Option<OptimPreset>,
     /// Dense optimizer.
     #[arg(long, value_enum, group = "setup")]
     pub(crate) optimizer: Option<OptimizerKind>,
@@ -277,6 +281,9 @@ impl TrainArgs {
             ($($flag:ident => $($field:ident).+),* $(,)?) => {
                 $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
             };
+        }
+        if let Some(preset) = self.optim_preset {
+            c.optim = preset.into();
         }
         set!(
             model => model.kind,
