@@ -453,8 +453,8 @@ fn pairs_table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
             let settings: Vec<String> = first
                 .settings
                 .iter()
-                .filter(|(k, _)| k != ALGORITHM && k != SYNC)
-                .map(|(k, v)| format!("{k} = {}", text(v)))
+                .filter(|(k, _)| k != ALGORITHM)
+                .map(|(k, v)| format!("`{k}` {}", text(v)))
                 .collect();
             let row = [
                 format!("`{a}`"),
