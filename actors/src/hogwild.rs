@@ -87,13 +87,8 @@ impl ParamAlias {
                 self.len()
             )));
         }
-        with_values_mut(&self.alias, |replica: &mut [f32]| match mode {
-            WriteBack::Overwrite => replica.copy_from_slice(target),
-            WriteBack::Delta => {
-                for ((w, t), s) in replica.iter_mut().zip(target.iter()).zip(snapshot) {
-                    *w += t - s;
-                }
-            }
+        with_values_mut(&self.alias, |replica: &mut [f32]| {
+            mode.apply(replica, target, snapshot)
         })
     }
 }
