@@ -110,12 +110,14 @@ fn lr_run(
         "--results",
         &results,
     ];
-    // Logistic regression unless `more` says otherwise.
+    // Logistic regression unless `more` says otherwise, with plain SGD 0.1
+    // (the bounds below were set for it) unless `more` names optimizers.
     let model = match more.contains(&"--model") {
         true => &[][..],
         false => &["--model", "lr"][..],
     };
     args.iter()
+        .chain(&["--optim-preset", "dlrm-reference"])
         .chain(model)
         .chain(more)
         .map(|a| a.to_string())

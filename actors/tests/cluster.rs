@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{config, exclusive, learners, EventLog, LeastSquares};
+use common::{config, exclusive, learners, run_to_the_end, EventLog, LeastSquares};
 
 #[test]
 fn shadow_syncs_complete_while_steps_keep_increasing_and_stop_is_prompt() {
@@ -200,15 +200,7 @@ fn sync_sgd_trainers_end_together_when_one_runs_out_of_data() {
     let _serial = exclusive();
     let mut ls = learners(2, Some(20));
     ls[1].steps_left = Some(30);
-    let outcome = Cluster::start(config("sync-sgd"), ls)
-        .unwrap()
-        .wait()
-        .unwrap();
-    assert!(
-        outcome.report.errors.is_empty(),
-        "{:?}",
-        outcome.report.errors
-    );
+    let outcome = run_to_the_end(config("sync-sgd"), ls);
     assert_eq!(outcome.report.examples, 2 * 20 * 64);
     for learner in &outcome.learners {
         assert_eq!(learner.shared_applied.len(), 20);
@@ -390,15 +382,7 @@ fn a_schedule_and_a_rule_of_ones_own_run_like_built_in_ones() {
         }))
     });
     let log = EventLog::of(&c.events);
-    let outcome = Cluster::start(c, learners(4, Some(200)))
-        .unwrap()
-        .wait()
-        .unwrap();
-    assert!(
-        outcome.report.errors.is_empty(),
-        "{:?}",
-        outcome.report.errors
-    );
+    let outcome = run_to_the_end(c, learners(4, Some(200)));
     assert_eq!(outcome.report.algorithm.to_string(), "fr-momentum:2");
     for (i, learner) in outcome.learners.iter().enumerate() {
         let loss = learner.loss_of(&learner.dense());

@@ -8,7 +8,8 @@ use crossbeam_channel::RecvTimeoutError;
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::sync::SyncConfig;
 use shadowsync_actors::{
-    Cluster, ClusterConfig, FlatParams, Learner, LearnerState, SharedGradients, StepOutcome,
+    Cluster, ClusterConfig, ClusterOutcome, FlatParams, Learner, LearnerState, SharedGradients,
+    StepOutcome,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -185,6 +186,21 @@ pub fn config(algorithm: &str) -> ClusterConfig {
         consensus_every_ms: 50,
         ..ClusterConfig::default()
     }
+}
+
+/// Runs `learners` under `config` to the end; fails the test on any
+/// trainer's error.
+pub fn run_to_the_end(
+    config: ClusterConfig,
+    learners: Vec<LeastSquares>,
+) -> ClusterOutcome<LeastSquares> {
+    let outcome = Cluster::start(config, learners).unwrap().wait().unwrap();
+    assert!(
+        outcome.report.errors.is_empty(),
+        "{:?}",
+        outcome.report.errors
+    );
+    outcome
 }
 
 pub fn learners(n: usize, steps: Option<u64>) -> Vec<LeastSquares> {
