@@ -65,7 +65,7 @@ impl WrittenRows {
         self.on.store(true, Ordering::Relaxed);
     }
 
-    fn mark(&self, rows: &[i64]) {
+    fn mark(&self, rows: &[u64]) {
         if !self.on.load(Ordering::Relaxed) {
             return;
         }
@@ -266,38 +266,55 @@ impl EmbeddingTable {
     /// linear in the gradient), in one pass over the batch's unique rows.
     pub fn apply(&mut self, rows: &Tensor, grad: &Tensor) -> Result<()> {
         let ids = Vec::<i64>::try_from(rows.f_reshape(-1)?)?;
-        self.written.mark(&ids);
         let grad = grad.f_contiguous()?;
+        let (ids, summed) = with_values(&grad, |grad| coalesce(&ids, grad, self.width as usize))??;
+        self.apply_rows(&ids, &summed)
+    }
+
+    /// Applies coalesced gradients (a row of values per id, each id once) to
+    /// the rows `ids` with the table's rule.
+    pub fn apply_rows(&mut self, ids: &[u64], grads: &[f32]) -> Result<()> {
         let (width, lr, rule) = (self.width as usize, self.lr as f32, &*self.rule);
-        let none = Tensor::new();
-        let state = self.state.as_ref().unwrap_or(&none);
-        with_values(&grad, |grad: &[f32]| {
-            with_values_mut(&self.weight, |weight: &mut [f32]| {
-                if state.defined() {
-                    with_values_mut(state, |state: &mut [f32]| {
-                        apply_coalesced(rule, &ids, grad, weight, state, width, lr)
-                    })?
-                } else {
-                    apply_coalesced(rule, &ids, grad, weight, &mut [], width, lr)
+        if grads.len() != ids.len() * width {
+            return Err(Layout(format!(
+                "{} gradient values for {} rows of width {width}",
+                grads.len(),
+                ids.len()
+            ))
+            .into());
+        }
+        self.written.mark(ids);
+        with_values_mut(&self.weight, |weight: &mut [f32]| {
+            let rows = weight.len() / width;
+            // `state` is empty for a rule without one.
+            let mut update = |state: &mut [f32]| -> Result<()> {
+                for (&id, grad) in ids.iter().zip(grads.chunks_exact(width)) {
+                    let row = usize::try_from(id).ok().filter(|&row| row < rows);
+                    let Some(row) = row else {
+                        let reason =
+                            format!("embedding row {id} is outside the table's {rows} rows");
+                        return Err(Layout(reason).into());
+                    };
+                    let span = row * width..(row + 1) * width;
+                    let row_state = match state.is_empty() {
+                        true => &mut [][..],
+                        false => &mut state[span.clone()],
+                    };
+                    rule.update(&mut weight[span], row_state, grad, lr);
                 }
-            })?
-        })??;
-        Ok(())
+                Ok(())
+            };
+            match &self.state {
+                Some(state) => with_values_mut(state, |state: &mut [f32]| update(state))?,
+                None => update(&mut []),
+            }
+        })?
     }
 }
 
-/// Applies `grad` (a row of `width` per id of `ids`) to the rows `ids` of
-/// `weight` (and their `state`, empty for a rule without one): each row once,
-/// with the sum of its gradients in the order they come.
-fn apply_coalesced(
-    rule: &dyn RowRule,
-    ids: &[i64],
-    grad: &[f32],
-    weight: &mut [f32],
-    state: &mut [f32],
-    width: usize,
-    lr: f32,
-) -> Result<()> {
+/// `grad` (a row of `width` values per id of `ids`) coalesced: each id once,
+/// in increasing order, with the sum of its rows in the order they come.
+pub fn coalesce(ids: &[i64], grad: &[f32], width: usize) -> Result<(Vec<u64>, Vec<f32>)> {
     if grad.len() != ids.len() * width {
         return Err(Layout(format!(
             "{} gradient values for {} rows of width {width}",
@@ -306,33 +323,21 @@ fn apply_coalesced(
         ))
         .into());
     }
-    let rows = weight.len() / width;
     let mut order: Vec<(i64, usize)> = ids.iter().copied().zip(0..).collect();
     order.sort_unstable();
-    let mut sum = vec![0f32; width];
+    let (mut unique, mut summed) = (Vec::new(), Vec::new());
     for run in order.chunk_by(|a, b| a.0 == b.0) {
         let id = run[0].0;
-        let start = match usize::try_from(id) {
-            Ok(row) if row < rows => row * width,
-            _ => {
-                return Err(Layout(format!(
-                    "embedding row {id} is outside the table's {rows} rows"
-                ))
-                .into())
-            }
-        };
-        sum.fill(0.0);
-        for &(_, at) in run {
-            let g = &grad[at * width..(at + 1) * width];
-            sum.iter_mut().zip(g).for_each(|(s, g)| *s += g);
+        let id = u64::try_from(id).map_err(|_| Layout(format!("embedding row {id}")))?;
+        unique.push(id);
+        let at = summed.len();
+        summed.resize(at + width, 0f32);
+        for &(_, position) in run {
+            let row = &grad[position * width..(position + 1) * width];
+            summed[at..].iter_mut().zip(row).for_each(|(s, g)| *s += g);
         }
-        let row_state = match state.is_empty() {
-            true => &mut [][..],
-            false => &mut state[start..start + width],
-        };
-        rule.update(&mut weight[start..start + width], row_state, &sum, lr);
     }
-    Ok(())
+    Ok((unique, summed))
 }
 
 #[cfg(test)]

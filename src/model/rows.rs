@@ -9,16 +9,17 @@
 //! autograd leaf, and [`Table::apply`] turns the leaf's gradient into the
 //! rows' update (pushed to their owners, not waited for).
 
-use super::embedding::row_rule;
+use super::embedding::{coalesce, row_rule};
 use super::{EmbeddingTable, RowInit};
 use crate::config::{OptimConfig, TrainConfig};
 use crate::data::TableLayout;
 use crate::{Error, Result};
 use shadowsync_actors::embedding::{Fetch, RowClient, RowServer, RowSharding, RowStats, RowStore};
 use shadowsync_actors::sync::Fabric;
+use shadowsync_actors::with_values;
 use std::sync::Arc;
 use std::time::Duration;
-use tch::{Device, Kind, Tensor};
+use tch::Tensor;
 
 /// A learner's embedding rows.
 #[derive(Debug)]
@@ -171,33 +172,22 @@ impl Table {
     /// The gradient in `pending`'s leaf, coalesced: each row once, with the
     /// sum of its lookups' gradients (rows sorted by id).
     pub fn coalesce(&self, pending: Pending) -> Result<(Vec<u64>, Vec<f32>)> {
-        let grad = pending.leaf.grad();
-        let width = self.width();
-        let (ids, grad) = match pending.rows {
+        let grad = pending.leaf.grad().f_contiguous()?;
+        match pending.rows {
             PendingRows::Local(rows) => {
-                let (unique, inverse, _) =
-                    rows.f_view(-1)?.f_internal_unique2(true, true, false)?;
-                let summed =
-                    Tensor::f_zeros([unique.size()[0], width], (Kind::Float, Device::Cpu))?
-                        .f_index_add_(0, &inverse, &grad.f_view([-1, width])?)?;
-                let ids = Vec::<i64>::try_from(&unique)?;
-                (ids.into_iter().map(|id| id as u64).collect(), summed)
+                let ids = Vec::<i64>::try_from(rows.f_reshape(-1)?)?;
+                let width = self.width() as usize;
+                with_values(&grad, |grad| coalesce(&ids, grad, width))?
             }
-            PendingRows::Sharded(ids) => (ids, grad),
-        };
-        Ok((ids, Vec::<f32>::try_from(grad.f_contiguous()?.f_view(-1)?)?))
+            PendingRows::Sharded(ids) => Ok((ids, Vec::<f32>::try_from(grad.f_view(-1)?)?)),
+        }
     }
 
     /// Applies `grads` (a row of values per id, each id once) to the rows
     /// `ids` with the table's optimizer: here, or pushed to their owners.
     pub fn apply_rows(&mut self, ids: &[u64], grads: &[f32]) -> Result<()> {
         match self {
-            Self::Local(table) => {
-                let index: Vec<i64> = ids.iter().map(|&id| id as i64).collect();
-                let index = Tensor::f_from_slice(&index)?;
-                let grads = Tensor::f_from_slice(grads)?.f_view([-1, table.width()])?;
-                tch::no_grad(|| table.apply(&index, &grads))
-            }
+            Self::Local(table) => table.apply_rows(ids, grads),
             Self::Sharded(table) => Ok(table.client.push(ids, grads, table.lr as f32)?),
         }
     }
