@@ -161,7 +161,12 @@ impl Cell<'_> {
 
     /// Mean and standard deviation over the runs of `figure`.
     fn stat(&self, figure: impl Fn(&RunResult) -> f64) -> (f64, f64) {
-        mean_std(&self.runs.iter().map(|r| figure(r)).collect::<Vec<_>>())
+        mean_std(&self.values(figure))
+    }
+
+    /// `figure` of each run.
+    fn values(&self, figure: impl Fn(&RunResult) -> f64) -> Vec<f64> {
+        self.runs.iter().map(|r| figure(r)).collect()
     }
 }
 
@@ -424,18 +429,12 @@ fn pairs_table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
     if experiment.pairs.is_empty() {
         return;
     }
-    let _ = writeln!(
-        md,
-        "## Head to head
-"
-    );
+    let _ = writeln!(md, "## Head to head\n");
     let _ = writeln!(
         md,
         "| A | B | settings | runs (A, B) | test NE A | test NE B | NE A − B (p) | AUC A | AUC B | AUC A − B (p) | replicas' NE A | B |"
     );
     let _ = writeln!(md, "|{}", "---|".repeat(12));
-    let metric =
-        |c: &Cell, f: fn(&RunResult) -> f64| c.runs.iter().map(|r| f(r)).collect::<Vec<_>>();
     let ne = |r: &RunResult| r.report.final_metrics.ne;
     let auc = |r: &RunResult| r.report.final_metrics.auc;
     let pm = |values: &[f64]| {
@@ -461,12 +460,12 @@ fn pairs_table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
                 format!("`{b}`"),
                 settings.join(", "),
                 format!("{}, {}", first.runs.len(), second.runs.len()),
-                pm(&metric(first, ne)),
-                pm(&metric(second, ne)),
-                difference(&metric(first, ne), &metric(second, ne)),
-                pm(&metric(first, auc)),
-                pm(&metric(second, auc)),
-                difference(&metric(first, auc), &metric(second, auc)),
+                pm(&first.values(ne)),
+                pm(&second.values(ne)),
+                difference(&first.values(ne), &second.values(ne)),
+                pm(&first.values(auc)),
+                pm(&second.values(auc)),
+                difference(&first.values(auc), &second.values(auc)),
                 replicas_ne(first),
                 replicas_ne(second),
             ];
@@ -514,13 +513,8 @@ fn header(keys: &[&String], baseline: Option<&str>, target_ne: Option<f64>) -> V
 
 /// `cell`'s test NE against the baseline's: [`difference`].
 fn ne_against(cell: &Cell, baseline: &Cell) -> String {
-    let ne = |c: &Cell| {
-        c.runs
-            .iter()
-            .map(|r| r.report.final_metrics.ne)
-            .collect::<Vec<_>>()
-    };
-    difference(&ne(cell), &ne(baseline))
+    let ne = |r: &RunResult| r.report.final_metrics.ne;
+    difference(&cell.values(ne), &baseline.values(ne))
 }
 
 /// The difference of the means of `mine` and `theirs` and Welch's p-value
