@@ -4,6 +4,7 @@
 mod common;
 
 use common::sample;
+use crossbeam_channel::RecvTimeoutError;
 use flate2::{write::GzEncoder, Compression};
 use shadowsync::data::{
     BadLinePolicy, Batch, CriteoReader, Example, Pipeline, PipelineConfig, SyntheticData,
@@ -12,6 +13,7 @@ use shadowsync::data::{
 use shadowsync::Error;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 fn read_all(path: &Path) -> Vec<Example> {
     CriteoReader::open(path, BadLinePolicy::Fail)
@@ -228,6 +230,52 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
         }
     }
     assert_eq!(interleaved, labels_of(&expected));
+}
+
+#[test]
+fn a_halted_pipeline_closes_every_channel_though_a_consumer_stopped_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = SyntheticSpec {
+        train_rows: 5000,
+        test_rows: 1,
+        seed: 5,
+    };
+    let data = SyntheticData::generate(spec, dir.path()).unwrap();
+    let config = PipelineConfig {
+        batch_size: 16,
+        shards: 2,
+        keep: None,
+        policy: BadLinePolicy::Fail,
+        capacity: 2,
+        skip: Vec::new(),
+    };
+    let mut pipeline =
+        Pipeline::spawn(&data.train, TableLayout::uniform(1000).unwrap(), &config).unwrap();
+    let mut shards = pipeline.take_shards();
+    let reading = shards.pop().unwrap();
+    let _stopped = shards.pop().unwrap(); // held, never read: a stopped trainer
+    let halt = pipeline.halt_handle();
+    let mut received = 0;
+    let mut halted = false;
+    loop {
+        match reading.recv_timeout(Duration::from_secs(2)) {
+            Ok(batch) => received += batch.unwrap().len(),
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) if halted => panic!("still open after the halt"),
+            Err(RecvTimeoutError::Timeout) => {
+                // The other channel is full and the reader waits on it: only
+                // the halt lets this consumer end.
+                halt.halt();
+                halted = true;
+            }
+        }
+    }
+    assert!(halted, "the channel closed by itself");
+    assert!(
+        received < 2500,
+        "{received} examples: the other consumer was not held up"
+    );
+    pipeline.finish().unwrap();
 }
 
 #[test]

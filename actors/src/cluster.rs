@@ -403,6 +403,12 @@ impl<L: Learner> Cluster<L> {
         self.inner.control.stop();
     }
 
+    /// Whether [`Cluster::stop`] (or a monitor's [`ClusterControl::stop`]) was
+    /// called, or the run has ended.
+    pub fn stopped(&self) -> bool {
+        self.inner.control.stopped()
+    }
+
     /// Waits for every trainer (and sync loop) to end; returns the learners and
     /// the report. A second call (from another handle) gets an error.
     pub fn wait(&self) -> Result<ClusterOutcome<L>> {

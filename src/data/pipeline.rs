@@ -14,6 +14,10 @@
 //! exactly the batches its checkpoint had not (each [`Batch::chunk`] is its
 //! chunk's index within the shard).
 //!
+//! A consumer that stops reading holds up the others (the reader deals in
+//! turn): whoever stops the consumers raises the [`PipelineHalt`] too, and every
+//! channel is closed once drained.
+//!
 //! A malformed line either arrives as an `Err` on its shard (policy `fail`) or is
 //! counted (policy `skip`); [`Pipeline::finish`] returns the counts.
 
@@ -129,6 +133,13 @@ impl Pipeline {
         })
     }
 
+    /// A handle that stops the threads from elsewhere: within one send timeout
+    /// they give up, and each consumer finds its channel closed once it has
+    /// drained it.
+    pub fn halt_handle(&self) -> PipelineHalt {
+        PipelineHalt(Arc::clone(&self.stop))
+    }
+
     /// The consumers' receivers, one per kept shard (taken once).
     pub fn take_shards(&mut self) -> Vec<Receiver<Result<Batch>>> {
         std::mem::take(&mut self.shards)
@@ -168,6 +179,17 @@ impl Drop for Pipeline {
         if self.reader.is_some() {
             let _ = self.shutdown();
         }
+    }
+}
+
+/// Stops a [`Pipeline`]'s threads (see [`Pipeline::halt_handle`]).
+#[derive(Debug, Clone)]
+pub struct PipelineHalt(Arc<AtomicBool>);
+
+impl PipelineHalt {
+    /// Stops the reader and the parsers.
+    pub fn halt(&self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 

@@ -342,7 +342,7 @@ fn run(
         checkpoint,
         observer,
     )?;
-    session.supervise(observer, data.total)?;
+    session.supervise(observer, data.total, &pipeline.halt_handle())?;
     let ended = session.end(observer)?;
     let train_read = pipeline.finish()?;
     let memory = MemoryReport::now(table_bytes);

@@ -12,7 +12,7 @@ use super::data::RunData;
 use super::{process_dir, Observer};
 use crate::checkpoint::{Checkpoint, CheckpointStore, DataFile, Reason};
 use crate::config::Config;
-use crate::data::Batch;
+use crate::data::{Batch, PipelineHalt};
 use crate::distributed::{TableSync, TableSyncReport};
 use crate::metrics::{evaluate, EvalPoint, Metrics};
 use crate::model::{CtrLearner, Table};
@@ -308,8 +308,15 @@ impl<'a> Session<'a> {
         self.earlier.train_seconds + self.started.elapsed().as_secs_f64()
     }
 
-    /// Watches the run until every trainer is done (see the module doc).
-    pub fn supervise(&mut self, observer: &mut dyn Observer, total: Option<u64>) -> Result<()> {
+    /// Watches the run until every trainer is done (see the module doc). Once
+    /// the cluster is stopped (an interrupt, a failure, a monitor), `data` is
+    /// halted: a trainer waiting for a batch must not wait on one that stopped.
+    pub fn supervise(
+        &mut self,
+        observer: &mut dyn Observer,
+        total: Option<u64>,
+        data: &PipelineHalt,
+    ) -> Result<()> {
         observer.started(total);
         loop {
             self.checkpoint_when_parked(observer);
@@ -318,6 +325,9 @@ impl<'a> Session<'a> {
                 self.cluster.stop();
             }
             self.stop_on_failure()?;
+            if self.cluster.stopped() {
+                data.halt();
+            }
             let stats = self.cluster.stats();
             let examples: u64 = stats.iter().map(|s| s.examples).sum();
             observer.progressed(examples);
