@@ -449,6 +449,8 @@ fn a_shadow_run_stopped_by_sigint_syncs_after_resuming_as_an_uninterrupted_one_d
     );
     assert!(rate >= clean_rate / 2.0, "{output}");
     assert!(staleness <= 2 * clean_staleness.max(1), "{output}");
-    assert!((ne(&resumed) - ne(&clean)).abs() <= 0.005);
+    // Thread timing alone moves one such run by ±0.002 NE (sd; 7 pairs of
+    // runs differed by 0.0008–0.0051): 0.008 is about 3.5 sd of a difference.
+    assert!((ne(&resumed) - ne(&clean)).abs() <= 0.008);
     assert!(!output.contains("unresponsive"), "{output}");
 }
