@@ -737,6 +737,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.sync.algorithm.to_string(), "shadow-ma");
         assert_eq!((c.sync.group_size, c.train.trainers), (2, 4));
+        assert_eq!(c.sync.server_shards, Some(1));
         assert_eq!(
             (c.sync.link.latency_us, c.sync.link.bandwidth_gbps),
             (200.0, 1.0)

@@ -268,18 +268,20 @@ fn sync_sgd_over_two_trainers_is_one_trainer_with_twice_the_batch() {
     }
 }
 
-/// Sixteen trainers under `shadow-easgd` learn (E1's setting: one pass of
-/// DLRM with Adagrad over 200,000 rows, simulated 1 Gbit/s link). Its centre
-/// once scored NE 1.05–1.12, worse than the base rate (1.0): the replicas
-/// started from different points and α = 0.9/N (0.056 a round, ~12 rounds a
-/// run) never brought them together, so the centre averaged unrelated
-/// networks. Now it scores about `none`'s 0.83–0.85, with a tail (0.89 seen
-/// once in ~20 runs): each seed is held under 0.95, their mean under 0.9.
+/// Sixteen trainers under `shadow-easgd` learn, and better than without sync
+/// (E1's setting, one pass of DLRM with Adagrad over a simulated 1 Gbit/s link,
+/// on 400,000 rows). Its centre once scored NE 1.05–1.12, worse than the base
+/// rate: α = 0.9/N never brought the replicas together. With α = ½ and one
+/// server shard it scored `none`'s NE, no better: 16 trainers queued at the
+/// shard's link (sync gap 9.6 steps). With the default shard per 4 trainers
+/// (gap 3.8), 3 seeds: centre 0.7936 / 0.7962 / 0.7888 against `none`'s
+/// 0.8066 / 0.8000 / 0.8145, a difference of 0.014 where one run's thread
+/// timing moves it by ~0.005.
 #[test]
-fn easgd_over_sixteen_trainers_learns_with_its_replicas_together() {
+fn easgd_over_sixteen_trainers_learns_better_than_without_sync() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let mut c = synthetic_config(dir.path(), 200_000);
+    let mut c = synthetic_config(dir.path(), 400_000);
     c.data.synthetic.test_rows = 20_000;
     c.data.table_size = 100_000;
     c.model.kind = ModelKind::Dlrm;
@@ -296,24 +298,22 @@ fn easgd_over_sixteen_trainers_learns_with_its_replicas_together() {
         c.train.seed = seed;
         train(c, &mut ()).unwrap()
     };
-    let mut centres = Vec::new();
+    let (mut centres, mut alone) = (Vec::new(), Vec::new());
     for seed in 1..=3 {
         let apart = run(&mut c, "none", seed);
         let elastic = run(&mut c, "shadow-easgd", seed);
-        assert!(
-            elastic.final_metrics.ne < 0.95 && apart.final_metrics.ne < 0.9,
-            "seed {seed}: NE {} under shadow-easgd, {} without sync",
-            elastic.final_metrics.ne,
-            apart.final_metrics.ne
-        );
-        centres.push(elastic.final_metrics.ne);
         assert!(
             elastic.consensus_distance < apart.consensus_distance / 5.0,
             "seed {seed}: the replicas stayed apart: consensus distance {} (none: {})",
             elastic.consensus_distance,
             apart.consensus_distance
         );
+        centres.push(elastic.final_metrics.ne);
+        alone.push(apart.final_metrics.ne);
     }
-    let mean = mean_std(&centres).0;
-    assert!(mean < 0.9, "shadow-easgd's centres: {centres:?}");
+    eprintln!("test NE: shadow-easgd's centres {centres:?}, none {alone:?}");
+    assert!(
+        mean_std(&centres).0 < mean_std(&alone).0 && mean_std(&alone).0 < 0.9,
+        "shadow-easgd's centres {centres:?}, none {alone:?}"
+    );
 }

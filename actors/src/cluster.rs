@@ -881,7 +881,8 @@ fn start_services(
     centre: bool,
 ) -> Result<(System, JoinHandle<()>, Services)> {
     let sync = &config.sync;
-    let (events, initial, shards) = (config.events.clone(), initial.to_vec(), sync.server_shards);
+    let shards = sync.server_shards_for(plan.trainers(), fabric.processes());
+    let (events, initial) = (config.events.clone(), initial.to_vec());
     let link = match fabric.processes() {
         1 => sync.link,
         _ => LinkModel::default(),

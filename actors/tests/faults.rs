@@ -419,7 +419,7 @@ fn a_coordinator_or_server_shard_failing_on_requests_is_contained() {
         // loop few rounds in the run (with every fifth from the third, a
         // clean-clone CI run under load saw one).
         let mut c = with_faults(algorithm, vec![fault(1, kind, 1, 2)]);
-        c.sync.server_shards = 2;
+        c.sync.server_shards = Some(2);
         // Steps of 1 ms: runs long enough for several rounds of every loop,
         // whose requests are all answered before the run ends.
         let mut learners = paced();

@@ -307,7 +307,6 @@ impl TrainArgs {
             min_interval_ms => sync.min_interval_ms,
             min_steps => sync.min_steps,
             peer_timeout_ms => sync.peer_timeout_ms,
-            server_shards => sync.server_shards,
             link_latency_us => sync.link.latency_us,
             link_gbps => sync.link.bandwidth_gbps,
             checkpoint_every => checkpoint.every_steps,
@@ -321,6 +320,9 @@ impl TrainArgs {
         }
         if self.alpha.is_some() {
             c.sync.alpha = self.alpha;
+        }
+        if self.server_shards.is_some() {
+            c.sync.server_shards = self.server_shards;
         }
         c.validate()?;
         Ok(c)
