@@ -166,6 +166,7 @@ impl ShadowLoop {
         };
         self.replica
             .write_back(write_back, &target, self.snapshot.values())?;
+        self.peer.recycle(target);
         outcome.staleness = self.counters.steps().saturating_sub(steps_at_snapshot);
         outcome.written_back = true;
         self.counters.record_sync(outcome.staleness);

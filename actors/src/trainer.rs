@@ -269,6 +269,7 @@ impl<L: Learner> TrainerCore<L> {
         match peer.group_mean(&self.buffer, contribute) {
             Ok(Some(mean)) => {
                 params.load_grad_from(&mean)?;
+                peer.recycle(mean);
                 self.counters.record_sync(0);
             }
             Ok(None) => return Ok(false),
@@ -341,6 +342,7 @@ impl<L: Learner> TrainerCore<L> {
                             self.recovery.offer(&target);
                         }
                         params.load_from(&target)?;
+                        peer.recycle(target);
                         self.counters.record_sync(0);
                     }
                     Ok(None) | Err(Error::NonFinite { .. }) => {}

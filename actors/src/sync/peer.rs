@@ -118,6 +118,13 @@ impl SyncPeer {
         self.lock().round = round;
     }
 
+    /// Takes back a result of [`SyncPeer::group_mean`] or
+    /// [`SyncPeer::target`] once it has been read, for a later round to fill
+    /// (see [`Endpoint::recycle`]).
+    pub fn recycle(&mut self, result: Vec<f32>) {
+        self.endpoint.recycle(result);
+    }
+
     /// Mean of the payloads over this round's group (sync-sgd's gradients);
     /// `None` once syncing has stopped.
     pub fn group_mean(&mut self, payload: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
