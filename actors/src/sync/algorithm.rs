@@ -205,11 +205,11 @@ impl SyncConfig {
     /// `sync.server_shards` when set, else one per
     /// [`Self::TRAINERS_PER_SERVER_SHARD`] trainers and at least one per
     /// process, as a cluster adds servers with trainers. Each shard's link
-    /// carries its slice for one trainer at a time; with one shard, 16 trainers
-    /// queued at it (sync gap 9.6 steps, 6.0 of them waiting on the link: the
-    /// replicas pulled towards a stale centre, which scored no better than
-    /// `none`'s replicas, 0.837 against 0.837 over 3 seeds); with 4 the gap is
-    /// 3.8 and the centre beats `none` (docs/results/e4-easgd-shards.md).
+    /// carries its slice for one trainer at a time: with one shard 16 trainers
+    /// queue at it (sync gap 10 steps, 9.5 of them waiting on the link), the
+    /// replicas are pulled towards a stale centre, and the centre scores behind
+    /// `none` (NE 0.850 against 0.839, 3 seeds); with 4 the gap is 3.9 and the
+    /// centre scores 0.821 (docs/results/e4-easgd-shards.md).
     pub fn server_shards_for(&self, trainers: usize, processes: usize) -> usize {
         self.server_shards.unwrap_or_else(|| {
             trainers
