@@ -276,8 +276,8 @@ impl Endpoint {
     }
 
     /// Takes back a mean this endpoint returned, once read: the next round
-    /// fills it instead of a fresh vector (a fresh 1.9 MB one costs its ~475
-    /// pages their first-touch faults, as much CPU as the round's passes).
+    /// fills it instead of a fresh vector (a fresh 1.9 MB one may come from
+    /// the kernel, ~475 pages to fault in, once per round).
     pub fn recycle(&mut self, mean: Vec<f32>) {
         self.spare = mean;
     }
