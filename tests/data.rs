@@ -122,6 +122,16 @@ fn a_missing_file_is_a_clear_error() {
     );
 }
 
+/// `rows` planted training rows (and one test row) in `dir`.
+fn synthetic(dir: &Path, rows: u64, seed: u64) -> SyntheticData {
+    let spec = SyntheticSpec {
+        train_rows: rows,
+        test_rows: 1,
+        seed,
+    };
+    SyntheticData::generate(spec, dir).unwrap()
+}
+
 fn labels_of(batch: &Batch) -> Vec<f32> {
     Vec::<f32>::try_from(&batch.labels).unwrap()
 }
@@ -158,12 +168,7 @@ fn drain(data: &Path, skip: Vec<u64>) -> Vec<Vec<(u64, Vec<f32>)>> {
 #[test]
 fn a_pipeline_started_part_way_gives_each_shard_the_rest_of_its_chunks() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = SyntheticSpec {
-        train_rows: 1000,
-        test_rows: 1,
-        seed: 9,
-    };
-    let data = SyntheticData::generate(spec, dir.path()).unwrap();
+    let data = synthetic(dir.path(), 1000, 9);
     // 16 chunks of 64 lines (the last of 40): 6, 5 and 5 per shard.
     let whole = drain(&data.train, Vec::new());
     let counts: Vec<usize> = whole.iter().map(Vec::len).collect();
@@ -182,12 +187,7 @@ fn a_pipeline_started_part_way_gives_each_shard_the_rest_of_its_chunks() {
 #[test]
 fn the_pipeline_deals_every_example_exactly_once_across_shards() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = SyntheticSpec {
-        train_rows: 1000,
-        test_rows: 1,
-        seed: 5,
-    };
-    let data = SyntheticData::generate(spec, dir.path()).unwrap();
+    let data = synthetic(dir.path(), 1000, 5);
     let layout = TableLayout::uniform(1000).unwrap();
     let config = PipelineConfig {
         batch_size: 64,
@@ -235,12 +235,7 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
 #[test]
 fn a_halted_pipeline_closes_every_channel_though_a_consumer_stopped_reading() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = SyntheticSpec {
-        train_rows: 5000,
-        test_rows: 1,
-        seed: 5,
-    };
-    let data = SyntheticData::generate(spec, dir.path()).unwrap();
+    let data = synthetic(dir.path(), 5000, 5);
     let config = PipelineConfig {
         batch_size: 16,
         shards: 2,
@@ -281,12 +276,7 @@ fn a_halted_pipeline_closes_every_channel_though_a_consumer_stopped_reading() {
 #[test]
 fn processes_keeping_their_shards_share_one_pass_between_them() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = SyntheticSpec {
-        train_rows: 1000,
-        test_rows: 1,
-        seed: 6,
-    };
-    let data = SyntheticData::generate(spec, dir.path()).unwrap();
+    let data = synthetic(dir.path(), 1000, 6);
     let layout = TableLayout::uniform(1000).unwrap();
     let shards_of = |keep: Option<std::ops::Range<usize>>| -> Vec<Vec<f32>> {
         let config = PipelineConfig {
