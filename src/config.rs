@@ -732,7 +732,7 @@ mod tests {
         let c = parse(
             "[train]\ntrainers = 4\n[sync]\nalgorithm = \"shadow-ma\"\ngroup_size = 2\n\
              schedule = \"random\"\nseed = 0\nwrite_back = \"delta\"\nmin_interval_ms = 20.0\nmin_steps = 4\n\
-             server_shards = 1\nlink = { latency_us = 200.0, bandwidth_gbps = 1.0 }\n",
+             max_cpu_share = 0.02\nserver_shards = 1\nlink = { latency_us = 200.0, bandwidth_gbps = 1.0 }\n",
         )
         .unwrap();
         assert_eq!(c.sync.algorithm.to_string(), "shadow-ma");

@@ -6,7 +6,8 @@
 //! writes one table row per cell (test NE, AUC and logloss as mean ± standard
 //! deviation over seeds, examples/s and its ratio to the experiment's
 //! baseline (`none` unless said) at the same other settings with Welch's
-//! p-value of the NE difference, sync gap, staleness), a head-to-head table
+//! p-value of the NE difference, sync gap, staleness, the sync work's share of
+//! the CPU), a head-to-head table
 //! for the experiment's `pairs` of algorithms, and the plots the
 //! results hold data for: test NE against examples and against training
 //! seconds, examples/s against trainers, the distributions of sync gaps and
@@ -360,6 +361,15 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
             "{:.1}",
             cell.stat(|r| per_trainer(r, |s| s.mean_staleness)).0
         ));
+        let sync_cpu = |r: &RunResult| r.report.cluster.sync_cpu_share();
+        let measured = cell.runs.iter().all(|r| sync_cpu(r).is_some());
+        row.push(match measured {
+            true => format!(
+                "{:.1}%",
+                100.0 * cell.stat(|r| sync_cpu(r).unwrap_or(0.0)).0
+            ),
+            false => String::new(),
+        });
         row.push(format!("{:.1}", cell.stat(|r| r.report.train_seconds).0));
         if let Some(target) = experiment.target_ne {
             let round = cell.stat(|r| {
@@ -384,7 +394,9 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
          centre, the replicas' mean; under `none` the mean of the replicas' own){}; replicas' \
          NE: each replica scored as it is, mean (standard deviation over the replicas); \
          consensus distance: mean over the replicas of ‖w_i − w̄‖² at the end; examples/s: \
-         all trainers together{}; sync gap and staleness: mean over trainers, in steps.\n",
+         all trainers together{}; sync gap and staleness: mean over trainers, in steps; sync \
+         CPU: the CPU time of the shadow loops' rounds and of EASGD's server shards against \
+         the trainers' own (a foreground sync counts in its trainer's).\n",
         if seeds {
             " (mean ± standard deviation over seeds)"
         } else {
@@ -501,7 +513,7 @@ fn header(keys: &[&String], baseline: Option<&str>, target_ne: Option<f64>) -> V
     if let Some(name) = baseline {
         header.extend([format!("÷ {name}"), format!("NE − {name}'s (p)")]);
     }
-    header.extend(["sync gap", "staleness", "seconds"].map(String::from));
+    header.extend(["sync gap", "staleness", "sync CPU", "seconds"].map(String::from));
     if let Some(target) = target_ne {
         header.extend([
             "ms per sync round".into(),

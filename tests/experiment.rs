@@ -109,6 +109,29 @@ fn a_grid_runs_resumes_and_is_reported() {
         "{document}"
     );
     assert!(rows.iter().all(|r| r.contains(") | ")), "{rows:?}");
+    // The CPU each run's trainers and shadow loops took, and the sync work's share.
+    for seed in [1, 2] {
+        let run = |algorithm: &str| -> serde_json::Value {
+            let path = runs.join(format!("algorithm={algorithm},trainers=2,seed={seed}.json"));
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+        };
+        let cpu = |run: &serde_json::Value, figure: &str| -> f64 {
+            let stats = run["report"]["cluster"]["trainer_stats"]
+                .as_array()
+                .unwrap();
+            stats.iter().map(|s| s[figure].as_f64().unwrap()).sum()
+        };
+        let (none, shadow) = (run("none"), run("shadow-ma"));
+        assert!(cpu(&none, "training_cpu_seconds") > 0.0);
+        assert!(cpu(&shadow, "training_cpu_seconds") > 0.0);
+        assert_eq!(cpu(&none, "sync_cpu_seconds"), 0.0);
+        assert!(cpu(&shadow, "sync_cpu_seconds") > 0.0);
+    }
+    assert!(
+        document.contains("| staleness | sync CPU | seconds |"),
+        "{document}"
+    );
+    assert!(rows.iter().all(|r| r.contains("% | ")), "{rows:?}");
     // Seconds to the target NE: the first evaluation that reached it, as the
     // runs' histories say (mean of the two seeds).
     let history_seconds = |seed: u32| -> f64 {

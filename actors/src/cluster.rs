@@ -133,10 +133,24 @@ pub struct ClusterReport {
     pub consensus: Vec<ConsensusPoint>,
     /// Parameter bytes sent between trainers.
     pub bytes_sent: u64,
+    /// CPU seconds EASGD's server shards in this process spent serving.
+    #[serde(default)]
+    pub server_cpu_seconds: f64,
     /// Errors of trainers or sync loops, if any.
     pub errors: Vec<String>,
     /// Events that slow subscribers missed.
     pub events_dropped: u64,
+}
+
+impl ClusterReport {
+    /// The CPU time the shadow loops' rounds and EASGD's server shards took
+    /// against the trainers' own; `None` where no CPU time was measured.
+    pub fn sync_cpu_share(&self) -> Option<f64> {
+        let stats = &self.trainer_stats;
+        let training: f64 = stats.iter().map(|s| s.training_cpu_seconds).sum();
+        let sync: f64 = stats.iter().map(|s| s.sync_cpu_seconds).sum();
+        (training > 0.0).then(|| (sync + self.server_cpu_seconds) / training)
+    }
 }
 
 /// The learners as trained, and the report.
@@ -304,6 +318,7 @@ impl<L: Learner> Cluster<L> {
             pacing: Pacing {
                 min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
                 min_steps: sync.min_steps,
+                max_cpu_share: sync.max_cpu_share,
             },
             events: config.events.clone(),
             stop: Arc::clone(&wiring.stop),
@@ -493,6 +508,11 @@ impl<L: Learner> Cluster<L> {
                     .iter()
                     .map(|b| b.load(Ordering::Relaxed))
                     .sum(),
+                server_cpu_seconds: self
+                    .inner
+                    .server
+                    .as_ref()
+                    .map_or(0.0, ServerClient::cpu_seconds),
                 errors,
                 events_dropped: self.inner.events.dropped(),
             },

@@ -5,11 +5,13 @@
 //! [`ShadowLoop`] is the plain logic (one [`ShadowLoop::round`] at a time);
 //! [`ShadowActor`] runs rounds on its own arbiter thread until syncing stops,
 //! paced by the transport's own waiting and by [`Pacing`]: a round starts only
-//! once its trainer has taken `min_steps` steps since the last snapshot (so the
-//! sync work stays a fixed share of the training work, however many trainers
-//! share the cores) and `min_interval` has passed (so a loop never spins). A
-//! trainer that stops stepping (hung) holds its loop back [`Pacing::STALLED`]
-//! at most, so its group never waits on it for longer.
+//! once its trainer has taken `min_steps` steps since the last snapshot,
+//! `min_interval` has passed (so a loop never spins), and the loop's CPU time
+//! is within `max_cpu_share` of its trainer's (so the sync work stays a bounded
+//! share of the training work, however many trainers share the cores and
+//! however slow their memory). A trainer that stops stepping (hung) holds its
+//! loop back [`Pacing::STALLED`] at most, so its group never waits on it for
+//! longer.
 //!
 //! A snapshot that is not finite (the trainer diverged) sits the round out: it
 //! is left out of the group's mean, and the mean overwrites the replica. The
@@ -95,6 +97,12 @@ impl ShadowLoop {
         self
     }
 
+    /// The training CPU time its trainer must still spend before this loop
+    /// is within `share` of it.
+    pub fn cpu_debt(&self, share: f64) -> Duration {
+        self.counters.sync_cpu_debt(share)
+    }
+
     /// The number of the next round.
     pub fn next_round(&self) -> u64 {
         self.peer.round()
@@ -131,6 +139,8 @@ impl ShadowLoop {
 
     /// One round; `Ok(None)` once syncing has stopped.
     pub fn round(&mut self) -> Result<Option<RoundOutcome>> {
+        let counters = Arc::clone(&self.counters);
+        let _cpu = counters.charge_sync();
         self.inject();
         let steps_at_snapshot = self.counters.steps();
         self.last_snapshot = (Instant::now(), steps_at_snapshot);
@@ -175,12 +185,15 @@ impl ShadowLoop {
 }
 
 /// When a shadow loop may start its next round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pacing {
     /// Least time between two snapshots.
     pub min_interval: Duration,
     /// Least trainer steps between two snapshots.
     pub min_steps: u64,
+    /// Most CPU time the loop's rounds may take against its trainer's steps
+    /// (0: no bound).
+    pub max_cpu_share: f64,
 }
 
 impl Pacing {
@@ -192,29 +205,36 @@ impl Pacing {
     pub const STALLED: Duration = Duration::from_secs(1);
 
     /// How long to wait before the next round, `elapsed` and `steps` after the
-    /// last snapshot; zero means now. Missing steps are waited for at the pace
-    /// the trainer has kept since the snapshot. Once the trainer has finished
-    /// (`steps` is `None`) its final parameters are still averaged with the
-    /// group, every recheck period at most.
-    pub fn wait(&self, elapsed: Duration, steps: Option<u64>) -> Duration {
+    /// last snapshot, with the trainer owing `cpu_debt` of training CPU time
+    /// ([`ShadowLoop::cpu_debt`]); zero means now. Missing steps are waited for
+    /// at the pace the trainer has kept since the snapshot; owed CPU time at
+    /// least as long (a trainer's CPU time grows no faster than the clock).
+    /// Once the trainer has finished (`steps` is `None`) its final parameters
+    /// are still averaged with the group, every recheck period at most.
+    pub fn wait(&self, elapsed: Duration, steps: Option<u64>, cpu_debt: Duration) -> Duration {
         let for_interval = self.min_interval.saturating_sub(elapsed);
         let Some(steps) = steps else {
             return for_interval.max(Self::RECHECK.saturating_sub(elapsed));
         };
-        let missing = self.min_steps.saturating_sub(steps);
-        if missing == 0 || elapsed >= Self::STALLED {
+        if elapsed >= Self::STALLED {
             return for_interval;
         }
-        let per_step = if steps == 0 {
-            elapsed
-        } else {
-            elapsed / u32::try_from(steps).unwrap_or(u32::MAX)
+        let missing = self.min_steps.saturating_sub(steps);
+        let per_step = match steps {
+            0 => elapsed,
+            _ => elapsed / u32::try_from(steps).unwrap_or(u32::MAX),
         };
-        let for_steps = per_step
-            .saturating_mul(u32::try_from(missing).unwrap_or(u32::MAX))
-            .clamp(Duration::from_millis(1), Self::RECHECK)
-            .min(Self::STALLED - elapsed);
-        for_interval.max(for_steps)
+        let for_steps = (missing > 0)
+            .then(|| per_step.saturating_mul(u32::try_from(missing).unwrap_or(u32::MAX)));
+        let for_cpu = (!cpu_debt.is_zero()).then_some(cpu_debt);
+        [for_steps, for_cpu]
+            .into_iter()
+            .flatten()
+            .map(|wait| {
+                wait.clamp(Duration::from_millis(1), Self::RECHECK)
+                    .min(Self::STALLED - elapsed)
+            })
+            .fold(for_interval, Duration::max)
     }
 }
 
@@ -285,7 +305,8 @@ impl Handler<Round> for ShadowActor {
             return self.end(ctx, None);
         }
         let (elapsed, steps) = self.shadow.since_snapshot();
-        let wait = self.pacing.wait(elapsed, steps);
+        let cpu_debt = self.shadow.cpu_debt(self.pacing.max_cpu_share);
+        let wait = self.pacing.wait(elapsed, steps, cpu_debt);
         if !wait.is_zero() {
             ctx.run_later(wait, |_, ctx| ctx.notify(Round));
             return;
@@ -351,31 +372,88 @@ mod tests {
         let pacing = Pacing {
             min_interval: 20 * MS,
             min_steps: 4,
+            max_cpu_share: 0.0,
         };
         // Enough steps: only the interval is left.
-        assert_eq!(pacing.wait(5 * MS, Some(4)), 15 * MS);
-        assert_eq!(pacing.wait(30 * MS, Some(9)), Duration::ZERO);
+        assert_eq!(pacing.wait(5 * MS, Some(4), Duration::ZERO), 15 * MS);
+        assert_eq!(
+            pacing.wait(30 * MS, Some(9), Duration::ZERO),
+            Duration::ZERO
+        );
         // One step in 30 ms, three missing: 90 ms, but never more than a recheck.
-        assert_eq!(pacing.wait(30 * MS, Some(1)), Pacing::RECHECK);
+        assert_eq!(
+            pacing.wait(30 * MS, Some(1), Duration::ZERO),
+            Pacing::RECHECK
+        );
         // Two steps in 30 ms, two missing: 30 ms.
-        assert_eq!(pacing.wait(30 * MS, Some(2)), 30 * MS);
+        assert_eq!(pacing.wait(30 * MS, Some(2), Duration::ZERO), 30 * MS);
         // No step yet: look again soon, then back off up to the recheck period.
-        assert_eq!(pacing.wait(40 * MS, Some(0)), Pacing::RECHECK);
+        assert_eq!(
+            pacing.wait(40 * MS, Some(0), Duration::ZERO),
+            Pacing::RECHECK
+        );
         let steps_only = Pacing {
             min_interval: Duration::ZERO,
             min_steps: 4,
+            max_cpu_share: 0.0,
         };
-        assert_eq!(steps_only.wait(Duration::ZERO, Some(0)), MS);
+        assert_eq!(steps_only.wait(Duration::ZERO, Some(0), Duration::ZERO), MS);
         let unpaced = Pacing {
             min_interval: Duration::ZERO,
             min_steps: 0,
+            max_cpu_share: 0.0,
         };
-        assert_eq!(unpaced.wait(Duration::ZERO, Some(0)), Duration::ZERO);
+        assert_eq!(
+            unpaced.wait(Duration::ZERO, Some(0), Duration::ZERO),
+            Duration::ZERO
+        );
         // A stalled trainer: the loop stops waiting for its steps.
-        assert_eq!(pacing.wait(Pacing::STALLED - 10 * MS, Some(1)), 10 * MS);
-        assert_eq!(pacing.wait(Pacing::STALLED, Some(1)), Duration::ZERO);
+        assert_eq!(
+            pacing.wait(Pacing::STALLED - 10 * MS, Some(1), Duration::ZERO),
+            10 * MS
+        );
+        assert_eq!(
+            pacing.wait(Pacing::STALLED, Some(1), Duration::ZERO),
+            Duration::ZERO
+        );
         // A finished trainer: its loop keeps going, at the recheck period.
-        assert_eq!(unpaced.wait(10 * MS, None), Pacing::RECHECK - 10 * MS);
-        assert_eq!(pacing.wait(60 * MS, None), Duration::ZERO);
+        assert_eq!(
+            unpaced.wait(10 * MS, None, Duration::ZERO),
+            Pacing::RECHECK - 10 * MS
+        );
+        assert_eq!(pacing.wait(60 * MS, None, Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn pacing_waits_until_the_trainer_has_paid_for_the_loops_cpu() {
+        let unpaced = Pacing {
+            min_interval: Duration::ZERO,
+            min_steps: 0,
+            max_cpu_share: 0.03,
+        };
+        // The trainer owes 3 ms of CPU time: at least 3 ms of the clock.
+        assert_eq!(unpaced.wait(Duration::ZERO, Some(9), 3 * MS), 3 * MS);
+        // Owing more: look again after a recheck period.
+        assert_eq!(
+            unpaced.wait(Duration::ZERO, Some(9), 900 * MS),
+            Pacing::RECHECK
+        );
+        // Steps and CPU both missing: the longer wait.
+        let pacing = Pacing {
+            min_steps: 4,
+            ..unpaced
+        };
+        assert_eq!(pacing.wait(30 * MS, Some(2), 10 * MS), 30 * MS);
+        assert_eq!(pacing.wait(30 * MS, Some(2), 40 * MS), 40 * MS);
+        // A stalled or finished trainer owes nothing more.
+        assert_eq!(
+            pacing.wait(Pacing::STALLED, Some(9), 40 * MS),
+            Duration::ZERO
+        );
+        assert_eq!(
+            pacing.wait(Pacing::STALLED - 5 * MS, Some(9), 40 * MS),
+            5 * MS
+        );
+        assert_eq!(pacing.wait(60 * MS, None, 40 * MS), Duration::ZERO);
     }
 }

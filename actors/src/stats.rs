@@ -3,10 +3,16 @@
 //! A trainer and its shadow loop update one [`TrainerCounters`] with relaxed
 //! atomics; [`TrainerCounters::stats`] reads a consistent-enough [`TrainerStats`]
 //! at any time (the cluster handle, monitors, the final report).
+//!
+//! They also count the CPU time the trainer's steps and its shadow loop's
+//! rounds take, each on its own thread ([`CpuCharge`]): what syncing costs the
+//! trainers on shared cores, measured directly rather than read off a noisy
+//! difference in examples/s.
 
+use cpu_time::ThreadTime;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Buckets of the step histograms: bucket 0 counts 0, bucket `k ≥ 1` counts
 /// values in `[2^(k−1), 2^k)`, and the last bucket everything from `2^14` up.
@@ -49,6 +55,8 @@ pub struct TrainerCounters {
     finished: AtomicBool,
     recoveries: AtomicU64,
     abstentions: AtomicU64,
+    training_cpu: CpuAccount,
+    sync_cpu: CpuAccount,
     /// Steps and examples trained before this run (by the run it resumes).
     resumed_from: (u64, u64),
 }
@@ -82,6 +90,12 @@ pub struct TrainerStats {
     pub recoveries: u64,
     /// Sync rounds its replica sat out because its snapshot was not finite.
     pub abstentions: u64,
+    /// CPU seconds its steps took (in-line syncs included, waits not).
+    #[serde(default)]
+    pub training_cpu_seconds: f64,
+    /// CPU seconds its shadow loop's rounds took.
+    #[serde(default)]
+    pub sync_cpu_seconds: f64,
 }
 
 impl TrainerCounters {
@@ -108,6 +122,8 @@ impl TrainerCounters {
             finished: AtomicBool::new(false),
             recoveries: AtomicU64::new(0),
             abstentions: AtomicU64::new(0),
+            training_cpu: CpuAccount::default(),
+            sync_cpu: CpuAccount::default(),
             resumed_from: (0, 0),
         }
     }
@@ -157,6 +173,27 @@ impl TrainerCounters {
         let steps = self.steps();
         let previous = self.steps_at_last_sync.swap(steps, Relaxed);
         self.gaps.record(steps.saturating_sub(previous));
+    }
+
+    /// Charges this thread's CPU time to the trainer's steps until dropped.
+    pub fn charge_training(&self) -> CpuCharge<'_> {
+        self.training_cpu.charge()
+    }
+
+    /// Charges this thread's CPU time to the trainer's shadow loop until dropped.
+    pub fn charge_sync(&self) -> CpuCharge<'_> {
+        self.sync_cpu.charge()
+    }
+
+    /// The training CPU time the trainer must still spend before its shadow
+    /// loop's CPU time is again within `share` of the trainer's own (zero when
+    /// it is, or when `share` is not positive).
+    pub fn sync_cpu_debt(&self, share: f64) -> Duration {
+        if share <= 0.0 {
+            return Duration::ZERO;
+        }
+        let owed = self.sync_cpu.seconds() / share - self.training_cpu.seconds();
+        Duration::try_from_secs_f64(owed.max(0.0)).unwrap_or(Duration::MAX)
     }
 
     /// Its workers still training.
@@ -216,6 +253,44 @@ impl TrainerCounters {
             finished,
             recoveries: self.recoveries.load(Relaxed),
             abstentions: self.abstentions.load(Relaxed),
+            training_cpu_seconds: self.training_cpu.seconds(),
+            sync_cpu_seconds: self.sync_cpu.seconds(),
+        }
+    }
+}
+
+/// CPU time charged by any number of threads.
+#[derive(Debug, Default)]
+pub struct CpuAccount(AtomicU64);
+
+impl CpuAccount {
+    /// Charges this thread's CPU time from now until the charge is dropped.
+    pub fn charge(&self) -> CpuCharge<'_> {
+        CpuCharge {
+            account: self,
+            start: ThreadTime::try_now().ok(),
+        }
+    }
+
+    /// The CPU seconds charged so far.
+    pub fn seconds(&self) -> f64 {
+        self.0.load(Relaxed) as f64 * 1e-9
+    }
+}
+
+/// The calling thread's CPU time from its creation until it is dropped, added
+/// to its [`CpuAccount`] then (nothing where the OS has no per-thread clock).
+#[derive(Debug)]
+pub struct CpuCharge<'a> {
+    account: &'a CpuAccount,
+    start: Option<ThreadTime>,
+}
+
+impl Drop for CpuCharge<'_> {
+    fn drop(&mut self) {
+        if let Some(spent) = self.start.and_then(|start| start.try_elapsed().ok()) {
+            let nanos = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+            self.account.0.fetch_add(nanos, Relaxed);
         }
     }
 }
@@ -247,6 +322,45 @@ mod tests {
         assert_eq!(s.sync_gap_histogram[4], 2);
         assert_eq!(s.staleness_histogram[2..4], [1, 1]);
         assert_eq!(s.staleness_histogram.iter().sum::<u64>(), 2);
+    }
+
+    #[test]
+    fn cpu_is_charged_for_work_on_the_thread_not_for_sleep() {
+        let c = TrainerCounters::new(0);
+        {
+            let _charge = c.charge_training();
+            let start = Instant::now();
+            let mut x = 0u64;
+            while start.elapsed() < Duration::from_millis(30) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        }
+        {
+            let _charge = c.charge_sync();
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let s = c.stats();
+        // 30 ms of spinning: most of it on the CPU, however loaded the machine.
+        assert!(
+            s.training_cpu_seconds > 0.001 && s.training_cpu_seconds < 0.5,
+            "{}",
+            s.training_cpu_seconds
+        );
+        assert!(s.sync_cpu_seconds < 0.001, "{}", s.sync_cpu_seconds);
+        // Within any budget: nothing owed.
+        assert_eq!(c.sync_cpu_debt(0.01), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_loop_over_its_cpu_budget_owes_the_training_time_that_covers_it() {
+        let c = TrainerCounters::new(0);
+        c.training_cpu.0.store(100_000_000, Relaxed); // 0.1 s of steps
+        c.sync_cpu.0.store(5_000_000, Relaxed); // 5 ms of rounds
+                                                // 5 ms is 2.5% of 0.2 s: 0.1 s more of steps first.
+        let owed = c.sync_cpu_debt(0.025).as_secs_f64();
+        assert!((owed - 0.1).abs() < 1e-9, "{owed}");
+        assert_eq!(c.sync_cpu_debt(0.05), Duration::ZERO);
+        assert_eq!(c.sync_cpu_debt(0.0), Duration::ZERO, "no budget, no bound");
     }
 
     #[test]

@@ -541,6 +541,8 @@ impl<L: Learner> Handler<Chunk> for TrainerActor<L> {
         let Some(core) = self.core.as_mut() else {
             return;
         };
+        let counters = Arc::clone(core.counters());
+        let cpu = counters.charge_training();
         let start = Instant::now();
         while start.elapsed() < self.chunk {
             match core.step() {
@@ -562,8 +564,15 @@ impl<L: Learner> Handler<Chunk> for TrainerActor<L> {
                         cause,
                     });
                 }
-                Ok(Stepped::Exhausted) => return self.finish(ctx, None),
-                Err(e) => return self.finish(ctx, Some(e.to_string())),
+                // The trainer's CPU is all counted before it reports its end.
+                Ok(Stepped::Exhausted) => {
+                    drop(cpu);
+                    return self.finish(ctx, None);
+                }
+                Err(e) => {
+                    drop(cpu);
+                    return self.finish(ctx, Some(e.to_string()));
+                }
             }
         }
         // Yield to the mailbox (control messages) before the next chunk.

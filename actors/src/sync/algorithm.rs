@@ -156,6 +156,11 @@ pub struct SyncConfig {
     /// the sync work a bounded share of the training work when trainers share
     /// cores (a round costs a few passes over the dense parameters).
     pub min_steps: u64,
+    /// Most CPU time a shadow loop's rounds may take against its trainer's
+    /// steps (0: no bound): on shared cores every round's CPU is taken from
+    /// the trainers, and how much a round costs grows with the memory traffic
+    /// of many trainers, which `min_steps` alone does not follow.
+    pub max_cpu_share: f64,
     /// How long a group member is waited for in a round, in milliseconds,
     /// before the round completes without it and the coordinator leaves it out
     /// of the groups until it asks again (0 = for ever).
@@ -179,6 +184,7 @@ impl Default for SyncConfig {
             server_shards: None,
             min_interval_ms: 20.0,
             min_steps: 4,
+            max_cpu_share: 0.0,
             peer_timeout_ms: 5000.0,
             link: LinkModel::default(),
         }
@@ -297,6 +303,9 @@ impl SyncConfig {
         if !(0.0..=DAY_MS).contains(&self.min_interval_ms) {
             return bad("sync.min_interval_ms", "must be in [0, 86400000] (a day)");
         }
+        if !(0.0..=1.0).contains(&self.max_cpu_share) {
+            return bad("sync.max_cpu_share", "must be in [0, 1] (0 = no bound)");
+        }
         let link = &self.link;
         if !(0.0..=DAY_MS * 1e3).contains(&link.latency_us)
             || !(0.0..=f64::INFINITY).contains(&link.bandwidth_gbps)
@@ -405,6 +414,13 @@ mod tests {
                     ..SyncConfig::default()
                 },
                 "sync.server_shards",
+            ),
+            (
+                SyncConfig {
+                    max_cpu_share: 1.5,
+                    ..SyncConfig::default()
+                },
+                "sync.max_cpu_share",
             ),
         ] {
             assert!(c.validate().unwrap_err().to_string().contains(key));

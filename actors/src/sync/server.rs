@@ -27,6 +27,7 @@
 use crate::events::{Event, EventBus};
 use crate::faults::{faults_at, faults_due, Fault, FaultSite};
 use crate::recovery::unpanicked;
+use crate::stats::CpuAccount;
 use crate::sync::{elastic, Fabric, LinkModel};
 use crate::{Error, Result};
 use actix::prelude::*;
@@ -159,6 +160,8 @@ pub struct ServerShardActor {
     events: EventBus,
     /// Injected `server-panic` faults.
     faults: Vec<Fault>,
+    /// The CPU time all of this process's shards spend serving.
+    cpu: Arc<CpuAccount>,
 }
 
 impl Actor for ServerShardActor {
@@ -169,6 +172,8 @@ impl Handler<Serve> for ServerShardActor {
     type Result = ();
 
     fn handle(&mut self, serve: Serve, _: &mut Context<Self>) {
+        let cpu = Arc::clone(&self.cpu);
+        let _cpu = cpu.charge();
         let index = self.index;
         let answer = match serve.request {
             ShardRequest::Center => Ok(self.shard.center().to_vec()),
@@ -224,6 +229,7 @@ pub struct ServerClient {
     shards: Vec<(Range<usize>, ShardAt)>,
     len: usize,
     links: Option<Arc<ShardLinks>>,
+    cpu: Arc<CpuAccount>,
 }
 
 /// The simulated links to the shards: when each is free again.
@@ -267,18 +273,20 @@ impl ServerClient {
         let faults = faults_at(faults, FaultSite::Server);
         let ranges = shard_ranges(initial.len(), shards)?;
         let mut hosted = Vec::new();
+        let cpu = Arc::new(CpuAccount::default());
         for (index, range) in ranges.iter().enumerate() {
             if shard_process(index, fabric.processes()) != fabric.process() {
                 continue;
             }
             let shard = ServerShard::new(initial, range.clone())?;
-            let (events, faults) = (events.clone(), faults.clone());
+            let (events, faults, cpu) = (events.clone(), faults.clone(), Arc::clone(&cpu));
             let addr = ServerShardActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
                 ServerShardActor {
                     index,
                     shard,
                     events,
                     faults,
+                    cpu,
                 }
             });
             hosted.push((index, addr));
@@ -304,7 +312,13 @@ impl ServerClient {
             shards,
             len: initial.len(),
             links: None,
+            cpu,
         })
+    }
+
+    /// The CPU seconds this process's shards have spent serving.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.cpu.seconds()
     }
 
     /// The same client with elastic steps delayed by `link` as the simulated

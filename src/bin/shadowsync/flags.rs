@@ -117,6 +117,9 @@ pub(crate) struct TrainArgs {
     /// Minimum steps of its trainer between two rounds of a shadow loop.
     #[arg(long, group = "setup")]
     pub(crate) min_steps: Option<u64>,
+    /// Most CPU time a shadow loop may take against its trainer's (0 = no bound).
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) max_cpu_share: Option<f64>,
     /// Milliseconds a group member is waited for in a round before the round
     /// goes on without it (0 = for ever).
     #[arg(long, group = "setup", allow_negative_numbers = true)]
@@ -306,6 +309,7 @@ impl TrainArgs {
             write_back => sync.write_back,
             min_interval_ms => sync.min_interval_ms,
             min_steps => sync.min_steps,
+            max_cpu_share => sync.max_cpu_share,
             peer_timeout_ms => sync.peer_timeout_ms,
             link_latency_us => sync.link.latency_us,
             link_gbps => sync.link.bandwidth_gbps,

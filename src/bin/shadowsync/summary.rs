@@ -35,12 +35,16 @@ pub(crate) fn print_summary(report: &TrainReport) {
             cluster.trainer_stats.iter().map(f).sum::<f64>() / n
         };
         println!(
-            "sync: groups of {} ({:?}), {:.0} syncs per trainer, sync gap {:.1} steps, staleness {:.1} steps",
+            "sync: groups of {} ({:?}), {:.0} syncs per trainer, sync gap {:.1} steps, staleness {:.1} steps{}",
             cluster.group_size,
             report.config.sync.schedule,
             mean(|s| s.syncs as f64),
             mean(|s| s.mean_sync_gap),
             mean(|s| s.mean_staleness),
+            cluster.sync_cpu_share().map_or(String::new(), |share| format!(
+                ", sync CPU {:.1}% of the trainers'",
+                100.0 * share
+            )),
         );
     }
     println!(
