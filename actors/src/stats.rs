@@ -354,9 +354,10 @@ mod tests {
     #[test]
     fn a_loop_over_its_cpu_budget_owes_the_training_time_that_covers_it() {
         let c = TrainerCounters::new(0);
-        c.training_cpu.0.store(100_000_000, Relaxed); // 0.1 s of steps
-        c.sync_cpu.0.store(5_000_000, Relaxed); // 5 ms of rounds
-                                                // 5 ms is 2.5% of 0.2 s: 0.1 s more of steps first.
+        // 0.1 s of steps and 5 ms of rounds: 5 ms is 2.5% of 0.2 s, so 0.1 s
+        // more of steps first.
+        c.training_cpu.0.store(100_000_000, Relaxed);
+        c.sync_cpu.0.store(5_000_000, Relaxed);
         let owed = c.sync_cpu_debt(0.025).as_secs_f64();
         assert!((owed - 0.1).abs() < 1e-9, "{owed}");
         assert_eq!(c.sync_cpu_debt(0.05), Duration::ZERO);
