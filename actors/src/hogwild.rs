@@ -13,6 +13,7 @@
 //!
 //! This is the only module of the project with `unsafe` code.
 
+use crate::recovery::copy_all_finite;
 use crate::sync::WriteBack;
 use crate::{Error, FlatParams, Result};
 use tch::kind::Element;
@@ -68,10 +69,10 @@ impl ParamAlias {
         self.len() == 0
     }
 
-    /// Copies the replica's current values into `out`.
-    pub fn snapshot_into(&self, out: &mut [f32]) -> Result<()> {
-        self.alias.f_copy_data(out, out.len().min(self.len()))?;
-        Ok(())
+    /// Copies the replica's current values into `out` and tells whether they
+    /// are all finite (checked in the same pass).
+    pub fn snapshot_into(&self, out: &mut [f32]) -> Result<bool> {
+        with_values(&self.alias, |replica: &[f32]| copy_all_finite(replica, out))
     }
 
     /// Writes `target`, computed from `snapshot`, into the replica in one pass:

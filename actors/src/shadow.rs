@@ -24,7 +24,7 @@
 use crate::events::{Event, EventBus};
 use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::hogwild::ParamAlias;
-use crate::recovery::{all_finite, unpanicked, RecoveryPoint};
+use crate::recovery::{unpanicked, RecoveryPoint};
 use crate::stats::TrainerCounters;
 use crate::sync::{Payload, SyncPeer, WriteBack};
 use crate::{Error, Result};
@@ -145,8 +145,11 @@ impl ShadowLoop {
         let steps_at_snapshot = self.counters.steps();
         self.last_snapshot = (Instant::now(), steps_at_snapshot);
         let replica = &self.replica;
-        self.snapshot.refill(|out| replica.snapshot_into(out))?;
-        let contributed = all_finite(self.snapshot.values());
+        let mut contributed = false;
+        self.snapshot.refill(|out| {
+            contributed = replica.snapshot_into(out)?;
+            Ok(())
+        })?;
         if !contributed {
             self.counters.record_abstention();
         }

@@ -299,7 +299,7 @@ fn elastic_steps_on_this_rank() {
                     for round in 0..ROUNDS {
                         let x = payload(me, round);
                         let target = server
-                            .elastic(x.clone().into(), ALPHA, me, round, || false)
+                            .elastic(x.clone().into(), ALPHA, me, round, Vec::new(), || false)
                             .unwrap()
                             .unwrap();
                         for j in 0..VALUES {

@@ -48,16 +48,25 @@ impl WriteBack {
     }
 }
 
-/// `out = mean(inputs)`, all of one length.
-pub fn mean_into(out: &mut [f32], inputs: &[&[f32]]) {
-    out.fill(0.0);
-    for input in inputs {
-        for (o, x) in out.iter_mut().zip(input.iter()) {
-            *o += x;
+/// `out = mean(inputs)`, all of one length (zeros for no input). One pass
+/// over memory: block by block, the block of `out` stays in L1 while every
+/// input's block is summed into it and scaled (summing whole inputs one after
+/// another would stream `out` through memory once per input).
+pub fn mean_into<'a>(out: &mut [f32], inputs: &[&'a [f32]]) {
+    const BLOCK: usize = 2048;
+    let Some((first, rest)) = inputs.split_first() else {
+        return out.fill(0.0);
+    };
+    let scale = 1.0 / inputs.len() as f32;
+    for (start, out) in (0..).step_by(BLOCK).zip(out.chunks_mut(BLOCK)) {
+        let span = start..start + out.len();
+        let block = |input: &'a [f32]| input.get(span.clone()).unwrap_or_default();
+        out.iter_mut().zip(block(first)).for_each(|(o, x)| *o = *x);
+        for &input in rest {
+            out.iter_mut().zip(block(input)).for_each(|(o, x)| *o += x);
         }
+        out.iter_mut().for_each(|o| *o *= scale);
     }
-    let scale = 1.0 / inputs.len().max(1) as f32;
-    out.iter_mut().for_each(|o| *o *= scale);
 }
 
 /// EASGD's elastic step against the centre `center`: moves the centre by
@@ -155,6 +164,23 @@ mod tests {
         let mut replica = [1.5f32, 2.0];
         WriteBack::Delta.apply(&mut replica, &avg, &a);
         assert_eq!(replica, [2.5, 0.0]); // keeps its +0.5 local step
+    }
+
+    #[test]
+    fn the_blocked_mean_is_the_plain_one_over_block_edges() {
+        let len = 5000; // two whole blocks and a partial one
+        let inputs: Vec<Vec<f32>> = (0..3)
+            .map(|k| (0..len).map(|i| ((i * 7 + k * 13) as f32).sin()).collect())
+            .collect();
+        let views: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+        let mut out = vec![f32::NAN; len];
+        mean_into(&mut out, &views);
+        for (i, o) in out.iter().enumerate() {
+            let plain = (inputs[0][i] + inputs[1][i] + inputs[2][i]) * (1.0 / 3.0);
+            assert_eq!(o.to_bits(), plain.to_bits(), "at {i}");
+        }
+        mean_into(&mut out, &[]);
+        assert!(out.iter().all(|&o| o == 0.0));
     }
 
     #[test]

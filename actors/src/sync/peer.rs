@@ -250,8 +250,9 @@ impl SyncPeer {
         };
         let round = self.round();
         self.set_round(round + 1);
+        let into = self.endpoint.take_spare();
         let endpoint = &self.endpoint;
-        server.elastic(snapshot.shared(), alpha, self.id(), round, || {
+        server.elastic(snapshot.shared(), alpha, self.id(), round, into, || {
             endpoint.stopped()
         })
     }

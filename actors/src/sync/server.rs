@@ -343,14 +343,16 @@ impl ServerClient {
     }
 
     /// The elastic step of `trainer`'s `snapshot` in its `round` on every
-    /// shard at once; returns the replica's target, or `None` if `stopped()`
-    /// turns true while waiting.
+    /// shard at once; returns the replica's target, written into `into` (a
+    /// buffer handed back from an earlier round saves a fresh one per round),
+    /// or `None` if `stopped()` turns true while waiting.
     pub fn elastic(
         &self,
         snapshot: Arc<[f32]>,
         alpha: f32,
         trainer: usize,
         round: u64,
+        into: Vec<f32>,
         stopped: impl Fn() -> bool,
     ) -> Result<Option<Vec<f32>>> {
         if snapshot.len() != self.len {
@@ -385,21 +387,23 @@ impl ServerClient {
                     round,
                 }
             },
+            into,
             stopped,
         )
     }
 
     /// A copy of the whole centre.
     pub fn center(&self) -> Result<Vec<f32>> {
-        self.gather(|_, _| ShardRequest::Center, || false)?
+        self.gather(|_, _| ShardRequest::Center, Vec::new(), || false)?
             .ok_or(Error::Stopped("parameter server"))
     }
 
     /// Sends every shard its `request` (given its range and whether it is
-    /// served here) and assembles their answers in shard order.
+    /// served here) and assembles their answers in shard order, into `out`.
     fn gather(
         &self,
         request: impl Fn(&Range<usize>, bool) -> ShardRequest,
+        mut out: Vec<f32>,
         stopped: impl Fn() -> bool,
     ) -> Result<Option<Vec<f32>>> {
         let (reply, answers) = bounded(self.shards.len());
@@ -412,7 +416,8 @@ impl ServerClient {
             }
         }
         drop(reply);
-        let mut out = vec![0f32; self.len];
+        // The shards' ranges cover the vector: every value is written below.
+        out.resize(self.len, 0.0);
         let mut received = 0;
         while received < self.shards.len() {
             match answers.recv_timeout(POLL) {
@@ -463,11 +468,16 @@ mod tests {
             let (system, thread, server) = spawn_system("server-test", start).unwrap();
             let server = server.unwrap();
             assert_eq!(server.shard_count(), shards);
-            let target = server.elastic(Arc::clone(&snapshot), 0.5, 0, 0, || false);
+            // A recycled buffer, of another length and stale values, is
+            // filled whole.
+            let recycled = vec![f32::NAN; 3];
+            let target = server.elastic(Arc::clone(&snapshot), 0.5, 0, 0, recycled, || false);
             assert_eq!(target.unwrap(), Some(expected.clone()), "{shards} shards");
             assert_eq!(server.center().unwrap(), expected_center);
             let short: Arc<[f32]> = Arc::from(vec![0f32; 3]);
-            assert!(server.elastic(short, 0.5, 0, 1, || false).is_err());
+            assert!(server
+                .elastic(short, 0.5, 0, 1, Vec::new(), || false)
+                .is_err());
             system.stop();
             thread.join().unwrap();
             // With the system gone, a request fails instead of hanging.

@@ -92,10 +92,21 @@ impl Payload {
     /// Refills the payload through `fill`: in place when no receiver still holds
     /// the previous contents, in a fresh buffer otherwise.
     pub fn refill(&mut self, fill: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
-        if let Some(values) = Arc::get_mut(&mut self.0) {
+        self.refill_to(self.0.len(), fill)
+    }
+
+    /// Refills the payload with `len` values through `fill`: in place when no
+    /// receiver still holds the previous contents and they were as many, in a
+    /// fresh buffer otherwise.
+    pub fn refill_to(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [f32]) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(values) = Arc::get_mut(&mut self.0).filter(|v| v.len() == len) {
             return fill(values);
         }
-        let mut fresh = vec![0f32; self.0.len()];
+        let mut fresh = vec![0f32; len];
         fill(&mut fresh)?;
         self.0 = Arc::from(fresh);
         Ok(())
@@ -182,6 +193,9 @@ pub struct Endpoint {
     timeout: Option<Duration>,
     /// A mean handed back ([`Endpoint::recycle`]), for the next round to fill.
     spare: Vec<f32>,
+    /// This member's reduced slice of the last round, refilled by the next
+    /// once the others have read it.
+    reduced: Payload,
 }
 
 /// The outcome of [`Endpoint::group_mean`].
@@ -234,6 +248,7 @@ pub(super) fn mesh_part(
             bytes_sent: Arc::new(AtomicU64::new(0)),
             timeout: None,
             spare: Vec::new(),
+            reduced: Payload::zeros(0),
         })
         .collect();
     (endpoints, senders)
@@ -280,6 +295,12 @@ impl Endpoint {
     /// the kernel, ~475 pages to fault in, once per round).
     pub fn recycle(&mut self, mean: Vec<f32>) {
         self.spare = mean;
+    }
+
+    /// The buffer handed back by [`Endpoint::recycle`], for a result of
+    /// this round to fill (empty if none was).
+    pub(super) fn take_spare(&mut self) -> Vec<f32> {
+        std::mem::take(&mut self.spare)
     }
 
     /// The payloads over `group` in round `round`, combined element by element
@@ -388,12 +409,14 @@ impl Endpoint {
                 group: group.to_vec(),
             });
         }
-        let mut reduced = vec![0f32; mine.len()];
-        reduce(&mut reduced, &contributions);
+        self.reduced.refill_to(mine.len(), |out| {
+            reduce(out, &contributions);
+            Ok(())
+        })?;
         Ok(Some(Scattered {
             payloads,
             unresponsive,
-            reduced: Arc::from(reduced),
+            reduced: self.reduced.shared(),
         }))
     }
 
@@ -417,7 +440,7 @@ impl Endpoint {
             return Ok(None);
         };
         // Every slice is written below (the late members' by the caller).
-        let mut mean = std::mem::take(&mut self.spare);
+        let mut mean = self.take_spare();
         mean.resize(len, 0.0);
         mean[slice(len, m, round.me)].copy_from_slice(&reduced);
         for message in &slices {
