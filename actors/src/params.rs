@@ -11,7 +11,7 @@
 //! buffer instead: Hogwild workers of one replica, each with its own gradient.
 
 use crate::hogwild::{with_borrowed, with_values, ParamAlias};
-use crate::recovery::all_finite;
+use crate::recovery::{all_finite, copy_all_finite};
 use crate::{Error, Result};
 use tch::{nn::VarStore, Kind, Tensor};
 
@@ -150,6 +150,13 @@ impl FlatParams {
         Ok(())
     }
 
+    /// Copies `buffer` (the values or the gradient) out into `out`, and
+    /// tells whether every value is finite (in the same pass).
+    fn read_finite(&self, buffer: &Tensor, out: &mut [f32]) -> Result<bool> {
+        self.check_len(out.len())?;
+        with_values(buffer, |values| copy_all_finite(values, out))
+    }
+
     /// Overwrites `buffer` (the values or the gradient) with `src`.
     fn write(&self, buffer: &Tensor, src: &[f32]) -> Result<()> {
         self.check_len(src.len())?;
@@ -179,6 +186,17 @@ impl FlatParams {
     /// Copies the parameters out into `out` (length [`FlatParams::numel`]).
     pub fn copy_to(&self, out: &mut [f32]) -> Result<()> {
         self.read(&self.values, out)
+    }
+
+    /// Copies the parameters out into `out` (length [`FlatParams::numel`])
+    /// and tells whether they are all finite, checked in the same pass.
+    pub fn copy_finite_to(&self, out: &mut [f32]) -> Result<bool> {
+        self.read_finite(&self.values, out)
+    }
+
+    /// [`FlatParams::copy_finite_to`] of the gradient.
+    pub fn copy_finite_grad_to(&self, out: &mut [f32]) -> Result<bool> {
+        self.read_finite(&self.grad, out)
     }
 
     /// Overwrites the parameters with `src` (length [`FlatParams::numel`]).
@@ -254,12 +272,20 @@ mod tests {
         assert!(params.all_finite().unwrap());
         let mut values = vec![0f32; params.numel()];
         params.copy_to(&mut values).unwrap();
+        let mut copy = vec![0f32; params.numel()];
+        assert!(params.copy_finite_to(&mut copy).unwrap());
+        assert_eq!(copy, values);
         for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
             let mut poisoned = values.clone();
             poisoned[3] = bad;
             params.load_from(&poisoned).unwrap();
             assert!(!params.all_finite().unwrap(), "{bad}");
+            assert!(!params.copy_finite_to(&mut copy).unwrap(), "{bad}");
+            params.load_grad_from(&poisoned).unwrap();
+            assert!(!params.copy_finite_grad_to(&mut copy).unwrap(), "{bad}");
+            assert_eq!(copy[3].to_bits(), bad.to_bits());
         }
+        assert!(params.copy_finite_to(&mut [0.0]).is_err());
         values[0] = f32::MAX;
         params.load_from(&values).unwrap();
         assert!(params.all_finite().unwrap());

@@ -15,7 +15,7 @@
 
 use crate::events::{Event, EventBus};
 use crate::faults::{faults_due, Fault, FaultKind};
-use crate::recovery::{all_finite, unpanicked, RecoveryPoint};
+use crate::recovery::{unpanicked, RecoveryPoint};
 use crate::stats::TrainerCounters;
 use crate::sync::{Payload, SyncPeer};
 use crate::{Error, Learner, LearnerState, Result};
@@ -264,8 +264,11 @@ impl<L: Learner> TrainerCore<L> {
             return Ok(true);
         };
         let params = self.learner.dense_params();
-        self.buffer.refill(|b| params.copy_grad_to(b))?;
-        let contribute = all_finite(self.buffer.values());
+        let mut contribute = false;
+        self.buffer.refill(|b| {
+            contribute = params.copy_finite_grad_to(b)?;
+            Ok(())
+        })?;
         match peer.group_mean(&self.buffer, contribute) {
             Ok(Some(mean)) => {
                 params.load_grad_from(&mean)?;
@@ -333,8 +336,11 @@ impl<L: Learner> TrainerCore<L> {
         if let (Foreground::Every { every, peer }, false) = (&mut self.foreground, catching_up) {
             if self.counters.steps() % *every == 0 {
                 let params = self.learner.dense_params();
-                self.buffer.refill(|b| params.copy_to(b))?;
-                let contribute = all_finite(self.buffer.values());
+                let mut contribute = false;
+                self.buffer.refill(|b| {
+                    contribute = params.copy_finite_to(b)?;
+                    Ok(())
+                })?;
                 match peer.target(&self.buffer, contribute) {
                     Ok(Some(target)) => {
                         let round = peer.round().saturating_sub(1);
