@@ -133,21 +133,9 @@ impl FlatParams {
             .collect()
     }
 
-    /// Copies the gradient out into `out` (length [`FlatParams::numel`]).
-    pub fn copy_grad_to(&self, out: &mut [f32]) -> Result<()> {
-        self.read(&self.grad, out)
-    }
-
     /// Overwrites the gradient with `src` (length [`FlatParams::numel`]).
     pub fn load_grad_from(&self, src: &[f32]) -> Result<()> {
         self.write(&self.grad, src)
-    }
-
-    /// Copies `buffer` (the values or the gradient) out into `out`.
-    fn read(&self, buffer: &Tensor, out: &mut [f32]) -> Result<()> {
-        self.check_len(out.len())?;
-        buffer.f_copy_data(out, out.len())?;
-        Ok(())
     }
 
     /// Copies `buffer` (the values or the gradient) out into `out`, and
@@ -185,7 +173,7 @@ impl FlatParams {
 
     /// Copies the parameters out into `out` (length [`FlatParams::numel`]).
     pub fn copy_to(&self, out: &mut [f32]) -> Result<()> {
-        self.read(&self.values, out)
+        self.read_finite(&self.values, out).map(drop)
     }
 
     /// Copies the parameters out into `out` (length [`FlatParams::numel`])
