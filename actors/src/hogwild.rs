@@ -80,17 +80,48 @@ impl ParamAlias {
     /// `target − snapshot` (what the round moved, kept on top of the steps the
     /// trainer took meanwhile).
     pub fn write_back(&self, mode: WriteBack, target: &[f32], snapshot: &[f32]) -> Result<()> {
-        if target.len() != self.len() || snapshot.len() != self.len() {
+        if target.len() != self.len() {
             return Err(Error::Layout(format!(
-                "write-back of {} values (snapshot {}) into a replica of {}",
+                "write-back of {} values into a replica of {}",
                 target.len(),
-                snapshot.len(),
                 self.len()
             )));
         }
+        self.write_back_blocks(mode, snapshot, |write| write(0, target))
+    }
+
+    /// Writes a target, computed from `snapshot`, into the replica block by
+    /// block as `blocks` hands them over (`blocks(write)` calls
+    /// `write(offset, block)`), each applied as in [`ParamAlias::write_back`]
+    /// while it is still in cache: a round need not assemble its whole
+    /// target first. An error for a block outside the replica.
+    pub fn write_back_blocks(
+        &self,
+        mode: WriteBack,
+        snapshot: &[f32],
+        blocks: impl FnOnce(&mut dyn FnMut(usize, &[f32]) -> Result<()>) -> Result<()>,
+    ) -> Result<()> {
+        let len = self.len();
+        if snapshot.len() != len {
+            return Err(Error::Layout(format!(
+                "write-back from a snapshot of {} values into a replica of {len}",
+                snapshot.len()
+            )));
+        }
         with_values_mut(&self.alias, |replica: &mut [f32]| {
-            mode.apply(replica, target, snapshot)
-        })
+            blocks(&mut |offset, target| {
+                let span = offset..offset.saturating_add(target.len());
+                match (replica.get_mut(span.clone()), snapshot.get(span.clone())) {
+                    (Some(replica), Some(snapshot)) => {
+                        mode.apply(replica, target, snapshot);
+                        Ok(())
+                    }
+                    _ => Err(Error::Layout(format!(
+                        "write-back of values {span:?} into a replica of {len}"
+                    ))),
+                }
+            })
+        })?
     }
 }
 
@@ -256,5 +287,33 @@ mod tests {
             .write_back(WriteBack::Overwrite, &[1.0], &snapshot)
             .unwrap_err();
         assert!(e.to_string().contains("1 values"), "{e}");
+        let e = alias
+            .write_back(WriteBack::Overwrite, &now, &snapshot[..2])
+            .unwrap_err();
+        assert!(e.to_string().contains("snapshot of 2"), "{e}");
+    }
+
+    #[test]
+    fn block_write_back_applies_each_block_at_its_offset_and_refuses_strays() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = vs.root().zeros("w", &[5]);
+        let params = FlatParams::adopt(&vs).unwrap();
+        params.load_from(&[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
+        let alias = ParamAlias::new(&params).unwrap();
+        let snapshot = [1.0, 1.0, 1.0, 1.0, 1.0];
+        // The same as one whole write-back of the blocks laid side by side.
+        alias
+            .write_back_blocks(WriteBack::Delta, &snapshot, |write| {
+                write(3, &[2.0, 0.0])?;
+                write(0, &[1.0, 3.0, 1.0])
+            })
+            .unwrap();
+        let mut now = [0f32; 5];
+        alias.snapshot_into(&mut now).unwrap();
+        assert_eq!(now, [1.0, 4.0, 3.0, 5.0, 4.0]);
+        let e = alias
+            .write_back_blocks(WriteBack::Overwrite, &snapshot, |write| write(4, &[0.0; 2]))
+            .unwrap_err();
+        assert!(e.to_string().contains("4..6"), "{e}");
     }
 }

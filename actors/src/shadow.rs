@@ -43,6 +43,9 @@ pub struct ShadowLoop {
     counters: Arc<TrainerCounters>,
     recovery: Arc<RecoveryPoint>,
     snapshot: Payload,
+    /// The last target kept whole for the recovery point, refilled the next
+    /// time.
+    whole_target: Vec<f32>,
     /// When the last snapshot was taken, and the trainer's steps then.
     last_snapshot: (Instant, u64),
     /// Faults injected into this loop, and the round they last hit.
@@ -83,6 +86,7 @@ impl ShadowLoop {
             counters,
             recovery,
             snapshot,
+            whole_target: Vec::new(),
             last_snapshot,
             faults: Vec::new(),
             injected_at: None,
@@ -153,7 +157,7 @@ impl ShadowLoop {
         if !contributed {
             self.counters.record_abstention();
         }
-        let target = self.peer.target(&self.snapshot, contributed);
+        let combined = self.peer.combine(&self.snapshot, contributed);
         // The round just taken (the coordinator may have moved the peer on).
         let round = self.peer.round().saturating_sub(1);
         let mut outcome = RoundOutcome {
@@ -162,24 +166,40 @@ impl ShadowLoop {
             contributed,
             written_back: false,
         };
-        let target = match target {
-            Ok(Some(target)) => target,
+        let combined = match combined {
+            Ok(Some(combined)) => combined,
             Ok(None) => return Ok(None),
             Err(Error::NonFinite { .. }) => return Ok(Some(outcome)),
             Err(e) => return Err(e),
         };
-        if contributed && round % RecoveryPoint::OFFER_EVERY == 0 {
-            self.recovery.offer(&target);
-        }
+        // Now and then the target is kept whole too, for the recovery point.
+        let offer = contributed && round % RecoveryPoint::OFFER_EVERY == 0;
+        let mut whole = std::mem::take(&mut self.whole_target);
+        whole.resize(if offer { combined.len() } else { 0 }, 0.0);
         // A diverged replica takes the group's values outright.
         let write_back = if contributed {
             self.write_back
         } else {
             WriteBack::Overwrite
         };
+        // The target, block by block, written back as the rule makes it.
+        let peer = &self.peer;
         self.replica
-            .write_back(write_back, &target, self.snapshot.values())?;
-        self.peer.recycle(target);
+            .write_back_blocks(write_back, self.snapshot.values(), |write| {
+                peer.target_blocks(&combined, |at, block| {
+                    if let Some(kept) = whole.get_mut(at..at + block.len()) {
+                        kept.copy_from_slice(block);
+                    }
+                    write(at, block)
+                })
+            })?;
+        if offer {
+            self.recovery.offer(&whole);
+        }
+        self.whole_target = whole;
+        if let Some(spare) = combined.into_spare() {
+            self.peer.recycle(spare);
+        }
         outcome.staleness = self.counters.steps().saturating_sub(steps_at_snapshot);
         outcome.written_back = true;
         self.counters.record_sync(outcome.staleness);

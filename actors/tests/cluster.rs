@@ -351,12 +351,18 @@ struct MeanWithMomentum {
 }
 
 impl SyncRule for MeanWithMomentum {
-    fn target(&mut self, combined: &mut [f32]) {
-        for (c, last) in combined.iter_mut().zip(&mut self.last) {
-            let moved = *c - *last;
+    fn target<'a>(
+        &mut self,
+        offset: usize,
+        combined: &'a [f32],
+        scratch: &'a mut [f32],
+    ) -> &'a [f32] {
+        let last = &mut self.last[offset..offset + combined.len()];
+        for ((c, last), t) in combined.iter().zip(last).zip(scratch.iter_mut()) {
+            *t = c + 0.1 * (c - *last);
             *last = *c;
-            *c += 0.1 * moved;
         }
+        scratch
     }
 
     fn state(&self) -> RuleState {

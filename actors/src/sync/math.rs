@@ -125,22 +125,34 @@ impl BmufState {
         }
     }
 
-    /// Folds a group average into the state and turns it, in place, into the
-    /// replica's target.
-    pub fn round(&mut self, params: BmufParams, average_to_target: &mut [f32]) {
+    /// Folds the group average of the parameters at `offset..offset +
+    /// average.len()` into the state and writes the replica's target for
+    /// them into `target`. A span past the state's end writes nothing (the
+    /// runtime only hands over blocks of the replica's own length).
+    pub fn round(
+        &mut self,
+        params: BmufParams,
+        offset: usize,
+        average: &[f32],
+        target: &mut [f32],
+    ) {
         let BmufParams {
             eta,
             zeta,
             nesterov,
         } = params;
-        self.global
+        let span = offset..offset.saturating_add(average.len());
+        let global = self.global.get_mut(span.clone()).unwrap_or_default();
+        let momentum = self.momentum.get_mut(span).unwrap_or_default();
+        global
             .iter_mut()
-            .zip(self.momentum.iter_mut())
-            .zip(average_to_target)
-            .for_each(|((g, m), x)| {
+            .zip(momentum)
+            .zip(average)
+            .zip(target)
+            .for_each(|(((g, m), x), t)| {
                 *m = eta * *m + zeta * (1.0 - eta) * (*x - *g);
                 *g += *m;
-                *x = if nesterov { *g + eta * *m } else { *g };
+                *t = if nesterov { *g + eta * *m } else { *g };
             });
     }
 }
@@ -204,13 +216,14 @@ mod tests {
         };
         let mut state = BmufState::new(&[0.0, 1.0]);
         // Round 1: G = (2,0)-(0,1) = (2,-1); Δ = 0.5*(2,-1) = (1,-0.5); w_g = (1,0.5).
-        let mut x = [2.0, 0.0];
-        state.round(params, &mut x);
+        let mut x = [0.0; 2];
+        state.round(params, 0, &[2.0, 0.0], &mut x);
         assert_eq!(x, [1.0, 0.5]);
         // Round 2: avg (3,0): G = (2,-0.5); Δ = 0.5*(1,-0.5) + 0.5*(2,-0.5) = (1.5,-0.5);
         // w_g = (2.5,0).
-        let mut x = [3.0, 0.0];
-        state.round(params, &mut x);
+        // Block by block, as a round calls it: the same numbers.
+        state.round(params, 1, &[0.0], &mut x[1..]);
+        state.round(params, 0, &[3.0], &mut x[..1]);
         assert_eq!(x, [2.5, 0.0]);
         assert_eq!(state.momentum, [1.5, -0.5]);
         let mut nesterov = BmufState::new(&[0.0, 1.0]);
@@ -219,8 +232,7 @@ mod tests {
             ..params
         };
         // w_g = (1,0.5) after round 1, plus η Δ = (0.5,-0.25).
-        let mut x = [2.0, 0.0];
-        nesterov.round(look_ahead, &mut x);
+        nesterov.round(look_ahead, 0, &[2.0, 0.0], &mut x);
         assert_eq!(x, [1.5, 0.25]);
         assert_eq!(nesterov.global, [1.0, 0.5]);
         // A steady G moves w_g by ζ G per round once the momentum has built up.
@@ -228,8 +240,7 @@ mod tests {
         let mut avg = 0.0f32;
         for _ in 0..60 {
             avg = steady.global[0] + 1.0;
-            let mut x = [avg];
-            steady.round(params, &mut x);
+            steady.round(params, 0, &[avg], &mut [0.0]);
         }
         assert!(
             (steady.global[0] - avg).abs() < 1e-3,

@@ -4,6 +4,7 @@
 //! EASGD parameter server.
 
 mod algorithm;
+mod combined;
 mod fabric;
 mod math;
 #[cfg(feature = "mpi")]
@@ -16,6 +17,7 @@ mod shared;
 mod transport;
 
 pub use algorithm::{Algorithm, SyncConfig};
+pub use combined::Combined;
 pub use fabric::{launched_by_mpirun, Fabric, InProcess};
 pub use math::{elastic, mean_into, BmufParams, BmufState, WriteBack};
 pub(crate) use peer::SharedPeer;
@@ -29,4 +31,4 @@ pub use server::{
     serve, shard_process, shard_ranges, RemoteShards, ServerClient, ServerShard, ServerShardActor,
     ShardReply, ShardRequest,
 };
-pub use transport::{mesh, Endpoint, GroupMean, LinkModel, Payload, Reduce};
+pub use transport::{mesh, Endpoint, GroupMean, GroupReduced, LinkModel, Payload, Reduce};

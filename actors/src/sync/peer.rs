@@ -9,7 +9,7 @@
 use crate::coordinator::CoordinatorClient;
 use crate::sync::transport::Phase;
 use crate::sync::{
-    mean_into, Endpoint, Exchange, Payload, Reduce, RuleState, ServerClient, SyncRule,
+    mean_into, Combined, Endpoint, Exchange, Payload, Reduce, RuleState, ServerClient, SyncRule,
 };
 use crate::{Error, Result, SharedGradients};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -128,7 +128,8 @@ impl SyncPeer {
     /// Mean of the payloads over this round's group (sync-sgd's gradients);
     /// `None` once syncing has stopped.
     pub fn group_mean(&mut self, payload: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
-        self.group_reduce(payload, contribute, &mean_into)
+        let combined = self.group_reduce(payload, contribute, &mean_into)?;
+        Ok(combined.map(|combined| combined.into_vec(self.endpoint.take_spare())))
     }
 
     /// The payloads over this round's group, combined element by element by
@@ -141,7 +142,7 @@ impl SyncPeer {
         payload: &Payload,
         contribute: bool,
         reduce: &Reduce,
-    ) -> Result<Option<Vec<f32>>> {
+    ) -> Result<Option<Combined>> {
         let endpoint = &self.endpoint;
         let Some(assignment) = self
             .groups
@@ -166,7 +167,7 @@ impl SyncPeer {
             self.groups
                 .report_unresponsive(member, round, self.endpoint.id());
         }
-        Ok(Some(outcome.mean))
+        Ok(Some(outcome.combined))
     }
 
     /// `sync-sgd`'s shared gradients in the group of its last
@@ -207,11 +208,13 @@ impl SyncPeer {
         Ok(())
     }
 
-    /// One round of the rule: the target for `snapshot`; `None` once syncing has
-    /// stopped. A snapshot that is not finite does not `contribute`: it is left
-    /// out of the group's combination (and never sent to EASGD's server:
-    /// [`Error::NonFinite`]).
-    pub fn target(&mut self, snapshot: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
+    /// One round's combination of `snapshot` with the group's snapshots (or,
+    /// for EASGD, with the server's centre), before the rule turns it into
+    /// a target ([`SyncPeer::target_blocks`]); `None` once syncing has
+    /// stopped. A snapshot that is not finite does not `contribute`: it is
+    /// left out of the group's combination (and never sent to EASGD's
+    /// server: [`Error::NonFinite`]).
+    pub fn combine(&mut self, snapshot: &Payload, contribute: bool) -> Result<Option<Combined>> {
         let exchange = self.lock().rule.exchange();
         let combined = match exchange {
             Exchange::Group => {
@@ -222,12 +225,56 @@ impl SyncPeer {
                 };
                 self.group_reduce(snapshot, contribute, &reduce)?
             }
-            Exchange::Centre { alpha } => self.elastic(snapshot, contribute, alpha)?,
+            Exchange::Centre { alpha } => self
+                .elastic(snapshot, contribute, alpha)?
+                .map(Combined::whole),
         };
-        Ok(combined.map(|mut combined| {
-            self.lock().rule.target(&mut combined);
-            combined
-        }))
+        let len = snapshot.values().len();
+        match combined {
+            Some(combined) if combined.len() != len => Err(Error::Layout(format!(
+                "a round combined {} values for a snapshot of {len}",
+                combined.len()
+            ))),
+            combined => Ok(combined),
+        }
+    }
+
+    /// Turns `combined` into the replica's target through the rule, block by
+    /// block in order, handing each block to `write(offset, block)` while it
+    /// is in cache (a shadow round writes it back at once).
+    pub fn target_blocks(
+        &self,
+        combined: &Combined,
+        mut write: impl FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<()> {
+        const BLOCK: usize = 2048;
+        let mut scratch = [0f32; BLOCK];
+        let mut peer = self.lock();
+        for (offset, part) in combined.parts() {
+            for (at, values) in (offset..).step_by(BLOCK).zip(part.chunks(BLOCK)) {
+                let scratch = &mut scratch[..values.len()];
+                write(at, peer.rule.target(at, values, scratch))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One round of the rule, whole: the target for `snapshot` (see
+    /// [`SyncPeer::combine`]), for a foreground round to load.
+    pub fn target(&mut self, snapshot: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
+        let Some(combined) = self.combine(snapshot, contribute)? else {
+            return Ok(None);
+        };
+        let mut target = self.endpoint.take_spare();
+        target.resize(combined.len(), 0.0);
+        self.target_blocks(&combined, |at, block| {
+            target[at..at + block.len()].copy_from_slice(block);
+            Ok(())
+        })?;
+        if let Some(spare) = combined.into_spare() {
+            self.endpoint.recycle(spare);
+        }
+        Ok(Some(target))
     }
 
     /// EASGD's elastic step of `snapshot` against the server's centre.

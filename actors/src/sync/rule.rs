@@ -10,8 +10,10 @@
 //!    group's contributions, then the slices are gathered (or, for
 //!    [`Exchange::Centre`], the snapshot meets EASGD's centre on the server);
 //! 2. the rule turns the combined vector into the replica's
-//!    [`target`](SyncRule::target), with whatever memory it keeps;
-//! 3. the runtime writes the target back into the replica.
+//!    [`target`](SyncRule::target), with whatever memory it keeps, block by
+//!    block;
+//! 3. the runtime writes each block of the target back into the replica as
+//!    it comes (a shadow round never assembles the whole target).
 //!
 //! A rule of one's own is a type implementing [`SyncRule`], registered by
 //! name in [`Rules`] (the cluster's `ClusterConfig::rules`); `sync.algorithm`
@@ -52,9 +54,19 @@ pub trait SyncRule: Send + fmt::Debug {
         mean_into(out, contributions);
     }
 
-    /// Turns the combined vector into the replica's target, in place; as it
-    /// is unless said.
-    fn target(&mut self, _combined: &mut [f32]) {}
+    /// The replica's target for the combined values at `offset..offset +
+    /// combined.len()`: `combined` itself unless said, or values the rule
+    /// writes into `scratch` (as long) and returns. A round calls it block
+    /// by block, in order over the whole vector, and writes each block back
+    /// while it is in cache, so a rule with memory indexes it by `offset`.
+    fn target<'a>(
+        &mut self,
+        _offset: usize,
+        combined: &'a [f32],
+        _scratch: &'a mut [f32],
+    ) -> &'a [f32] {
+        combined
+    }
 
     /// Its memory between rounds, as named arrays, for checkpoints; none
     /// unless said.
@@ -221,8 +233,14 @@ pub struct BlockMomentum {
 }
 
 impl SyncRule for BlockMomentum {
-    fn target(&mut self, combined: &mut [f32]) {
-        self.state.round(self.params, combined);
+    fn target<'a>(
+        &mut self,
+        offset: usize,
+        combined: &'a [f32],
+        scratch: &'a mut [f32],
+    ) -> &'a [f32] {
+        self.state.round(self.params, offset, combined, scratch);
+        scratch
     }
 
     fn state(&self) -> RuleState {
@@ -279,8 +297,9 @@ mod tests {
     fn bmuf_memory_round_trips_and_a_partial_one_is_refused() {
         let config = SyncConfig::default();
         let mut bmuf = Rules::default().make("bmuf", &context(&config)).unwrap();
-        let mut avg = [3.0, 0.0];
-        bmuf.target(&mut avg);
+        let mut scratch = [0.0; 2];
+        // η = 1 − 1/2: G = (3,0) − (1,2); Δ = (1 − η) G = (1,−1); w_g = (2,1).
+        assert_eq!(bmuf.target(0, &[3.0, 0.0], &mut scratch), [2.0, 1.0]);
         let saved = bmuf.state();
         let mut fresh = Rules::default().make("bmuf", &context(&config)).unwrap();
         fresh.restore(&saved).unwrap();

@@ -26,7 +26,7 @@
 //! moves: `2 (m − 1) / m` of the vector per member and round. The receiver really waits until delivery time, so the cost
 //! lands where a real network would put it.
 
-use crate::sync::mean_into;
+use crate::sync::{mean_into, Combined};
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use serde::{Deserialize, Serialize};
@@ -191,8 +191,10 @@ pub struct Endpoint {
     stop: Arc<AtomicBool>,
     bytes_sent: Arc<AtomicU64>,
     timeout: Option<Duration>,
-    /// A mean handed back ([`Endpoint::recycle`]), for the next round to fill.
-    spare: Vec<f32>,
+    /// Results handed back ([`Endpoint::recycle`]), for the next rounds to
+    /// fill (a foreground EASGD round fills two: the server's target and
+    /// the rule's).
+    spares: Vec<Vec<f32>>,
     /// This member's reduced slice of the last round, refilled by the next
     /// once the others have read it.
     reduced: Payload,
@@ -203,6 +205,16 @@ pub struct Endpoint {
 pub struct GroupMean {
     /// The mean over the members that contributed in time.
     pub mean: Vec<f32>,
+    /// Members that did not answer in time.
+    pub unresponsive: Vec<usize>,
+}
+
+/// The outcome of [`Endpoint::group_reduce`].
+#[derive(Debug, Clone)]
+pub struct GroupReduced {
+    /// The reduction over the members that contributed in time, as the
+    /// members' slices (shared, not assembled).
+    pub combined: Combined,
     /// Members that did not answer in time.
     pub unresponsive: Vec<usize>,
 }
@@ -247,7 +259,7 @@ pub(super) fn mesh_part(
             stop: Arc::clone(&stop),
             bytes_sent: Arc::new(AtomicU64::new(0)),
             timeout: None,
-            spare: Vec::new(),
+            spares: Vec::new(),
             reduced: Payload::zeros(0),
         })
         .collect();
@@ -287,25 +299,39 @@ impl Endpoint {
         payload: &Payload,
         contribute: bool,
     ) -> Result<Option<GroupMean>> {
-        self.group_reduce(round, group, payload, contribute, &mean_into)
+        let reduced = self.group_reduce(round, group, payload, contribute, &mean_into)?;
+        Ok(reduced.map(
+            |GroupReduced {
+                 combined,
+                 unresponsive,
+             }| GroupMean {
+                mean: combined.into_vec(self.take_spare()),
+                unresponsive,
+            },
+        ))
     }
 
     /// Takes back a mean this endpoint returned, once read: the next round
     /// fills it instead of a fresh vector (a fresh 1.9 MB one may come from
     /// the kernel, ~475 pages to fault in, once per round).
     pub fn recycle(&mut self, mean: Vec<f32>) {
-        self.spare = mean;
+        const KEPT: usize = 2;
+        if self.spares.len() == KEPT {
+            self.spares.remove(0);
+        }
+        self.spares.push(mean);
     }
 
-    /// The buffer handed back by [`Endpoint::recycle`], for a result of
-    /// this round to fill (empty if none was).
+    /// A buffer handed back by [`Endpoint::recycle`], for a result of this
+    /// round to fill (empty if none was).
     pub(super) fn take_spare(&mut self) -> Vec<f32> {
-        std::mem::take(&mut self.spare)
+        self.spares.pop().unwrap_or_default()
     }
 
     /// The payloads over `group` in round `round`, combined element by element
     /// by `reduce` (`reduce(out, contributions)`: each member reduces its own
-    /// slice); `Ok(None)` if the mesh was stopped while waiting.
+    /// slice), as the members' reduced slices; `Ok(None)` if the mesh was
+    /// stopped while waiting.
     ///
     /// A member that does not `contribute` (its parameters diverged) still takes
     /// part in the round and receives the mean of the others, but its payload is
@@ -318,7 +344,7 @@ impl Endpoint {
         payload: &Payload,
         contribute: bool,
         reduce: &Reduce,
-    ) -> Result<Option<GroupMean>> {
+    ) -> Result<Option<GroupReduced>> {
         let Some(me) = group.iter().position(|&t| t == self.id) else {
             return Err(Error::Layout(format!(
                 "trainer {} is not in its group {group:?}",
@@ -330,8 +356,8 @@ impl Endpoint {
         }
         let len = payload.values().len();
         if len == 0 {
-            return Ok(Some(GroupMean {
-                mean: Vec::new(),
+            return Ok(Some(GroupReduced {
+                combined: Combined::whole(Vec::new()),
                 unresponsive: Vec::new(),
             }));
         }
@@ -350,16 +376,19 @@ impl Endpoint {
         else {
             return Ok(None);
         };
-        let Some((mut mean, late)) = self.all_gather(&round, reduced)? else {
+        let Some((mut parts, late)) = self.all_gather(&round, reduced)? else {
             return Ok(None);
         };
         for member in late {
-            round.fill_slice_of(member, &payloads, reduce, &mut mean);
+            parts.push(round.slice_of(member, &payloads, reduce));
             if !unresponsive.contains(&member) {
                 unresponsive.push(member);
             }
         }
-        Ok(Some(GroupMean { mean, unresponsive }))
+        Ok(Some(GroupReduced {
+            combined: Combined::tiled(len, parts)?,
+            unresponsive,
+        }))
     }
 
     /// Reduce-scatter: every member gets the others' values of its own slice
@@ -421,14 +450,10 @@ impl Endpoint {
     }
 
     /// All-gather: every member sends its reduced slice to the others and
-    /// assembles the whole vector. Returns it and the members whose slice did
-    /// not come (their part of the vector is left at zero); `Ok(None)` once
-    /// stopped.
-    fn all_gather(
-        &mut self,
-        round: &Round,
-        reduced: Arc<[f32]>,
-    ) -> Result<Option<(Vec<f32>, Vec<usize>)>> {
+    /// receives theirs. Returns the slices as parts of the whole vector
+    /// (offset, shared values, their span), and the members whose slice did
+    /// not come; `Ok(None)` once stopped.
+    fn all_gather(&mut self, round: &Round, reduced: Arc<[f32]>) -> Result<Option<Gathered>> {
         let (group, len, m) = (round.group, round.len(), round.group.len());
         let whole = 0..reduced.len();
         if !self.broadcast(round.round, Phase::Gather, group, &reduced, |_| {
@@ -439,11 +464,9 @@ impl Endpoint {
         let Some((slices, late)) = self.collect(round.round, Phase::Gather, group)? else {
             return Ok(None);
         };
-        // Every slice is written below (the late members' by the caller).
-        let mut mean = self.take_spare();
-        mean.resize(len, 0.0);
-        mean[slice(len, m, round.me)].copy_from_slice(&reduced);
-        for message in &slices {
+        let mut parts = Vec::with_capacity(m);
+        parts.push((slice(len, m, round.me).start, reduced, whole));
+        for message in slices {
             let k = group
                 .iter()
                 .position(|&t| t == message.from)
@@ -455,9 +478,9 @@ impl Endpoint {
                     message.from
                 )));
             }
-            mean[range].copy_from_slice(message.values());
+            parts.push((range.start, message.data, message.span));
         }
-        Ok(Some((mean, late)))
+        Ok(Some((parts, late)))
     }
 
     /// Sends every other member of `group` the whole `payload` (of any
@@ -587,6 +610,10 @@ impl Endpoint {
     }
 }
 
+/// The parts of a combined vector a member has after the all-gather phase
+/// (offset, shared values, their span), and the members whose part is missing.
+type Gathered = (Vec<(usize, Arc<[f32]>, std::ops::Range<usize>)>, Vec<usize>);
+
 /// What a member has after the reduce-scatter phase of a round.
 struct Scattered {
     /// The messages received (in one process, the senders' whole payloads).
@@ -612,16 +639,16 @@ impl Round<'_> {
         self.payload.values().len()
     }
 
-    /// Fills the slice of `member`, who did not send its reduced slice: from
-    /// the contributors' whole payloads when this process holds them (the
-    /// senders are in this process), else with this member's own values.
-    fn fill_slice_of(
+    /// The slice of `member`, who did not send its reduced slice, as a part
+    /// of the combined vector: reduced from the contributors' whole payloads
+    /// when this process holds them (the senders are in this process), else
+    /// this member's own values.
+    fn slice_of(
         &self,
         member: usize,
         payloads: &[Message],
         reduce: &Reduce,
-        mean: &mut [f32],
-    ) {
+    ) -> (usize, Arc<[f32]>, std::ops::Range<usize>) {
         let (len, m) = (self.len(), self.group.len());
         let data = self.payload.values();
         let k = self
@@ -639,11 +666,12 @@ impl Round<'_> {
         if self.contribute {
             everyone.insert(0, data);
         }
-        let values = match all_whole && !everyone.is_empty() {
-            true => slice_reduce(&everyone, range.clone(), reduce),
-            false => data[range.clone()].to_vec(),
+        let values: Arc<[f32]> = match all_whole && !everyone.is_empty() {
+            true => slice_reduce(&everyone, range.clone(), reduce).into(),
+            false => data[range.clone()].into(),
         };
-        mean[range].copy_from_slice(&values);
+        let whole = 0..values.len();
+        (range.start, values, whole)
     }
 }
 
