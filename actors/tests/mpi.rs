@@ -210,8 +210,8 @@ fn sync_and_check_on_this_rank() {
                                 expected[j]
                             );
                         }
-                        let mut target = mean.mean;
-                        bmuf.round(BMUF, &mut target);
+                        let mut target = vec![0.0; mean.mean.len()];
+                        bmuf.round(BMUF, 0, &mean.mean, &mut target);
                         let expected = bmuf_round(&mut global, &mut momentum, &expected);
                         for (j, got) in target.iter().enumerate() {
                             assert!(
