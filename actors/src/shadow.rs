@@ -174,8 +174,11 @@ impl ShadowLoop {
         };
         // Now and then the target is kept whole too, for the recovery point.
         let offer = contributed && round % RecoveryPoint::OFFER_EVERY == 0;
-        let mut whole = std::mem::take(&mut self.whole_target);
-        whole.resize(if offer { combined.len() } else { 0 }, 0.0);
+        let mut whole = offer.then(|| {
+            let mut whole = std::mem::take(&mut self.whole_target);
+            whole.resize(combined.len(), 0.0);
+            whole
+        });
         // A diverged replica takes the group's values outright.
         let write_back = if contributed {
             self.write_back
@@ -187,16 +190,17 @@ impl ShadowLoop {
         self.replica
             .write_back_blocks(write_back, self.snapshot.values(), |write| {
                 peer.target_blocks(&combined, |at, block| {
-                    if let Some(kept) = whole.get_mut(at..at + block.len()) {
+                    let kept = whole.as_mut().and_then(|w| w.get_mut(at..at + block.len()));
+                    if let Some(kept) = kept {
                         kept.copy_from_slice(block);
                     }
                     write(at, block)
                 })
             })?;
-        if offer {
+        if let Some(whole) = whole {
             self.recovery.offer(&whole);
+            self.whole_target = whole;
         }
-        self.whole_target = whole;
         if let Some(spare) = combined.into_spare() {
             self.peer.recycle(spare);
         }

@@ -15,6 +15,10 @@ use crate::{Error, Result};
 use std::ops::Range;
 use std::sync::Arc;
 
+/// A slice of a combined vector as it arrived: `data[span]`, at `offset` in
+/// the vector.
+pub type SharedSlice = (usize, Arc<[f32]>, Range<usize>);
+
 /// A vector of `len` values in parts that tile `0..len`, in order.
 #[derive(Debug, Clone)]
 pub struct Combined {
@@ -62,10 +66,7 @@ impl Combined {
 
     /// The vector of `len` values whose parts are `data[span]` at `offset`,
     /// shared; an error unless they tile `0..len` exactly (in any order).
-    pub fn tiled(
-        len: usize,
-        parts: impl IntoIterator<Item = (usize, Arc<[f32]>, Range<usize>)>,
-    ) -> Result<Self> {
+    pub fn tiled(len: usize, parts: impl IntoIterator<Item = SharedSlice>) -> Result<Self> {
         let mut parts: Vec<Part> = parts
             .into_iter()
             .map(|(offset, data, span)| Part::Shared { offset, data, span })
@@ -108,10 +109,8 @@ impl Combined {
     /// The whole vector: an owned whole as it is, otherwise the parts copied
     /// into `into` (a recycled buffer, resized).
     pub fn into_vec(mut self, mut into: Vec<f32>) -> Vec<f32> {
-        if let [Part::Whole(_)] = self.parts.as_slice() {
-            if let Some(Part::Whole(values)) = self.parts.pop() {
-                return values;
-            }
+        if let [Part::Whole(values)] = self.parts.as_mut_slice() {
+            return std::mem::take(values);
         }
         into.resize(self.len, 0.0);
         for (offset, values) in self.parts() {

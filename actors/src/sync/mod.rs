@@ -17,7 +17,7 @@ mod shared;
 mod transport;
 
 pub use algorithm::{Algorithm, SyncConfig};
-pub use combined::Combined;
+pub use combined::{Combined, SharedSlice};
 pub use fabric::{launched_by_mpirun, Fabric, InProcess};
 pub use math::{elastic, mean_into, BmufParams, BmufState, WriteBack};
 pub(crate) use peer::SharedPeer;

@@ -26,7 +26,7 @@
 //! moves: `2 (m − 1) / m` of the vector per member and round. The receiver really waits until delivery time, so the cost
 //! lands where a real network would put it.
 
-use crate::sync::{mean_into, Combined};
+use crate::sync::{mean_into, Combined, SharedSlice};
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use serde::{Deserialize, Serialize};
@@ -610,9 +610,9 @@ impl Endpoint {
     }
 }
 
-/// The parts of a combined vector a member has after the all-gather phase
-/// (offset, shared values, their span), and the members whose part is missing.
-type Gathered = (Vec<(usize, Arc<[f32]>, std::ops::Range<usize>)>, Vec<usize>);
+/// The slices of a combined vector a member has after the all-gather phase,
+/// and the members whose slice is missing.
+type Gathered = (Vec<SharedSlice>, Vec<usize>);
 
 /// What a member has after the reduce-scatter phase of a round.
 struct Scattered {
@@ -643,12 +643,7 @@ impl Round<'_> {
     /// of the combined vector: reduced from the contributors' whole payloads
     /// when this process holds them (the senders are in this process), else
     /// this member's own values.
-    fn slice_of(
-        &self,
-        member: usize,
-        payloads: &[Message],
-        reduce: &Reduce,
-    ) -> (usize, Arc<[f32]>, std::ops::Range<usize>) {
+    fn slice_of(&self, member: usize, payloads: &[Message], reduce: &Reduce) -> SharedSlice {
         let (len, m) = (self.len(), self.group.len());
         let data = self.payload.values();
         let k = self
