@@ -4,7 +4,10 @@
 //! [`Cluster::start`] takes one learner per trainer and builds:
 //! * a `TrainerActor` per trainer, each on its own arbiter thread — or, with
 //!   `workers = W`, W of them per trainer stepping one dense replica Hogwild-style;
-//! * for `shadow-*`, a `ShadowActor` beside each trainer, on its own thread;
+//! * for `shadow-*`, one `ShadowHubActor` running every trainer's rounds on one
+//!   thread (a job of one process, a rule that averages a group), or else a
+//!   `ShadowActor` beside each trainer, on its own thread
+//!   (`sync.shadow_threads`);
 //! * for `*-easgd`, the parameter server: one actor per shard of the centre
 //!   ([`ServerClient`]; across processes, each serves its share of the shards);
 //! * the `GroupCoordinator` that every sync peer asks for its group each round
@@ -32,12 +35,12 @@ use crate::faults::Fault;
 use crate::hogwild::ParamAlias;
 use crate::monitor::{ClusterControl, Monitor, Watcher};
 use crate::recovery::RecoveryPoint;
-use crate::shadow::{Pacing, ShadowActor, ShadowLoop};
+use crate::shadow::{Pacing, ShadowActor, ShadowHub, ShadowHubActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{
     check_partitions, Algorithm, Endpoint, Exchange, Fabric, GroupPlan, GroupSchedule, InProcess,
-    LinkModel, ModelAveraging, PeerState, RuleContext, Rules, Schedule, ServerClient, SharedPeer,
-    SyncConfig, SyncPeer, SyncRule,
+    LinkModel, ModelAveraging, PeerState, RuleContext, Rules, Schedule, ServerClient,
+    ShadowThreads, SharedPeer, SyncConfig, SyncPeer, SyncRule,
 };
 use crate::system::spawn_system;
 use crate::trainer::{Control, Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
@@ -320,6 +323,8 @@ impl<L: Learner> Cluster<L> {
                 min_steps: sync.min_steps,
                 max_cpu_share: sync.max_cpu_share,
             },
+            hub_link: (sync.shadow_threads == ShadowThreads::PerProcess && fabric.processes() == 1)
+                .then_some(sync.link),
             events: config.events.clone(),
             stop: Arc::clone(&wiring.stop),
             parking: parking.clone(),
@@ -932,6 +937,9 @@ struct Actors<L: Learner> {
     chunk: Duration,
     threads: usize,
     pacing: Pacing,
+    /// The link of a job of one process, whose shadow rounds one thread may
+    /// run ([`ShadowHub`]); `None` for a thread per trainer.
+    hub_link: Option<LinkModel>,
     events: EventBus,
     stop: Arc<AtomicBool>,
     parking: Parking,
@@ -940,8 +948,8 @@ struct Actors<L: Learner> {
     shadow_exits: Sender<(usize, Option<String>)>,
 }
 
-/// Starts a trainer actor per core and a shadow actor per loop, each on an
-/// arbiter of its own in `system`; the trainers' addresses.
+/// Starts a trainer actor per core and the shadow hub, or a shadow actor per
+/// loop, each on an arbiter of its own in `system`; the trainers' addresses.
 fn start_actors<L: Learner>(
     system: &System,
     cores: Vec<TrainerCore<L>>,
@@ -955,6 +963,7 @@ fn start_actors<L: Learner>(
             chunk,
             threads,
             pacing,
+            hub_link,
             events,
             stop,
             parking,
@@ -962,6 +971,18 @@ fn start_actors<L: Learner>(
             trainer_exits,
             shadow_exits,
         } = actors;
+        // One thread for every trainer's shadow rounds where it can serve them.
+        let (hub, shadows) = match hub_link.filter(|_| ShadowHub::serves(&shadows)) {
+            Some(_) if shadows.is_empty() => (None, shadows),
+            Some(link) => match ShadowHub::new(shadows, pacing, link) {
+                Ok(hub) => (Some(hub), Vec::new()),
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            },
+            None => (None, shadows),
+        };
         let addrs: Vec<_> = cores
             .into_iter()
             .enumerate()
@@ -988,19 +1009,39 @@ fn start_actors<L: Learner>(
                 })
             })
             .collect();
-        for (trainer, shadow) in shadows.into_iter().enumerate() {
-            let (events, exits, stop) = (events.clone(), shadow_exits.clone(), Arc::clone(&stop));
-            ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
-                tch::set_num_threads(1);
-                ShadowActor::new(trainer, shadow, pacing, events, exits, stop)
-            });
+        match hub {
+            Some(hub) => {
+                ShadowHubActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                    ShadowHubActor::new(hub, events, shadow_exits, stop)
+                });
+            }
+            None => start_shadow_actors(shadows, pacing, &events, &shadow_exits, &stop),
         }
-        let _ = ready_tx.send(addrs);
+        let _ = ready_tx.send(Ok(addrs));
     });
     if !launched {
         return Err(Error::Stopped("actor system"));
     }
-    ready_rx.recv().map_err(|_| Error::Stopped("actor system"))
+    ready_rx
+        .recv()
+        .map_err(|_| Error::Stopped("actor system"))?
+}
+
+/// Starts a shadow actor per loop, each on an arbiter of its own.
+fn start_shadow_actors(
+    shadows: Vec<ShadowLoop>,
+    pacing: Pacing,
+    events: &EventBus,
+    exits: &Sender<(usize, Option<String>)>,
+    stop: &Arc<AtomicBool>,
+) {
+    for (trainer, shadow) in shadows.into_iter().enumerate() {
+        let (events, exits, stop) = (events.clone(), exits.clone(), Arc::clone(stop));
+        ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+            tch::set_num_threads(1);
+            ShadowActor::new(trainer, shadow, pacing, events, exits, stop)
+        });
+    }
 }
 
 /// What runs a cluster's trainers: one core per learner, one shadow loop per

@@ -185,6 +185,12 @@ impl TrainerCounters {
         self.sync_cpu.charge()
     }
 
+    /// Charges `spent` CPU time to the trainer's sync (its share of a thread
+    /// serving several trainers).
+    pub fn add_sync_cpu(&self, spent: Duration) {
+        self.sync_cpu.add(spent);
+    }
+
     /// The training CPU time the trainer must still spend before its shadow
     /// loop's CPU time is again within `share` of the trainer's own (zero when
     /// it is, or when `share` is not positive).
@@ -272,6 +278,12 @@ impl CpuAccount {
         }
     }
 
+    /// Charges `spent` CPU time.
+    pub fn add(&self, spent: Duration) {
+        let nanos = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(nanos, Relaxed);
+    }
+
     /// The CPU seconds charged so far.
     pub fn seconds(&self) -> f64 {
         self.0.load(Relaxed) as f64 * 1e-9
@@ -289,8 +301,7 @@ pub struct CpuCharge<'a> {
 impl Drop for CpuCharge<'_> {
     fn drop(&mut self) {
         if let Some(spent) = self.start.and_then(|start| start.try_elapsed().ok()) {
-            let nanos = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
-            self.account.0.fetch_add(nanos, Relaxed);
+            self.account.add(spent);
         }
     }
 }

@@ -2,7 +2,9 @@
 //! `y = w·x` on an endless (or bounded) stream of seeded random data.
 
 use shadowsync_actors::events::Event;
-use shadowsync_actors::sync::{GroupSchedule, LinkModel, RuleState, Rules, Schedule, SyncRule};
+use shadowsync_actors::sync::{
+    GroupSchedule, LinkModel, RuleState, Rules, Schedule, ShadowThreads, SyncRule,
+};
 use shadowsync_actors::Cluster;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,7 +71,7 @@ fn control_messages_pause_resume_and_set_the_learning_rate() {
 #[test]
 fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
     let _serial = exclusive();
-    for name in [
+    let algorithms = [
         "none",
         "sync-sgd",
         "fr-ma:4",
@@ -78,8 +80,15 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
         "shadow-ma",
         "shadow-easgd",
         "shadow-bmuf",
-    ] {
+    ];
+    // Shadow rounds on the hub (the default), and on a thread per trainer.
+    let runs = algorithms
+        .into_iter()
+        .map(|name| (name, ShadowThreads::PerProcess))
+        .chain(["shadow-ma", "shadow-bmuf"].map(|name| (name, ShadowThreads::PerTrainer)));
+    for (name, threads) in runs {
         let mut c = config(name);
+        c.sync.shadow_threads = threads;
         c.sync.group_size = 2;
         c.sync.schedule = Schedule::Random;
         // Shadow rounds span blocks of ~10 local steps, as BMUF's block momentum
@@ -92,7 +101,7 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
         let outcome = cluster.wait().unwrap();
         assert!(
             outcome.report.errors.is_empty(),
-            "{name}: {:?}",
+            "{name} ({threads:?}): {:?}",
             outcome.report.errors
         );
         // sync-sgd in pairs: a trainer a round behind the first to finish
@@ -101,7 +110,7 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
         let examples = outcome.report.examples;
         assert!(
             (4 * 400 * 64 - dropped..=4 * 400 * 64).contains(&examples),
-            "{name}: {examples}"
+            "{name} ({threads:?}): {examples}"
         );
         let replicas: Vec<Vec<f32>> = outcome
             .learners
@@ -116,18 +125,24 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
             let loss = outcome.learners[i].loss_of(r);
             // From ~10 at the start: a 100× reduction, whatever the sync timing
             // (block momentum applied at every unpaced shadow round overshoots a little).
-            assert!(loss < 0.1, "{name}: trainer {i} is {loss} from the truth");
+            assert!(
+                loss < 0.1,
+                "{name} ({threads:?}): trainer {i} is {loss} from the truth"
+            );
         }
         let stats = &outcome.report.trainer_stats;
         if name != "none" {
-            assert!(stats.iter().all(|s| s.syncs > 0), "{name}: {stats:?}");
+            assert!(
+                stats.iter().all(|s| s.syncs > 0),
+                "{name} ({threads:?}): {stats:?}"
+            );
         }
         if name.starts_with("fr-") {
             assert!(
                 stats
                     .iter()
                     .all(|s| s.mean_sync_gap == 4.0 && s.max_staleness == 0),
-                "{name}: {stats:?}"
+                "{name} ({threads:?}): {stats:?}"
             );
         }
         if name.ends_with("easgd") {

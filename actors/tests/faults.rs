@@ -7,6 +7,7 @@ mod common;
 use common::{config, exclusive, learners, EventLog, LeastSquares};
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::faults::{Fault, FaultKind};
+use shadowsync_actors::sync::ShadowThreads;
 use shadowsync_actors::{Cluster, ClusterConfig, ClusterOutcome};
 use std::time::{Duration, Instant};
 
@@ -50,8 +51,10 @@ fn with_quick_timeouts(
     algorithm: &str,
     faults: Vec<Fault>,
     events: &EventBus,
+    threads: ShadowThreads,
 ) -> Cluster<LeastSquares> {
     let mut c = with_faults(algorithm, faults);
+    c.sync.shadow_threads = threads;
     c.events = events.clone();
     c.sync.peer_timeout_ms = 200.0;
     let mut ls = learners(4, None);
@@ -267,7 +270,7 @@ fn a_hung_member_of_foreground_rounds_is_timed_out_left_out_and_taken_back() {
         let faults = vec![fault(3, FaultKind::Hang { ms: 2500 }, 30, 0)];
         let bus = EventBus::default();
         let events = bus.subscribe();
-        let cluster = with_quick_timeouts(algorithm, faults, &bus);
+        let cluster = with_quick_timeouts(algorithm, faults, &bus, ShadowThreads::PerProcess);
         // Trainer 3 hangs at its step 30 for 2.5 s; without a timeout the others
         // would wait for it at their next round, a few steps later.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -328,13 +331,19 @@ fn a_hung_member_of_foreground_rounds_is_timed_out_left_out_and_taken_back() {
 #[test]
 fn a_failing_or_hung_shadow_sync_loop_is_contained() {
     let _serial = exclusive();
+    for threads in [ShadowThreads::PerProcess, ShadowThreads::PerTrainer] {
+        a_failing_or_hung_shadow_sync_loop_is_contained_with(threads);
+    }
+}
+
+fn a_failing_or_hung_shadow_sync_loop_is_contained_with(threads: ShadowThreads) {
     let faults = vec![
         fault(1, FaultKind::SyncPanic, 5, 20),
         fault(2, FaultKind::SyncHang { ms: 1500 }, 10, 0),
     ];
     let bus = EventBus::default();
     let log = EventLog::of(&bus);
-    let cluster = with_quick_timeouts("shadow-ma", faults, &bus);
+    let cluster = with_quick_timeouts("shadow-ma", faults, &bus, threads);
     std::thread::sleep(Duration::from_millis(3000));
     let before = cluster.stats();
     std::thread::sleep(Duration::from_millis(500));
@@ -344,14 +353,14 @@ fn a_failing_or_hung_shadow_sync_loop_is_contained() {
     let events = log.finish();
     assert!(
         outcome.report.errors.is_empty(),
-        "{:?}",
+        "{threads:?}: {:?}",
         outcome.report.errors
     );
     let (mut panics, mut timed_out, mut rejoined) = (0, vec![false; 4], vec![false; 4]);
     for event in events {
         match event {
             Event::SyncRecovered { trainer, cause, .. } => {
-                assert_eq!(trainer, 1, "{cause}");
+                assert_eq!(trainer, 1, "{threads:?}: {cause}");
                 assert!(cause.contains("injected sync panic"), "{cause}");
                 panics += 1;
             }
@@ -361,14 +370,17 @@ fn a_failing_or_hung_shadow_sync_loop_is_contained() {
         }
     }
     // Rounds 5, 25, 45, ... of trainer 1's loop panicked; it went on each time.
-    assert!(panics >= 2, "{panics} panics");
+    assert!(panics >= 2, "{threads:?}: {panics} panics");
     // Trainer 2's loop hung 1.5 s: timed out of its group, back once it asked.
-    assert!(timed_out[2] && rejoined[2], "{timed_out:?} {rejoined:?}");
+    assert!(
+        timed_out[2] && rejoined[2],
+        "{threads:?}: {timed_out:?} {rejoined:?}"
+    );
     assert!(!timed_out[0] && !timed_out[3], "{timed_out:?}");
     for trainer in 0..4 {
         assert!(
             after[trainer].syncs > before[trainer].syncs,
-            "trainer {trainer} no longer syncs"
+            "{threads:?}: trainer {trainer} no longer syncs"
         );
     }
     assert_only_trainer_2_harmed("shadow-ma", &outcome);
@@ -404,22 +416,25 @@ fn a_trainer_that_keeps_failing_is_given_up_without_stalling_the_others() {
 #[test]
 fn a_coordinator_or_server_shard_failing_on_requests_is_contained() {
     let _serial = exclusive();
-    for (algorithm, kind, service) in [
-        (
-            "shadow-ma",
-            FaultKind::CoordinatorPanic,
-            "group coordinator",
-        ),
-        ("fr-ma:5", FaultKind::CoordinatorPanic, "group coordinator"),
-        ("shadow-easgd", FaultKind::ServerPanic, "server shard"),
-        ("fr-easgd:5", FaultKind::ServerPanic, "server shard"),
+    // The shadow hub asks the coordinator for a group once, for its first
+    // idle member (trainer 0): the fault is put on the trainer that asks.
+    let coordinator = (FaultKind::CoordinatorPanic, "group coordinator");
+    let server = (FaultKind::ServerPanic, "server shard");
+    for (algorithm, threads, (kind, service), faulty) in [
+        ("shadow-ma", ShadowThreads::PerProcess, coordinator, 0),
+        ("shadow-ma", ShadowThreads::PerTrainer, coordinator, 1),
+        ("fr-ma:5", ShadowThreads::PerProcess, coordinator, 1),
+        ("shadow-easgd", ShadowThreads::PerProcess, server, 1),
+        ("fr-easgd:5", ShadowThreads::PerProcess, server, 1),
     ] {
-        // Trainer 1's requests of its rounds 1, 3, 5, ... fail: two failures
-        // by its third round, even when a busy machine leaves its shadow
-        // loop few rounds in the run (with every fifth from the third, a
-        // clean-clone CI run under load saw one).
-        let mut c = with_faults(algorithm, vec![fault(1, kind, 1, 2)]);
+        // The faulty trainer's requests of its rounds 1, 3, 5, ... fail: two
+        // failures by its third round, even when a busy machine leaves its
+        // shadow loop few rounds in the run (with every fifth from the third,
+        // a clean-clone CI run under load saw one).
+        let mut c = with_faults(algorithm, vec![fault(faulty, kind, 1, 2)]);
         c.sync.server_shards = Some(2);
+        c.sync.shadow_threads = threads;
+        let algorithm = format!("{algorithm} ({threads:?})");
         // Steps of 1 ms: runs long enough for several rounds of every loop,
         // whose requests are all answered before the run ends.
         let mut learners = paced();
@@ -435,11 +450,12 @@ fn a_coordinator_or_server_shard_failing_on_requests_is_contained() {
             match event {
                 Event::ServiceRecovered { service: s, cause } => {
                     assert!(s.starts_with(service), "{algorithm}: {s}");
-                    assert!(cause.contains("trainer 1"), "{algorithm}: {cause}");
+                    let asked = format!("trainer {faulty}");
+                    assert!(cause.contains(&asked), "{algorithm}: {cause}");
                     failures += 1;
                 }
                 Event::SyncRecovered { trainer, .. } | Event::TrainerRecovered { trainer, .. } => {
-                    assert_eq!(trainer, 1, "{algorithm}");
+                    assert_eq!(trainer, faulty, "{algorithm}");
                     rounds_lost += 1;
                 }
                 _ => {}

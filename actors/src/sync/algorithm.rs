@@ -167,6 +167,21 @@ pub struct SyncConfig {
     pub peer_timeout_ms: f64,
     /// The simulated network.
     pub link: LinkModel,
+    /// Which threads run the shadow rounds.
+    pub shadow_threads: ShadowThreads,
+}
+
+/// Which threads run the shadow rounds (config key `sync.shadow_threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShadowThreads {
+    /// One thread serving every trainer of the process, where it can: a job
+    /// of one process, a rule that averages a group (MA, BMUF and one's own);
+    /// a thread per trainer otherwise.
+    #[default]
+    PerProcess,
+    /// A thread per trainer, exchanging with its group through the transport.
+    PerTrainer,
 }
 
 impl Default for SyncConfig {
@@ -187,6 +202,7 @@ impl Default for SyncConfig {
             max_cpu_share: 0.0,
             peer_timeout_ms: 5000.0,
             link: LinkModel::default(),
+            shadow_threads: ShadowThreads::PerProcess,
         }
     }
 }

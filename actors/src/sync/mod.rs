@@ -16,7 +16,7 @@ mod server;
 mod shared;
 mod transport;
 
-pub use algorithm::{Algorithm, SyncConfig};
+pub use algorithm::{Algorithm, ShadowThreads, SyncConfig};
 pub use combined::{Combined, SharedSlice};
 pub use fabric::{launched_by_mpirun, Fabric, InProcess};
 pub use math::{elastic, mean_into, BmufParams, BmufState, WriteBack};

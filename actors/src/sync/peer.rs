@@ -6,7 +6,7 @@
 //! briefly a few times per round, so that the cluster can read it for a
 //! checkpoint ([`PeerState`]) while the peer syncs on.
 
-use crate::coordinator::CoordinatorClient;
+use crate::coordinator::{Assignment, CoordinatorClient};
 use crate::sync::transport::Phase;
 use crate::sync::{
     mean_into, Combined, Endpoint, Exchange, Payload, Reduce, RuleState, ServerClient, SyncRule,
@@ -143,16 +143,11 @@ impl SyncPeer {
         contribute: bool,
         reduce: &Reduce,
     ) -> Result<Option<Combined>> {
-        let endpoint = &self.endpoint;
-        let Some(assignment) = self
-            .groups
-            .group_of(endpoint.id(), self.round(), || endpoint.stopped())?
-        else {
+        let Some(assignment) = self.next_assignment()? else {
             return Ok(None);
         };
         let round = assignment.round;
-        self.set_round(round + 1);
-        self.last = None;
+        self.enter(round);
         let Some(outcome) =
             self.endpoint
                 .group_reduce(round, &assignment.group, payload, contribute, reduce)?
@@ -247,16 +242,66 @@ impl SyncPeer {
         combined: &Combined,
         mut write: impl FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<()> {
+        for (offset, part) in combined.parts() {
+            self.target_span(offset, part, &mut write)?;
+        }
+        Ok(())
+    }
+
+    /// [`SyncPeer::target_blocks`] for one span of the combined vector, the
+    /// values from `offset` on.
+    pub fn target_span(
+        &self,
+        offset: usize,
+        combined: &[f32],
+        mut write: impl FnMut(usize, &[f32]) -> Result<()>,
+    ) -> Result<()> {
         const BLOCK: usize = 2048;
         let mut scratch = [0f32; BLOCK];
         let mut peer = self.lock();
-        for (offset, part) in combined.parts() {
-            for (at, values) in (offset..).step_by(BLOCK).zip(part.chunks(BLOCK)) {
-                let scratch = &mut scratch[..values.len()];
-                write(at, peer.rule.target(at, values, scratch))?;
-            }
+        for (at, values) in (offset..).step_by(BLOCK).zip(combined.chunks(BLOCK)) {
+            let scratch = &mut scratch[..values.len()];
+            write(at, peer.rule.target(at, values, scratch))?;
         }
         Ok(())
+    }
+
+    /// Combines `contributions` element by element into `out` as the rule
+    /// does (a group's mean, for the rules that average).
+    pub(crate) fn reduce(&self, out: &mut [f32], contributions: &[&[f32]]) {
+        self.lock().rule.reduce(out, contributions);
+    }
+
+    /// Whether its rule combines with the group (not with a centre).
+    pub(crate) fn meets_group(&self) -> bool {
+        matches!(self.lock().rule.exchange(), Exchange::Group)
+    }
+
+    /// Its group in its next round (or, coming back after it was left out,
+    /// in a later round); `None` once syncing has stopped. The round is not
+    /// entered yet ([`SyncPeer::enter`]).
+    pub(crate) fn next_assignment(&self) -> Result<Option<Assignment>> {
+        let endpoint = &self.endpoint;
+        self.groups
+            .group_of(endpoint.id(), self.round(), || endpoint.stopped())
+    }
+
+    /// Takes part in `round`: its next round is the one after.
+    pub(crate) fn enter(&mut self, round: u64) {
+        self.set_round(round + 1);
+        self.last = None;
+    }
+
+    /// Tells the coordinator that `member` did not take part in `round`.
+    pub(crate) fn report_unresponsive(&self, member: usize, round: u64) {
+        self.groups
+            .report_unresponsive(member, round, self.endpoint.id());
+    }
+
+    /// Counts `bytes` as sent by this peer (a round that moved them without
+    /// the transport, see the shadow hub).
+    pub(crate) fn count_sent(&self, bytes: u64) {
+        self.endpoint.count_sent(bytes);
     }
 
     /// One round of the rule, whole: the target for `snapshot` (see

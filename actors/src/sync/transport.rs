@@ -76,6 +76,26 @@ impl LinkModel {
         // A day at most: a link that slow is a link that never delivers.
         Duration::try_from_secs_f64(seconds.min(86_400.0)).unwrap_or(Duration::ZERO)
     }
+
+    /// How long a group mean of `len` values over `group` takes on this link
+    /// as [`Endpoint::group_reduce`] moves it: two phases (reduce-scatter,
+    /// all-gather), each over when the member whose messages, sent one after
+    /// another, take longest has delivered its last.
+    pub fn group_round_time(&self, group: &[usize], len: usize) -> Duration {
+        let m = group.len();
+        let phase = |bytes_to: &dyn Fn(usize, usize) -> usize| {
+            let sending = group.iter().enumerate().map(|(i, &from)| {
+                let to = group.iter().enumerate().filter(|&(k, _)| k != i);
+                to.map(|(k, &to)| self.wire_time(from, to, bytes_to(i, k)))
+                    .sum::<Duration>()
+            });
+            sending.max().unwrap_or(Duration::ZERO)
+        };
+        let f32s = std::mem::size_of::<f32>();
+        // Scatter: member i sends member k its values of k's slice; gather:
+        // member i sends everyone its own reduced slice.
+        phase(&|_, k| slice(len, m, k).len() * f32s) + phase(&|i, _| slice(len, m, i).len() * f32s)
+    }
 }
 
 /// A send buffer for parameter vectors, shared with receivers without copying and
@@ -277,6 +297,12 @@ impl Endpoint {
     /// A shared counter of the payload bytes this endpoint sends.
     pub fn bytes_counter(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.bytes_sent)
+    }
+
+    /// Counts `bytes` as sent (a round that moved them without this
+    /// endpoint's messages).
+    pub fn count_sent(&self, bytes: u64) {
+        self.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Waits for each phase of a round at most `timeout` (`None`: for ever).
@@ -811,6 +837,28 @@ mod tests {
         }
         assert_eq!(slice(7, 3, 2), 6..7);
         assert_eq!(slice(2, 4, 3), 2..2);
+    }
+
+    #[test]
+    fn a_group_round_takes_two_phases_of_the_slowest_senders_messages() {
+        // 1 ms per message, and 1 byte/ns: 1,000 values (4,000 bytes) take 4 µs.
+        let link = LinkModel {
+            latency_us: 1000.0,
+            bandwidth_gbps: 8.0,
+            ..LinkModel::default()
+        };
+        let message = Duration::from_micros(1004);
+        // Three members, slices of 1,000: each phase is two messages a sender.
+        assert_eq!(link.group_round_time(&[0, 1, 2], 3000), 4 * message);
+        // Trainer 1's link three times slower: it sends two slow messages a
+        // phase, the others one slow and one not.
+        let slow = LinkModel {
+            slow_trainer: Some(1),
+            slow_factor: 3.0,
+            ..link
+        };
+        assert_eq!(slow.group_round_time(&[0, 1, 2], 3000), 12 * message);
+        assert_eq!(link.group_round_time(&[4], 3000), Duration::ZERO);
     }
 
     #[test]
