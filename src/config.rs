@@ -689,6 +689,7 @@ pub fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shadowsync_actors::sync::ShadowThreads;
 
     fn parse(text: &str) -> Result<Config> {
         let config: Config =
@@ -732,9 +733,11 @@ mod tests {
         let c = parse(
             "[train]\ntrainers = 4\n[sync]\nalgorithm = \"shadow-ma\"\ngroup_size = 2\n\
              schedule = \"random\"\nseed = 0\nwrite_back = \"delta\"\nmin_interval_ms = 20.0\nmin_steps = 4\n\
-             max_cpu_share = 0.02\nserver_shards = 1\nlink = { latency_us = 200.0, bandwidth_gbps = 1.0 }\n",
+             max_cpu_share = 0.02\nshadow_threads = \"per-process\"\nserver_shards = 1\n\
+             link = { latency_us = 200.0, bandwidth_gbps = 1.0 }\n",
         )
         .unwrap();
+        assert_eq!(c.sync.shadow_threads, ShadowThreads::PerProcess);
         assert_eq!(c.sync.algorithm.to_string(), "shadow-ma");
         assert_eq!((c.sync.group_size, c.train.trainers), (2, 4));
         assert_eq!(c.sync.server_shards, Some(1));
@@ -746,6 +749,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("schedule"), "{e}");
+        let e = parse("[sync]\nshadow_threads = \"per-core\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("shadow_threads") && e.contains("per-trainer"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! peer, its snapshot) and moves each trainer through its rounds:
 //! * *idle*: it asks the coordinator for its group; the answer assigns every
 //!   idle member of the group at that round, so one request serves the group;
-//! * *assigned*: once every member is assigned and [`Pacing`] lets them all
-//!   go, each takes its snapshot: the round is *in flight*;
+//! * *assigned*: it takes its snapshot as soon as [`Pacing`] lets it go (as
+//!   a loop of its own would), and once every member has, the group's round
+//!   is *in flight*;
 //! * after the time the round would take on the simulated link
 //!   ([`LinkModel::group_round_time`]), it *lands*: chunk by chunk, the
 //!   group's mean of the snapshots, and each member's target written back
@@ -57,9 +58,16 @@ struct Member {
 enum State {
     /// Between rounds: asks for its next group.
     Idle,
-    /// Its group of `round` starts once every member is there and paced.
+    /// In its group of `round`; takes its snapshot once paced.
     Assigned { round: u64, group: Arc<[usize]> },
-    /// Its snapshot is taken; its round lands with its flight.
+    /// Its snapshot for `round` is taken (finite or not: `contributed`); its
+    /// group's round goes in flight once every member's is.
+    Snapped {
+        round: u64,
+        group: Arc<[usize]>,
+        contributed: bool,
+    },
+    /// Its group's round is in flight; it lands with it.
     Flying,
     /// An injected hang: out of every round until then.
     Away { until: Instant },
@@ -220,90 +228,118 @@ impl ShadowHub {
         true
     }
 
-    /// Starts every group whose members are all assigned (or away, or past
-    /// its round: left out of it) and paced; the longest wait of those that
-    /// are not paced yet, or a recheck period.
+    /// Takes the snapshot of every assigned trainer its pacing lets go, and
+    /// puts in flight every group whose members have all taken theirs (or are
+    /// away, or past its round: left out of it); how long until a member not
+    /// paced yet may be, or a recheck period.
     fn start_ready(&mut self, reports: &mut Vec<MemberReport>) -> Duration {
         let mut wait = Pacing::RECHECK;
-        let mut started: Vec<(u64, usize)> = Vec::new();
+        let mut seen: Vec<(u64, usize)> = Vec::new();
         for t in 0..self.members.len() {
-            let State::Assigned { round, group } = &self.members[t].state else {
-                continue;
+            let (round, group) = match &self.members[t].state {
+                State::Assigned { round, group } | State::Snapped { round, group, .. } => {
+                    (*round, Arc::clone(group))
+                }
+                _ => continue,
             };
-            let (round, group) = (*round, Arc::clone(group));
-            if started.contains(&(round, group[0])) {
+            if seen.contains(&(round, group[0])) {
                 continue;
             }
-            let (mut present, mut away, mut ready) = (Vec::new(), Vec::new(), true);
+            seen.push((round, group[0]));
+            let (mut away, mut complete) = (Vec::new(), true);
             for &m in group.iter() {
                 let Some(member) = self.members.get(m) else {
                     continue;
                 };
                 match &member.state {
-                    State::Assigned { round: r, .. } if *r == round => present.push(m),
+                    State::Snapped { round: r, .. } if *r == round => {}
+                    // Each member's snapshot as soon as its own pacing lets
+                    // it (as a loop of its own would take it).
+                    State::Assigned { round: r, .. } if *r == round => {
+                        let pace = member.shadow.wait(&self.pacing);
+                        if !pace.is_zero() {
+                            wait = wait.min(pace);
+                            complete = false;
+                        } else if self.snap(m, round, &group, reports) {
+                            away.push(m);
+                        }
+                    }
                     State::Away { .. } => away.push(m),
                     _ if member.shadow.next_round() > round => {}
-                    _ => ready = false,
+                    _ => complete = false,
                 }
             }
-            if !ready {
-                continue;
+            if complete {
+                self.launch(round, &group, &away);
             }
-            let paced = present
-                .iter()
-                .map(|&m| self.members[m].shadow.wait(&self.pacing));
-            let pace = paced.max().unwrap_or_default();
-            if !pace.is_zero() {
-                wait = wait.min(pace);
-                continue;
-            }
-            started.push((round, group[0]));
-            self.start(round, &present, away, reports);
         }
         wait
     }
 
-    /// Takes the snapshots of `present` for their group's `round` and puts
-    /// the round in flight; the members `away` are reported to the
-    /// coordinator.
-    fn start(
+    /// Takes trainer `t`'s snapshot for its group's `round`; true if an
+    /// injected hang takes it away instead.
+    fn snap(
         &mut self,
+        t: usize,
         round: u64,
-        present: &[usize],
-        mut away: Vec<usize>,
+        group: &Arc<[usize]>,
         reports: &mut Vec<MemberReport>,
-    ) {
-        let mut flying = Vec::with_capacity(present.len());
-        for &t in present {
-            let member = &mut self.members[t];
-            let shadow = &mut member.shadow;
-            let attempt = unpanicked(|| match shadow.injected_hang() {
-                hang if hang.is_zero() => shadow.take_snapshot().map(Ok),
-                hang => Ok(Err(hang)),
-            });
-            if !matches!(attempt, Ok(Ok(Err(_)))) {
-                shadow.peer.enter(round);
+    ) -> bool {
+        let member = &mut self.members[t];
+        let shadow = &mut member.shadow;
+        let attempt = unpanicked(|| match shadow.injected_hang() {
+            hang if hang.is_zero() => shadow.take_snapshot().map(Ok),
+            hang => Ok(Err(hang)),
+        });
+        if let Ok(Ok(Err(hang))) = attempt {
+            member.state = State::Away {
+                until: Instant::now() + hang,
+            };
+            return true;
+        }
+        // The round is taken, or lost.
+        shadow.peer.enter(round);
+        member.state = State::Idle;
+        match attempt {
+            Ok(Ok(Ok(contributed))) => {
+                member.state = State::Snapped {
+                    round,
+                    group: Arc::clone(group),
+                    contributed,
+                }
             }
-            member.state = State::Idle;
-            match attempt {
-                Ok(Ok(Ok(contributed))) => {
+            Ok(Err(e)) => reports.push(MemberReport::failed(t, round, e.to_string())),
+            Err(panic) => reports.push(MemberReport::panicked(t, round, &panic)),
+            Ok(Ok(Err(_))) => {}
+        }
+        false
+    }
+
+    /// Puts `group`'s `round` in flight with the members that took their
+    /// snapshot; the members `away` are reported to the coordinator.
+    fn launch(&mut self, round: u64, group: &[usize], away: &[usize]) {
+        let mut flying = Vec::with_capacity(group.len());
+        for &t in group {
+            let Some(member) = self.members.get_mut(t) else {
+                continue;
+            };
+            if let State::Snapped {
+                round: r,
+                contributed,
+                ..
+            } = member.state
+            {
+                if r == round {
                     member.state = State::Flying;
                     flying.push((t, contributed));
                 }
-                Ok(Ok(Err(hang))) => {
-                    member.state = State::Away {
-                        until: Instant::now() + hang,
-                    };
-                    away.push(t);
-                }
-                Ok(Err(e)) => reports.push(MemberReport::failed(t, round, e.to_string())),
-                Err(panic) => reports.push(MemberReport::panicked(t, round, &panic)),
             }
         }
-        if let Some(&(by, _)) = flying.first() {
-            for &t in &away {
-                self.members[by].shadow.peer.report_unresponsive(t, round);
-            }
+        let Some(&(by, _)) = flying.first() else {
+            return;
+        };
+        for &t in away {
+            self.members[by].shadow.peer.report_unresponsive(t, round);
         }
         let ids: Vec<usize> = flying.iter().map(|&(t, _)| t).collect();
         let len = self.mean_len();
@@ -311,13 +347,11 @@ impl ShadowHub {
             let sent = bytes_sent_per_member(len, ids.len());
             self.members[t].shadow.peer.count_sent(sent);
         }
-        if !flying.is_empty() {
-            self.flights.push(Flight {
-                round,
-                members: flying,
-                due: Instant::now() + self.link.group_round_time(&ids, len),
-            });
-        }
+        self.flights.push(Flight {
+            round,
+            members: flying,
+            due: Instant::now() + self.link.group_round_time(&ids, len),
+        });
     }
 
     /// The length of the parameter vectors.

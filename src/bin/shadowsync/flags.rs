@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use shadowsync::config::{Config, ModelKind, OptimPreset, OptimizerKind};
 use shadowsync::data::BadLinePolicy;
 use shadowsync::runtime::sync::{
-    launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, WriteBack,
+    launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, WriteBack,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -106,8 +106,12 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_parser = parse::<Schedule>, group = "setup")]
     pub(crate) schedule: Option<Schedule>,
     /// Write-back of an average: overwrite or delta.
-    #[arg(long, value_parser = parse_write_back, group = "setup")]
+    #[arg(long, value_parser = parse_value::<WriteBack>, group = "setup")]
     pub(crate) write_back: Option<WriteBack>,
+    /// Threads running the shadow rounds: per-process (one serving every
+    /// trainer, where it can) or per-trainer.
+    #[arg(long, value_parser = parse_value::<ShadowThreads>, group = "setup")]
+    pub(crate) shadow_threads: Option<ShadowThreads>,
     /// EASGD's elasticity α in (0, 1] (shadow-easgd, fr-easgd:K).
     #[arg(long, group = "setup", allow_negative_numbers = true)]
     pub(crate) alpha: Option<f32>,
@@ -254,14 +258,13 @@ pub(crate) fn sparse_optimizer() -> impl clap::builder::TypedValueParser<Value =
     })
 }
 
-pub(crate) fn parse_write_back(text: &str) -> Result<WriteBack, String> {
-    match text {
-        "overwrite" => Ok(WriteBack::Overwrite),
-        "delta" => Ok(WriteBack::Delta),
-        _ => Err(format!(
-            "{text:?} is not a write-back mode; expected overwrite or delta"
-        )),
-    }
+/// Parses a config value the way the config file spells it (an error naming
+/// the values expected).
+pub(crate) fn parse_value<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    use serde::de::IntoDeserializer;
+    let text: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+        text.into_deserializer();
+    T::deserialize(text).map_err(|e| e.to_string())
 }
 
 impl TrainArgs {
@@ -307,6 +310,7 @@ impl TrainArgs {
             group_size => sync.group_size,
             schedule => sync.schedule,
             write_back => sync.write_back,
+            shadow_threads => sync.shadow_threads,
             min_interval_ms => sync.min_interval_ms,
             min_steps => sync.min_steps,
             max_cpu_share => sync.max_cpu_share,
