@@ -85,7 +85,10 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
     let runs = algorithms
         .into_iter()
         .map(|name| (name, ShadowThreads::PerProcess))
-        .chain(["shadow-ma", "shadow-bmuf"].map(|name| (name, ShadowThreads::PerTrainer)));
+        .chain(
+            ["shadow-ma", "shadow-easgd", "shadow-bmuf"]
+                .map(|name| (name, ShadowThreads::PerTrainer)),
+        );
     for (name, threads) in runs {
         let mut c = config(name);
         c.sync.shadow_threads = threads;

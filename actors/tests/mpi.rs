@@ -299,9 +299,10 @@ fn elastic_steps_on_this_rank() {
                     for round in 0..ROUNDS {
                         let x = payload(me, round);
                         let target = server
-                            .elastic(x.clone().into(), ALPHA, me, round, Vec::new(), || false)
+                            .elastic(x.clone().into(), ALPHA, me, round, || false)
                             .unwrap()
-                            .unwrap();
+                            .unwrap()
+                            .into_vec(Vec::new());
                         for j in 0..VALUES {
                             moved[j] += f64::from(x[j]) - f64::from(target[j]);
                         }

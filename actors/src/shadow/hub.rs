@@ -81,6 +81,9 @@ struct Flight {
     /// so goes into the mean).
     members: Vec<(usize, bool)>,
     due: Instant,
+    /// A trainer's elastic step against EASGD's centre (on the server), not
+    /// a group's mean.
+    centre: bool,
 }
 
 /// What a trainer's round came to.
@@ -96,14 +99,12 @@ pub struct MemberReport {
 
 impl ShadowHub {
     /// A hub running `shadows`, trainer `t`'s at index `t`, as `pacing`
-    /// allows, over `link`. Only for rules that combine with a group (not
-    /// with a centre: [`ShadowHub::serves`]).
+    /// allows, over `link` (see [`ShadowHub::serves`]).
     pub fn new(shadows: Vec<ShadowLoop>, pacing: Pacing, link: LinkModel) -> Result<Self> {
         if !Self::serves(&shadows) {
-            return Err(Error::Config {
-                key: "sync.shadow_threads".into(),
-                reason: "one thread per process serves the rules that average a group of trainers (not EASGD's centre), in a job of one process".into(),
-            });
+            return Err(Error::Internal(
+                "a shadow hub serves trainers 0..n of a job of one process",
+            ));
         }
         let len = shadows.first().map_or(0, |s| s.snapshot().len());
         if shadows.iter().any(|s| s.snapshot().len() != len) {
@@ -126,13 +127,9 @@ impl ShadowHub {
         })
     }
 
-    /// Whether a hub can run `shadows`: trainers `0..n` whose rules all
-    /// combine with a group.
+    /// Whether a hub can run `shadows`: trainers `0..n`, the whole job.
     pub fn serves(shadows: &[ShadowLoop]) -> bool {
-        shadows
-            .iter()
-            .enumerate()
-            .all(|(t, s)| s.peer.id() == t && s.peer.meets_group())
+        shadows.iter().enumerate().all(|(t, s)| s.peer.id() == t)
     }
 
     /// The trainers it serves.
@@ -198,6 +195,14 @@ impl ShadowHub {
                 continue;
             }
             let round = member.shadow.next_round();
+            if !member.shadow.peer.meets_group() {
+                // A round against the centre: no group to ask for.
+                member.state = State::Assigned {
+                    round,
+                    group: Arc::from([t]),
+                };
+                continue;
+            }
             let assignment = match unpanicked(|| member.shadow.peer.next_assignment()) {
                 Ok(Ok(Some(assignment))) => assignment,
                 Ok(Ok(None)) => return false,
@@ -341,6 +346,17 @@ impl ShadowHub {
         for &t in away {
             self.members[by].shadow.peer.report_unresponsive(t, round);
         }
+        let peer = &self.members[by].shadow.peer;
+        if !peer.meets_group() {
+            let due = peer.centre_due();
+            self.flights.push(Flight {
+                round,
+                members: flying,
+                due,
+                centre: true,
+            });
+            return;
+        }
         let ids: Vec<usize> = flying.iter().map(|&(t, _)| t).collect();
         let len = self.mean_len();
         for &t in &ids {
@@ -351,7 +367,29 @@ impl ShadowHub {
             round,
             members: flying,
             due: Instant::now() + self.link.group_round_time(&ids, len),
+            centre: false,
         });
+    }
+
+    /// Lands a trainer's elastic step against the centre: the server's
+    /// shards answer, and the target is written back.
+    fn land_centre(&mut self, flight: Flight, reports: &mut Vec<MemberReport>) {
+        for (t, contributed) in flight.members {
+            let member = &mut self.members[t];
+            member.state = State::Idle;
+            let shadow = &mut member.shadow;
+            let result = match unpanicked(|| shadow.centre_round(flight.round, contributed)) {
+                Ok(Ok(Some(outcome))) => Ok(outcome),
+                Ok(Ok(None)) => continue,
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(panic) => Err(format!("the round panicked: {panic}")),
+            };
+            reports.push(MemberReport {
+                trainer: t,
+                round: flight.round,
+                result,
+            });
+        }
     }
 
     /// The length of the parameter vectors.
@@ -364,6 +402,9 @@ impl ShadowHub {
     /// Lands `flight`: chunk by chunk, the mean of the finite snapshots, and
     /// each member's target written back (nothing when none was finite).
     fn land(&mut self, flight: Flight, reports: &mut Vec<MemberReport>) {
+        if flight.centre {
+            return self.land_centre(flight, reports);
+        }
         let Flight { round, members, .. } = flight;
         let contributors: Vec<usize> = members.iter().filter(|m| m.1).map(|m| m.0).collect();
         let mut landings: Vec<(usize, std::result::Result<Landing, String>)> = members

@@ -11,7 +11,7 @@ use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::hogwild::ParamAlias;
 use crate::recovery::{unpanicked, RecoveryPoint};
 use crate::stats::TrainerCounters;
-use crate::sync::{Payload, SyncPeer, WriteBack};
+use crate::sync::{Combined, Payload, SyncPeer, WriteBack};
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
@@ -208,6 +208,29 @@ impl ShadowLoop {
         let combined = self.peer.combine(&self.snapshot, contributed);
         // The round just taken (the coordinator may have moved the peer on).
         let round = self.peer.round().saturating_sub(1);
+        self.land_combined(round, contributed, combined)
+    }
+
+    /// The landing of a round against the centre, once its elastic step is
+    /// off the wire (see [`SyncPeer::centre_due`]); `Ok(None)` once syncing
+    /// has stopped.
+    pub(super) fn centre_round(
+        &mut self,
+        round: u64,
+        contributed: bool,
+    ) -> Result<Option<RoundOutcome>> {
+        let combined = self.peer.centre_step(&self.snapshot, contributed, round);
+        self.land_combined(round, contributed, combined)
+    }
+
+    /// Writes back the target of `round`'s `combined` values (none when
+    /// nobody had finite values).
+    fn land_combined(
+        &mut self,
+        round: u64,
+        contributed: bool,
+        combined: Result<Option<Combined>>,
+    ) -> Result<Option<RoundOutcome>> {
         let combined = match combined {
             Ok(Some(combined)) => combined,
             Ok(None) => return Ok(None),

@@ -35,22 +35,22 @@ enum Part {
         data: Arc<[f32]>,
         span: Range<usize>,
     },
-    /// The whole vector, owned (EASGD's target, from the server).
-    Whole(Vec<f32>),
+    /// Owned values at `offset` (EASGD's target, as the server's shards
+    /// answered it).
+    Owned { offset: usize, values: Vec<f32> },
 }
 
 impl Part {
     fn offset(&self) -> usize {
         match self {
-            Part::Shared { offset, .. } => *offset,
-            Part::Whole(_) => 0,
+            Part::Shared { offset, .. } | Part::Owned { offset, .. } => *offset,
         }
     }
 
     fn values(&self) -> &[f32] {
         match self {
             Part::Shared { data, span, .. } => data.get(span.clone()).unwrap_or_default(),
-            Part::Whole(values) => values,
+            Part::Owned { values, .. } => values,
         }
     }
 }
@@ -60,17 +60,30 @@ impl Combined {
     pub fn whole(values: Vec<f32>) -> Self {
         Self {
             len: values.len(),
-            parts: vec![Part::Whole(values)],
+            parts: vec![Part::Owned { offset: 0, values }],
         }
     }
 
     /// The vector of `len` values whose parts are `data[span]` at `offset`,
     /// shared; an error unless they tile `0..len` exactly (in any order).
     pub fn tiled(len: usize, parts: impl IntoIterator<Item = SharedSlice>) -> Result<Self> {
-        let mut parts: Vec<Part> = parts
+        let parts =
+            parts
+                .into_iter()
+                .map(|(offset, data, span)| Part::Shared { offset, data, span });
+        Self::tile(len, parts.collect())
+    }
+
+    /// The vector of `len` values whose parts are owned values at an offset;
+    /// an error unless they tile `0..len` exactly (in any order).
+    pub fn owned(len: usize, parts: impl IntoIterator<Item = (usize, Vec<f32>)>) -> Result<Self> {
+        let parts = parts
             .into_iter()
-            .map(|(offset, data, span)| Part::Shared { offset, data, span })
-            .collect();
+            .map(|(offset, values)| Part::Owned { offset, values });
+        Self::tile(len, parts.collect())
+    }
+
+    fn tile(len: usize, mut parts: Vec<Part>) -> Result<Self> {
         parts.sort_by_key(Part::offset);
         let mut end = 0;
         for part in &parts {
@@ -109,7 +122,7 @@ impl Combined {
     /// The whole vector: an owned whole as it is, otherwise the parts copied
     /// into `into` (a recycled buffer, resized).
     pub fn into_vec(mut self, mut into: Vec<f32>) -> Vec<f32> {
-        if let [Part::Whole(values)] = self.parts.as_mut_slice() {
+        if let [Part::Owned { values, .. }] = self.parts.as_mut_slice() {
             return std::mem::take(values);
         }
         into.resize(self.len, 0.0);
@@ -119,10 +132,10 @@ impl Combined {
         into
     }
 
-    /// Its owned buffer, if it has one, for a later round to fill.
+    /// An owned buffer of it, if it has one, for a later round to fill.
     pub fn into_spare(mut self) -> Option<Vec<f32>> {
         match self.parts.pop() {
-            Some(Part::Whole(values)) => Some(values),
+            Some(Part::Owned { values, .. }) => Some(values),
             _ => None,
         }
     }

@@ -13,6 +13,7 @@ use crate::sync::{
 };
 use crate::{Error, Result, SharedGradients};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 /// What a peer carries from one round to the next, as a checkpoint keeps it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -220,9 +221,7 @@ impl SyncPeer {
                 };
                 self.group_reduce(snapshot, contribute, &reduce)?
             }
-            Exchange::Centre { alpha } => self
-                .elastic(snapshot, contribute, alpha)?
-                .map(Combined::whole),
+            Exchange::Centre { alpha } => self.elastic(snapshot, contribute, alpha)?,
         };
         let len = snapshot.values().len();
         match combined {
@@ -328,23 +327,64 @@ impl SyncPeer {
         snapshot: &Payload,
         contribute: bool,
         alpha: f32,
-    ) -> Result<Option<Vec<f32>>> {
-        if self.endpoint.stopped() {
+    ) -> Result<Option<Combined>> {
+        if !self.centre_ready(contribute)? {
             return Ok(None);
+        }
+        let round = self.round();
+        self.set_round(round + 1);
+        let (Some(server), endpoint) = (&self.server, &self.endpoint) else {
+            return Ok(None);
+        };
+        server.elastic(snapshot.shared(), alpha, self.id(), round, || {
+            endpoint.stopped()
+        })
+    }
+
+    /// Whether a round against the centre goes ahead: not once stopped;
+    /// [`Error::NonFinite`] for a snapshot that does not `contribute` (never
+    /// sent to the server).
+    fn centre_ready(&self, contribute: bool) -> Result<bool> {
+        if self.endpoint.stopped() {
+            return Ok(false);
         }
         if !contribute {
             return Err(Error::NonFinite {
                 group: vec![self.id()],
             });
         }
-        let Some(server) = &self.server else {
+        Ok(true)
+    }
+
+    /// For a rule that meets a centre: when its elastic step, sent now, is
+    /// off the simulated wire (the server's links are reserved meanwhile).
+    pub(crate) fn centre_due(&self) -> Instant {
+        match &self.server {
+            Some(server) => server.off_the_wire(self.id()),
+            None => Instant::now(),
+        }
+    }
+
+    /// [`SyncPeer::combine`] for a rule that meets a centre, in `round`,
+    /// once the elastic step is off the wire ([`SyncPeer::centre_due`]).
+    pub(crate) fn centre_step(
+        &mut self,
+        snapshot: &Payload,
+        contribute: bool,
+        round: u64,
+    ) -> Result<Option<Combined>> {
+        let Exchange::Centre { alpha } = self.lock().rule.exchange() else {
+            return Err(Error::Internal(
+                "a centre step of a rule that averages a group",
+            ));
+        };
+        if !self.centre_ready(contribute)? {
+            return Ok(None);
+        }
+        let (Some(server), endpoint) = (&self.server, &self.endpoint) else {
             return Ok(None);
         };
-        let round = self.round();
-        self.set_round(round + 1);
-        let into = self.endpoint.take_spare();
-        let endpoint = &self.endpoint;
-        server.elastic(snapshot.shared(), alpha, self.id(), round, into, || {
+        server.elastic_now(snapshot.shared(), alpha, self.id(), round, || {
             endpoint.stopped()
         })
     }

@@ -6,7 +6,7 @@
 //! update is atomic per shard (an actor handles one message at a time), and
 //! trainers updating different shards never wait on each other. A trainer talks
 //! to the shards through a [`ServerClient`]: one request per shard, all in
-//! flight at once, the answers assembled into the replica's target.
+//! flight at once, the answers the parts of the replica's target.
 //!
 //! A shard that fails on a request (a panic) answers it with an error and
 //! serves on from its centre as it was ([`Event::ServiceRecovered`]): the
@@ -28,7 +28,7 @@ use crate::events::{Event, EventBus};
 use crate::faults::{faults_at, faults_due, Fault, FaultSite};
 use crate::recovery::unpanicked;
 use crate::stats::CpuAccount;
-use crate::sync::{elastic, Fabric, LinkModel};
+use crate::sync::{elastic, Combined, Fabric, LinkModel};
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
@@ -343,34 +343,55 @@ impl ServerClient {
     }
 
     /// The elastic step of `trainer`'s `snapshot` in its `round` on every
-    /// shard at once; returns the replica's target, written into `into` (a
-    /// buffer handed back from an earlier round saves a fresh one per round),
-    /// or `None` if `stopped()` turns true while waiting.
+    /// shard at once; returns the replica's target, in the shards' parts, or
+    /// `None` if `stopped()` turns true while waiting.
     pub fn elastic(
         &self,
         snapshot: Arc<[f32]>,
         alpha: f32,
         trainer: usize,
         round: u64,
-        into: Vec<f32>,
         stopped: impl Fn() -> bool,
-    ) -> Result<Option<Vec<f32>>> {
+    ) -> Result<Option<Combined>> {
+        let done = self.off_the_wire(trainer);
+        while Instant::now() < done {
+            if stopped() {
+                return Ok(None);
+            }
+            std::thread::sleep(done.saturating_duration_since(Instant::now()).min(POLL));
+        }
+        self.elastic_now(snapshot, alpha, trainer, round, stopped)
+    }
+
+    /// When `trainer`'s elastic step, sent now, is off the simulated wire
+    /// (now on an ideal link); reserves the shards' links meanwhile.
+    pub fn off_the_wire(&self, trainer: usize) -> Instant {
+        let now = Instant::now();
+        match &self.links {
+            Some(links) => {
+                let ranges = self.shards.iter().map(|(range, _)| range.len());
+                links.done(trainer, ranges, now)
+            }
+            None => now,
+        }
+    }
+
+    /// [`ServerClient::elastic`] once the step is off the wire
+    /// ([`ServerClient::off_the_wire`]).
+    pub fn elastic_now(
+        &self,
+        snapshot: Arc<[f32]>,
+        alpha: f32,
+        trainer: usize,
+        round: u64,
+        stopped: impl Fn() -> bool,
+    ) -> Result<Option<Combined>> {
         if snapshot.len() != self.len {
             return Err(Error::Layout(format!(
                 "snapshot has {} values, the centre {}",
                 snapshot.len(),
                 self.len
             )));
-        }
-        if let Some(links) = &self.links {
-            let ranges = self.shards.iter().map(|(range, _)| range.len());
-            let done = links.done(trainer, ranges, Instant::now());
-            while Instant::now() < done {
-                if stopped() {
-                    return Ok(None);
-                }
-                std::thread::sleep(done.saturating_duration_since(Instant::now()).min(POLL));
-            }
         }
         self.gather(
             |range, here| {
@@ -387,25 +408,25 @@ impl ServerClient {
                     round,
                 }
             },
-            into,
             stopped,
         )
     }
 
     /// A copy of the whole centre.
     pub fn center(&self) -> Result<Vec<f32>> {
-        self.gather(|_, _| ShardRequest::Center, Vec::new(), || false)?
-            .ok_or(Error::Stopped("parameter server"))
+        let centre = self.gather(|_, _| ShardRequest::Center, || false)?;
+        let centre = centre.ok_or(Error::Stopped("parameter server"))?;
+        Ok(centre.into_vec(Vec::new()))
     }
 
     /// Sends every shard its `request` (given its range and whether it is
-    /// served here) and assembles their answers in shard order, into `out`.
+    /// served here) and hands over their answers as they came, each at its
+    /// range (no copy into one vector).
     fn gather(
         &self,
         request: impl Fn(&Range<usize>, bool) -> ShardRequest,
-        mut out: Vec<f32>,
         stopped: impl Fn() -> bool,
-    ) -> Result<Option<Vec<f32>>> {
+    ) -> Result<Option<Combined>> {
         let (reply, answers) = bounded(self.shards.len());
         for (index, (range, at)) in self.shards.iter().enumerate() {
             match at {
@@ -416,17 +437,14 @@ impl ServerClient {
             }
         }
         drop(reply);
-        // The shards' ranges cover the vector: every value is written below.
-        out.resize(self.len, 0.0);
-        let mut received = 0;
-        while received < self.shards.len() {
+        let mut parts = Vec::with_capacity(self.shards.len());
+        while parts.len() < self.shards.len() {
             match answers.recv_timeout(POLL) {
                 Ok((index, part)) => {
                     let part = part?;
-                    let range = self.shards.get(index).map(|(r, _)| r.clone());
-                    match range {
-                        Some(range) if range.len() == part.len() => {
-                            out[range].copy_from_slice(&part);
+                    match self.shards.get(index) {
+                        Some((range, _)) if range.len() == part.len() => {
+                            parts.push((range.start, part));
                         }
                         _ => {
                             return Err(Error::Layout(format!(
@@ -435,7 +453,6 @@ impl ServerClient {
                             )))
                         }
                     }
-                    received += 1;
                 }
                 Err(RecvTimeoutError::Timeout) if !stopped() => {}
                 Err(RecvTimeoutError::Timeout) => return Ok(None),
@@ -444,7 +461,7 @@ impl ServerClient {
                 }
             }
         }
-        Ok(Some(out))
+        Combined::owned(self.len, parts).map(Some)
     }
 }
 
@@ -468,16 +485,13 @@ mod tests {
             let (system, thread, server) = spawn_system("server-test", start).unwrap();
             let server = server.unwrap();
             assert_eq!(server.shard_count(), shards);
-            // A recycled buffer, of another length and stale values, is
-            // filled whole.
-            let recycled = vec![f32::NAN; 3];
-            let target = server.elastic(Arc::clone(&snapshot), 0.5, 0, 0, recycled, || false);
-            assert_eq!(target.unwrap(), Some(expected.clone()), "{shards} shards");
+            let target = server.elastic(Arc::clone(&snapshot), 0.5, 0, 0, || false);
+            let target = target.unwrap().unwrap();
+            assert_eq!(target.parts().count(), shards, "one part a shard");
+            assert_eq!(target.into_vec(Vec::new()), expected, "{shards} shards");
             assert_eq!(server.center().unwrap(), expected_center);
             let short: Arc<[f32]> = Arc::from(vec![0f32; 3]);
-            assert!(server
-                .elastic(short, 0.5, 0, 1, Vec::new(), || false)
-                .is_err());
+            assert!(server.elastic(short, 0.5, 0, 1, || false).is_err());
             system.stop();
             thread.join().unwrap();
             // With the system gone, a request fails instead of hanging.
