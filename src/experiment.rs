@@ -44,6 +44,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "e1-shadow-cost",
         include_str!("../experiments/e1-shadow-cost.toml"),
     ),
+    (
+        "e1-shadow-threads",
+        include_str!("../experiments/e1-shadow-threads.toml"),
+    ),
     ("e2-quality", include_str!("../experiments/e2-quality.toml")),
     (
         "e3-sync-frequency",
