@@ -7,7 +7,7 @@
 //! checkpoint ([`PeerState`]) while the peer syncs on.
 
 use crate::coordinator::{Assignment, CoordinatorClient};
-use crate::sync::transport::Phase;
+use crate::sync::transport::{sleep_until, Phase};
 use crate::sync::{
     mean_into, Combined, Endpoint, Exchange, Payload, Reduce, RuleState, ServerClient, SyncRule,
 };
@@ -336,9 +336,11 @@ impl SyncPeer {
         let (Some(server), endpoint) = (&self.server, &self.endpoint) else {
             return Ok(None);
         };
-        server.elastic(snapshot.shared(), alpha, self.id(), round, || {
-            endpoint.stopped()
-        })
+        let stopped = || endpoint.stopped();
+        if !sleep_until(server.off_the_wire(self.id()), stopped) {
+            return Ok(None);
+        }
+        server.elastic(snapshot.shared(), alpha, self.id(), round, stopped)
     }
 
     /// Whether a round against the centre goes ahead: not once stopped;
@@ -384,7 +386,7 @@ impl SyncPeer {
         let (Some(server), endpoint) = (&self.server, &self.endpoint) else {
             return Ok(None);
         };
-        server.elastic_now(snapshot.shared(), alpha, self.id(), round, || {
+        server.elastic(snapshot.shared(), alpha, self.id(), round, || {
             endpoint.stopped()
         })
     }

@@ -342,27 +342,6 @@ impl ServerClient {
         self.shards.len()
     }
 
-    /// The elastic step of `trainer`'s `snapshot` in its `round` on every
-    /// shard at once; returns the replica's target, in the shards' parts, or
-    /// `None` if `stopped()` turns true while waiting.
-    pub fn elastic(
-        &self,
-        snapshot: Arc<[f32]>,
-        alpha: f32,
-        trainer: usize,
-        round: u64,
-        stopped: impl Fn() -> bool,
-    ) -> Result<Option<Combined>> {
-        let done = self.off_the_wire(trainer);
-        while Instant::now() < done {
-            if stopped() {
-                return Ok(None);
-            }
-            std::thread::sleep(done.saturating_duration_since(Instant::now()).min(POLL));
-        }
-        self.elastic_now(snapshot, alpha, trainer, round, stopped)
-    }
-
     /// When `trainer`'s elastic step, sent now, is off the simulated wire
     /// (now on an ideal link); reserves the shards' links meanwhile.
     pub fn off_the_wire(&self, trainer: usize) -> Instant {
@@ -376,9 +355,11 @@ impl ServerClient {
         }
     }
 
-    /// [`ServerClient::elastic`] once the step is off the wire
-    /// ([`ServerClient::off_the_wire`]).
-    pub fn elastic_now(
+    /// The elastic step of `trainer`'s `snapshot` in its `round` on every
+    /// shard at once, once it is off the wire ([`ServerClient::off_the_wire`]);
+    /// returns the replica's target, in the shards' parts, or `None` if
+    /// `stopped()` turns true while waiting for their answers.
+    pub fn elastic(
         &self,
         snapshot: Arc<[f32]>,
         alpha: f32,

@@ -625,15 +625,24 @@ impl Endpoint {
             .collect();
         // The simulated link delivers at `deliver_at`; a stop ends the wait.
         if let Some(latest) = received.iter().map(|m| m.deliver_at).max() {
-            while let Some(left) = latest.checked_duration_since(Instant::now()) {
-                if self.stopped() {
-                    return Ok(None);
-                }
-                std::thread::sleep(left.min(POLL));
+            if !sleep_until(latest, || self.stopped()) {
+                return Ok(None);
             }
         }
         Ok(Some((received, missing)))
     }
+}
+
+/// Sleeps until `deadline` (a simulated delivery); false if `stopped()`
+/// turns true first.
+pub(crate) fn sleep_until(deadline: Instant, stopped: impl Fn() -> bool) -> bool {
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        if stopped() {
+            return false;
+        }
+        std::thread::sleep(left.min(POLL));
+    }
+    true
 }
 
 /// The slices of a combined vector a member has after the all-gather phase,
