@@ -19,7 +19,7 @@
 //! thread's CPU time to the trainers in equal shares.
 
 use super::trainer_loop::Landing;
-use super::{report, Pacing, RoundOutcome, ShadowLoop};
+use super::{caught, report, Pacing, RoundOutcome, ShadowLoop};
 use crate::events::EventBus;
 use crate::recovery::unpanicked;
 use crate::sync::LinkModel;
@@ -81,9 +81,6 @@ struct Flight {
     /// so goes into the mean).
     members: Vec<(usize, bool)>,
     due: Instant,
-    /// A trainer's elastic step against EASGD's centre (on the server), not
-    /// a group's mean.
-    centre: bool,
 }
 
 /// What a trainer's round came to.
@@ -203,15 +200,11 @@ impl ShadowHub {
                 };
                 continue;
             }
-            let assignment = match unpanicked(|| member.shadow.peer.next_assignment()) {
-                Ok(Ok(Some(assignment))) => assignment,
-                Ok(Ok(None)) => return false,
-                Ok(Err(e)) => {
-                    reports.push(MemberReport::failed(t, round, e.to_string()));
-                    continue;
-                }
-                Err(panic) => {
-                    reports.push(MemberReport::panicked(t, round, &panic));
+            let assignment = match caught(|| member.shadow.peer.next_assignment()) {
+                Ok(Some(assignment)) => assignment,
+                Ok(None) => return false,
+                Err(cause) => {
+                    reports.push(MemberReport::failed(t, round, cause));
                     continue;
                 }
             };
@@ -292,31 +285,29 @@ impl ShadowHub {
     ) -> bool {
         let member = &mut self.members[t];
         let shadow = &mut member.shadow;
-        let attempt = unpanicked(|| match shadow.injected_hang() {
+        let attempt = caught(|| match shadow.injected_hang() {
             hang if hang.is_zero() => shadow.take_snapshot().map(Ok),
             hang => Ok(Err(hang)),
         });
-        if let Ok(Ok(Err(hang))) = attempt {
-            member.state = State::Away {
-                until: Instant::now() + hang,
-            };
-            return true;
-        }
-        // The round is taken, or lost.
-        shadow.peer.enter(round);
-        member.state = State::Idle;
-        match attempt {
-            Ok(Ok(Ok(contributed))) => {
-                member.state = State::Snapped {
-                    round,
-                    group: Arc::clone(group),
-                    contributed,
-                }
+        member.state = match attempt {
+            Ok(Err(hang)) => {
+                member.state = State::Away {
+                    until: Instant::now() + hang,
+                };
+                return true;
             }
-            Ok(Err(e)) => reports.push(MemberReport::failed(t, round, e.to_string())),
-            Err(panic) => reports.push(MemberReport::panicked(t, round, &panic)),
-            Ok(Ok(Err(_))) => {}
-        }
+            Ok(Ok(contributed)) => State::Snapped {
+                round,
+                group: Arc::clone(group),
+                contributed,
+            },
+            Err(cause) => {
+                reports.push(MemberReport::failed(t, round, cause));
+                State::Idle
+            }
+        };
+        // The round is taken, or lost.
+        member.shadow.peer.enter(round);
         false
     }
 
@@ -353,7 +344,6 @@ impl ShadowHub {
                 round,
                 members: flying,
                 due,
-                centre: true,
             });
             return;
         }
@@ -367,7 +357,6 @@ impl ShadowHub {
             round,
             members: flying,
             due: Instant::now() + self.link.group_round_time(&ids, len),
-            centre: false,
         });
     }
 
@@ -378,11 +367,10 @@ impl ShadowHub {
             let member = &mut self.members[t];
             member.state = State::Idle;
             let shadow = &mut member.shadow;
-            let result = match unpanicked(|| shadow.centre_round(flight.round, contributed)) {
-                Ok(Ok(Some(outcome))) => Ok(outcome),
-                Ok(Ok(None)) => continue,
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(panic) => Err(format!("the round panicked: {panic}")),
+            let result = match caught(|| shadow.centre_round(flight.round, contributed)) {
+                Ok(Some(outcome)) => Ok(outcome),
+                Ok(None) => continue,
+                Err(cause) => Err(cause),
             };
             reports.push(MemberReport {
                 trainer: t,
@@ -402,7 +390,9 @@ impl ShadowHub {
     /// Lands `flight`: chunk by chunk, the mean of the finite snapshots, and
     /// each member's target written back (nothing when none was finite).
     fn land(&mut self, flight: Flight, reports: &mut Vec<MemberReport>) {
-        if flight.centre {
+        // A trainer's elastic step against EASGD's centre, not a group's mean.
+        let first = flight.members.first().map(|&(t, _)| t);
+        if first.is_some_and(|t| !self.members[t].shadow.peer.meets_group()) {
             return self.land_centre(flight, reports);
         }
         let Flight { round, members, .. } = flight;
@@ -439,10 +429,8 @@ impl ShadowHub {
                     continue;
                 };
                 let l = *l;
-                match unpanicked(|| all[*t].shadow.land_span(&l, offset, mean)) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => *landing = Err(e.to_string()),
-                    Err(panic) => *landing = Err(format!("the round panicked: {panic}")),
+                if let Err(cause) = caught(|| all[*t].shadow.land_span(&l, offset, mean)) {
+                    *landing = Err(cause);
                 }
             }
         }
@@ -488,10 +476,6 @@ impl MemberReport {
             round,
             result: Err(cause),
         }
-    }
-
-    fn panicked(trainer: usize, round: u64, panic: &str) -> Self {
-        Self::failed(trainer, round, format!("the round panicked: {panic}"))
     }
 }
 

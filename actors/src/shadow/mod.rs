@@ -29,6 +29,7 @@ pub use hub::{ShadowHub, ShadowHubActor};
 pub use trainer_loop::{ShadowActor, ShadowLoop};
 
 use crate::events::{Event, EventBus};
+use crate::recovery::unpanicked;
 use std::time::Duration;
 
 /// Failed rounds of one trainer in a row after which syncing ends.
@@ -46,6 +47,15 @@ pub struct RoundOutcome {
     /// Whether a target was written back (not when nobody in the group, or
     /// EASGD's lone diverged replica, had finite values).
     pub written_back: bool,
+}
+
+/// Runs a step of a round with panics caught: its value, or why it failed.
+fn caught<T>(step: impl FnOnce() -> crate::Result<T>) -> Result<T, String> {
+    match unpanicked(step) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(panic) => Err(format!("the round panicked: {panic}")),
+    }
 }
 
 /// Publishes what `trainer`'s round `round` came to, counting its failed

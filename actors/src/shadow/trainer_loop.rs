@@ -5,11 +5,11 @@
 //! [`ShadowHub`](super::ShadowHub) runs the same loops' snapshots and
 //! write-backs for a whole process on one thread.
 
-use super::{report, Pacing, RoundOutcome};
+use super::{caught, report, Pacing, RoundOutcome};
 use crate::events::EventBus;
 use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::hogwild::ParamAlias;
-use crate::recovery::{unpanicked, RecoveryPoint};
+use crate::recovery::RecoveryPoint;
 use crate::stats::TrainerCounters;
 use crate::sync::{Combined, Payload, SyncPeer, WriteBack};
 use crate::{Error, Result};
@@ -326,11 +326,10 @@ impl Handler<Round> for ShadowActor {
             return;
         }
         let round = self.shadow.next_round();
-        let result = match unpanicked(|| self.shadow.round()) {
-            Ok(Ok(None)) => return self.end(ctx, None),
-            Ok(Ok(Some(outcome))) => Ok(outcome),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(panic) => Err(format!("the round panicked: {panic}")),
+        let result = match caught(|| self.shadow.round()) {
+            Ok(None) => return self.end(ctx, None),
+            Ok(Some(outcome)) => Ok(outcome),
+            Err(cause) => Err(cause),
         };
         let failures = &mut self.consecutive_failures;
         match report(&self.events, self.trainer, round, result, failures) {
