@@ -11,7 +11,7 @@ use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::hogwild::ParamAlias;
 use crate::recovery::RecoveryPoint;
 use crate::stats::TrainerCounters;
-use crate::sync::{Combined, Payload, SyncPeer, WriteBack};
+use crate::sync::{resident_zeros, Combined, Payload, SyncPeer, WriteBack};
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
@@ -29,7 +29,7 @@ pub struct ShadowLoop {
     recovery: Arc<RecoveryPoint>,
     snapshot: Payload,
     /// The target kept whole on the rounds it is offered to the recovery
-    /// point (empty until the first).
+    /// point.
     whole_target: Vec<f32>,
     /// When the last snapshot was taken, and the trainer's steps then.
     last_snapshot: (Instant, u64),
@@ -58,6 +58,7 @@ impl ShadowLoop {
         recovery: Arc<RecoveryPoint>,
     ) -> Self {
         let snapshot = Payload::zeros(replica.len());
+        let whole_target = resident_zeros(replica.len());
         let last_snapshot = (Instant::now(), counters.steps());
         Self {
             replica,
@@ -66,7 +67,7 @@ impl ShadowLoop {
             counters,
             recovery,
             snapshot,
-            whole_target: Vec::new(),
+            whole_target,
             last_snapshot,
             faults: Vec::new(),
             injected_at: None,
@@ -150,9 +151,6 @@ impl ShadowLoop {
     /// whole too, for the recovery point.
     pub(super) fn landing(&mut self, round: u64, contributed: bool) -> Landing {
         let offer = contributed && round % RecoveryPoint::OFFER_EVERY == 0;
-        if offer {
-            self.whole_target.resize(self.replica.len(), 0.0);
-        }
         Landing {
             round,
             contributed,
@@ -213,14 +211,33 @@ impl ShadowLoop {
 
     /// The landing of a round against the centre, once its elastic step is
     /// off the wire (see [`SyncPeer::centre_due`]); `Ok(None)` once syncing
-    /// has stopped.
+    /// has stopped. When this process serves every shard of the centre, the
+    /// step is made here and each block of its target written back as it is
+    /// made; otherwise it is sent to the shards.
     pub(super) fn centre_round(
         &mut self,
         round: u64,
         contributed: bool,
     ) -> Result<Option<RoundOutcome>> {
-        let combined = self.peer.centre_step(&self.snapshot, contributed, round);
-        self.land_combined(round, contributed, combined)
+        let Some((server, alpha)) = self.peer.centre_here() else {
+            let combined = self.peer.centre_step(&self.snapshot, contributed, round);
+            return self.land_combined(round, contributed, combined);
+        };
+        match self.peer.centre_ready(contributed) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => return self.land_combined(round, contributed, Err(e)),
+        }
+        let landing = self.landing(round, contributed);
+        let (snapshot, trainer) = (self.snapshot.clone(), self.peer.id());
+        server.elastic_here(
+            snapshot.values(),
+            alpha,
+            trainer,
+            round,
+            |offset, target| self.land_span(&landing, offset, target),
+        )?;
+        Ok(Some(self.landed(landing)))
     }
 
     /// Writes back the target of `round`'s `combined` values (none when

@@ -19,7 +19,9 @@ mod transport;
 pub use algorithm::{Algorithm, ShadowThreads, SyncConfig};
 pub use combined::{Combined, SharedSlice};
 pub use fabric::{launched_by_mpirun, Fabric, InProcess};
-pub use math::{elastic, mean_into, BmufParams, BmufState, WriteBack};
+pub use math::{
+    elastic, elastic_into, mean_into, resident_zeros, BmufParams, BmufState, WriteBack,
+};
 pub(crate) use peer::SharedPeer;
 pub use peer::{PeerState, SyncPeer};
 pub use rule::{

@@ -30,6 +30,9 @@ pub struct PeerState {
 pub(crate) struct LivePeer {
     round: u64,
     rule: Box<dyn SyncRule>,
+    /// Where the rule may write a block of its target (one block long):
+    /// kept, not zeroed afresh on every call.
+    scratch: Vec<f32>,
 }
 
 impl LivePeer {
@@ -48,6 +51,9 @@ impl LivePeer {
         Ok(())
     }
 }
+
+/// Values of a target made and written back at a time.
+const TARGET_BLOCK: usize = 2048;
 
 /// A peer's live state, shared.
 pub(crate) type SharedPeer = Arc<Mutex<LivePeer>>;
@@ -82,7 +88,11 @@ impl SyncPeer {
         Ok(Self {
             endpoint,
             groups,
-            state: Arc::new(Mutex::new(LivePeer { round: 0, rule })),
+            state: Arc::new(Mutex::new(LivePeer {
+                round: 0,
+                rule,
+                scratch: vec![0.0; TARGET_BLOCK],
+            })),
             server,
             last: None,
         })
@@ -255,12 +265,13 @@ impl SyncPeer {
         combined: &[f32],
         mut write: impl FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<()> {
-        const BLOCK: usize = 2048;
-        let mut scratch = [0f32; BLOCK];
         let mut peer = self.lock();
-        for (at, values) in (offset..).step_by(BLOCK).zip(combined.chunks(BLOCK)) {
-            let scratch = &mut scratch[..values.len()];
-            write(at, peer.rule.target(at, values, scratch))?;
+        let LivePeer { rule, scratch, .. } = &mut *peer;
+        let blocks = (offset..)
+            .step_by(TARGET_BLOCK)
+            .zip(combined.chunks(TARGET_BLOCK));
+        for (at, values) in blocks {
+            write(at, rule.target(at, values, &mut scratch[..values.len()]))?;
         }
         Ok(())
     }
@@ -346,7 +357,7 @@ impl SyncPeer {
     /// Whether a round against the centre goes ahead: not once stopped;
     /// [`Error::NonFinite`] for a snapshot that does not `contribute` (never
     /// sent to the server).
-    fn centre_ready(&self, contribute: bool) -> Result<bool> {
+    pub(crate) fn centre_ready(&self, contribute: bool) -> Result<bool> {
         if self.endpoint.stopped() {
             return Ok(false);
         }
@@ -356,6 +367,17 @@ impl SyncPeer {
             });
         }
         Ok(true)
+    }
+
+    /// For a rule that meets a centre whose every shard this process
+    /// serves: the server and the elasticity, to make its steps here
+    /// ([`ServerClient::elastic_here`]).
+    pub(crate) fn centre_here(&self) -> Option<(ServerClient, f32)> {
+        let Exchange::Centre { alpha } = self.lock().rule.exchange() else {
+            return None;
+        };
+        let server = self.server.as_ref().filter(|s| s.all_here())?;
+        Some((server.clone(), alpha))
     }
 
     /// For a rule that meets a centre: when its elastic step, sent now, is
