@@ -263,6 +263,18 @@ enum ShardAt {
     },
 }
 
+impl ShardAt {
+    /// The shard, if this process serves it.
+    fn hosted(&self) -> Result<&SharedShard> {
+        match self {
+            ShardAt::Here { shard, .. } => Ok(shard),
+            ShardAt::There { .. } => Err(Error::Internal(
+                "an elastic step made here against a shard of another process",
+            )),
+        }
+    }
+}
+
 /// A trainer's line to the server's shards.
 #[derive(Debug, Clone)]
 pub struct ServerClient {
@@ -408,13 +420,7 @@ impl ServerClient {
         round: u64,
         stopped: impl Fn() -> bool,
     ) -> Result<Option<Combined>> {
-        if snapshot.len() != self.len {
-            return Err(Error::Layout(format!(
-                "snapshot has {} values, the centre {}",
-                snapshot.len(),
-                self.len
-            )));
-        }
+        self.fits(&snapshot)?;
         self.gather(
             |range, here| {
                 // Another process gets only its shard's slice.
@@ -432,6 +438,18 @@ impl ServerClient {
             },
             stopped,
         )
+    }
+
+    /// An error unless `snapshot` is as long as the centre.
+    fn fits(&self, snapshot: &[f32]) -> Result<()> {
+        if snapshot.len() != self.len {
+            return Err(Error::Layout(format!(
+                "snapshot has {} values, the centre {}",
+                snapshot.len(),
+                self.len
+            )));
+        }
+        Ok(())
     }
 
     /// Whether this process serves every shard (then
@@ -457,34 +475,18 @@ impl ServerClient {
         mut write: impl FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<()> {
         const BLOCK: usize = 2048;
-        if snapshot.len() != self.len {
-            return Err(Error::Layout(format!(
-                "snapshot has {} values, the centre {}",
-                snapshot.len(),
-                self.len
-            )));
-        }
-        let hosted = |at: &ShardAt| match at {
-            ShardAt::Here { shard, .. } => Ok(Arc::clone(shard)),
-            ShardAt::There { .. } => Err(Error::Internal(
-                "an elastic step made here against a shard of another process",
-            )),
-        };
-        let shards: Vec<(Range<usize>, SharedShard)> = self
-            .shards
-            .iter()
-            .map(|(range, at)| Ok((range.clone(), hosted(at)?)))
-            .collect::<Result<_>>()?;
+        self.fits(snapshot)?;
         // An injected fault fails the step on every shard, as it fails their
         // requests, before any centre moves.
-        let checked: Vec<Result<()>> = shards
+        let checked: Vec<Result<()>> = self
+            .shards
             .iter()
-            .map(|(_, shard)| lock(shard).serve(trainer, round, |_| Ok(())))
+            .map(|(_, at)| lock(at.hosted()?).serve(trainer, round, |_| Ok(())))
             .collect();
         checked.into_iter().collect::<Result<()>>()?;
         let mut target = [0f32; BLOCK];
-        for (range, shard) in &shards {
-            let centre = &mut lock(shard).shard.center;
+        for (range, at) in &self.shards {
+            let centre = &mut lock(at.hosted()?).shard.center;
             let blocks = snapshot[range.clone()]
                 .chunks(BLOCK)
                 .zip(centre.chunks_mut(BLOCK));
