@@ -2,7 +2,7 @@
 //! and against no synchronization (whose NE is the mean over its independent
 //! replicas).
 
-use shadowsync::config::{Config, ModelKind, OptimizerKind};
+use shadowsync::config::{Config, ModelKind, OptimPreset, OptimizerKind};
 use shadowsync::runtime::events::Event;
 use shadowsync::runtime::faults::{Fault, FaultKind};
 use shadowsync::train::{train, Observer, TrainReport};
@@ -66,7 +66,7 @@ fn same_global_batch(dir: &Path, trainers: usize, algorithm: &str) -> Config {
 }
 
 /// Median test NE of three runs: four asynchronous trainers on two shared cores
-/// vary from run to run (shadow-ma by up to 0.004 NE here, more on a loaded
+/// vary from run to run (shadow-ma by up to 0.006 NE here, more on a loaded
 /// machine), a single run's timing must not decide the test.
 fn median_of_three(config: &Config) -> TrainReport {
     let mut runs: Vec<TrainReport> = (0..3).map(|_| run(config)).collect();
@@ -74,41 +74,73 @@ fn median_of_three(config: &Config) -> TrainReport {
     runs.swap_remove(1)
 }
 
+/// Sync gaps of a run's trainers, for the messages.
+fn gaps(report: &TrainReport) -> Vec<String> {
+    let stats = &report.cluster.trainer_stats;
+    stats
+        .iter()
+        .map(|s| format!("{:.1}", s.mean_sync_gap))
+        .collect()
+}
+
+/// Made under Adagrad, the default. Under plain SGD one trainer is no yardstick:
+/// four trainers at batches of 32 step the shared embedding table four times as
+/// often as one at 128, and one trainer ended 0.018 NE behind them.
 #[test]
-fn four_shadow_ma_trainers_match_one_trainer_and_beat_no_sync() {
+fn four_shadow_ma_trainers_match_one_trainer() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let single = run(&same_global_batch(dir.path(), 1, "none"))
         .final_metrics
         .ne;
-    let none = median_of_three(&same_global_batch(dir.path(), 4, "none"))
-        .final_metrics
-        .ne;
     let shadow = median_of_three(&same_global_batch(dir.path(), 4, "shadow-ma"));
     let shadow_ne = shadow.final_metrics.ne;
-    let stats = &shadow.cluster.trainer_stats;
-    let gaps: Vec<String> = stats
-        .iter()
-        .map(|s| format!("{:.1}", s.mean_sync_gap))
-        .collect();
     eprintln!(
-        "test NE (median of 3): one trainer {single:.4}, 4 × none {none:.4}, \
-         4 × shadow-ma {shadow_ne:.4} (sync gap {gaps:?} steps)"
+        "test NE: one trainer {single:.4}, 4 × shadow-ma {shadow_ne:.4} (median of 3; \
+         sync gap {:?} steps)",
+        gaps(&shadow)
     );
     assert!(
         (shadow_ne - single).abs() <= 0.005,
         "shadow-ma NE {shadow_ne:.4} vs one trainer {single:.4}"
     );
-    assert!(
-        shadow_ne < none,
-        "shadow-ma NE {shadow_ne:.4} vs none {none:.4}"
-    );
+    let stats = &shadow.cluster.trainer_stats;
     assert_eq!(stats.len(), 4);
     assert!(
         stats
             .iter()
             .all(|s| s.syncs > 0 && s.examples >= ROWS / 4 - 1_000),
         "{stats:?}"
+    );
+}
+
+/// Made under plain SGD 0.1 (the DLRM reference preset), where the replicas'
+/// dense gradient noise at batches of 32 is what averaging takes away: over 4
+/// seeds, 4 × none 0.8091 ± 0.0033 and 4 × shadow-ma 0.7911 ± 0.0022. Under
+/// Adagrad, whose dense steps shrink, none trailed shadow-ma by ~0.003, no more
+/// than one run differs from the next (a CI run had the median of three reversed
+/// by 0.001).
+#[test]
+fn four_shadow_ma_trainers_beat_no_sync_under_plain_sgd() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let plain_sgd = |algorithm| {
+        let mut c = same_global_batch(dir.path(), 4, algorithm);
+        c.optim = OptimPreset::DlrmReference.into();
+        c
+    };
+    let none = run(&plain_sgd("none")).final_metrics.ne;
+    let shadow = run(&plain_sgd("shadow-ma"));
+    let shadow_ne = shadow.final_metrics.ne;
+    eprintln!(
+        "test NE under plain SGD: 4 × none {none:.4}, 4 × shadow-ma {shadow_ne:.4} \
+         (sync gap {:?} steps)",
+        gaps(&shadow)
+    );
+    assert!(
+        shadow_ne < none - 0.006,
+        "shadow-ma NE {shadow_ne:.4} vs none {none:.4}: averaging should take a third \
+         of the 0.018 measured off"
     );
 }
 
