@@ -157,9 +157,10 @@ pub struct SyncConfig {
     /// cores (a round costs a few passes over the dense parameters).
     pub min_steps: u64,
     /// Most CPU time a shadow loop's rounds may take against its trainer's
-    /// steps (0: no bound): on shared cores every round's CPU is taken from
-    /// the trainers, and how much a round costs grows with the memory traffic
-    /// of many trainers, which `min_steps` alone does not follow.
+    /// steps ([`Self::DEFAULT_MAX_CPU_SHARE`] unless set; 0: no bound): on
+    /// shared cores every round's CPU is taken from the trainers, and how much
+    /// a round costs grows with the memory traffic of many trainers, which
+    /// `min_steps` alone does not follow.
     pub max_cpu_share: f64,
     /// How long a group member is waited for in a round, in milliseconds,
     /// before the round completes without it and the coordinator leaves it out
@@ -199,7 +200,7 @@ impl Default for SyncConfig {
             server_shards: None,
             min_interval_ms: 20.0,
             min_steps: 4,
-            max_cpu_share: 0.0,
+            max_cpu_share: Self::DEFAULT_MAX_CPU_SHARE,
             peer_timeout_ms: 5000.0,
             link: LinkModel::default(),
             shadow_threads: ShadowThreads::PerProcess,
@@ -210,6 +211,14 @@ impl Default for SyncConfig {
 impl SyncConfig {
     /// The most shards an EASGD server may have (each is an actor thread).
     pub const MAX_SERVER_SHARDS: usize = 256;
+
+    /// The CPU budget of a shadow loop by default: 3% of its trainer's CPU
+    /// time, less the most a run was seen to overshoot its budget (0.13
+    /// points: the rounds a finished trainer's loop still makes, and pacing
+    /// that acts on the round after the one it charges). Rules that cost less
+    /// than that at `min_steps` (MA, EASGD on E1's setting) are not held back
+    /// by it; BMUF at N ≥ 8 is, by a fraction of a step.
+    pub const DEFAULT_MAX_CPU_SHARE: f64 = 0.027;
 
     /// The group size for `trainers` trainers (0: all of them).
     pub fn group_size_for(&self, trainers: usize) -> usize {
