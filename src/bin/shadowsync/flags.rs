@@ -121,7 +121,7 @@ pub(crate) struct TrainArgs {
     /// Minimum steps of its trainer between two rounds of a shadow loop.
     #[arg(long, group = "setup")]
     pub(crate) min_steps: Option<u64>,
-    /// Most CPU time a shadow loop may take against its trainer's (0 = no bound).
+    /// Most CPU time a shadow loop may take against its trainer's (default 0.027; 0 = no bound).
     #[arg(long, group = "setup", allow_negative_numbers = true)]
     pub(crate) max_cpu_share: Option<f64>,
     /// Milliseconds a group member is waited for in a round before the round
