@@ -52,8 +52,9 @@ impl LivePeer {
     }
 }
 
-/// Values of a target made and written back at a time.
-const TARGET_BLOCK: usize = 2048;
+/// Values of a target made and written back at a time (here and in
+/// [`ServerClient::elastic_here`]).
+pub(crate) const TARGET_BLOCK: usize = 2048;
 
 /// A peer's live state, shared.
 pub(crate) type SharedPeer = Arc<Mutex<LivePeer>>;

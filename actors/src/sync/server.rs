@@ -37,6 +37,7 @@ use crate::events::{Event, EventBus};
 use crate::faults::{faults_at, faults_due, Fault, FaultSite};
 use crate::recovery::unpanicked;
 use crate::stats::CpuAccount;
+use crate::sync::peer::TARGET_BLOCK;
 use crate::sync::{elastic, elastic_into, Combined, Fabric, LinkModel};
 use crate::{Error, Result};
 use actix::prelude::*;
@@ -474,7 +475,6 @@ impl ServerClient {
         round: u64,
         mut write: impl FnMut(usize, &[f32]) -> Result<()>,
     ) -> Result<()> {
-        const BLOCK: usize = 2048;
         self.fits(snapshot)?;
         // An injected fault fails the step on every shard, as it fails their
         // requests, before any centre moves.
@@ -484,13 +484,13 @@ impl ServerClient {
             .map(|(_, at)| lock(at.hosted()?).serve(trainer, round, |_| Ok(())))
             .collect();
         checked.into_iter().collect::<Result<()>>()?;
-        let mut target = [0f32; BLOCK];
+        let mut target = [0f32; TARGET_BLOCK];
         for (range, at) in &self.shards {
             let centre = &mut lock(at.hosted()?).shard.center;
             let blocks = snapshot[range.clone()]
-                .chunks(BLOCK)
-                .zip(centre.chunks_mut(BLOCK));
-            for (offset, (values, centre)) in (range.start..).step_by(BLOCK).zip(blocks) {
+                .chunks(TARGET_BLOCK)
+                .zip(centre.chunks_mut(TARGET_BLOCK));
+            for (offset, (values, centre)) in (range.start..).step_by(TARGET_BLOCK).zip(blocks) {
                 let target = &mut target[..values.len()];
                 elastic_into(values, centre, alpha, target);
                 write(offset, target)?;
