@@ -176,10 +176,18 @@ impl Learner for LeastSquares {
     }
 }
 
+/// A cluster configuration for `algorithm` with quick chunks and consensus.
+///
+/// Rounds are paced by time and steps only: these learners sleep through most
+/// of a step, so a CPU budget (a share of the learner's CPU time) would let a
+/// loop make as many rounds as this machine's split of CPU between sleeping
+/// learners and sync happens to allow, and fault tests counting rounds would
+/// pass on one machine and fail on the next. The budget has tests of its own.
 pub fn config(algorithm: &str) -> ClusterConfig {
     ClusterConfig {
         sync: SyncConfig {
             algorithm: algorithm.parse().unwrap(),
+            max_cpu_share: 0.0,
             ..SyncConfig::default()
         },
         chunk_ms: 5,
