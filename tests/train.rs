@@ -4,7 +4,6 @@ mod common;
 
 use common::sample;
 use shadowsync::config::{Config, EmbeddingsMode, ModelKind, OptimizerKind};
-use shadowsync::report::mean_std;
 use shadowsync::train::{train, TrainReport};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -54,6 +53,31 @@ fn hogwild_workers_share_their_trainers_replica_and_see_every_example_once() {
     );
     let m = report.final_metrics;
     assert!(m.ne < 0.92 && m.auc > 0.7, "NE {} AUC {}", m.ne, m.auc);
+}
+
+/// More trainers than an actor's mailbox has places (16): every replica's
+/// final score is asked for at once, and every one comes back.
+#[test]
+fn sixty_four_trainers_end_with_every_replicas_results() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = synthetic_config(dir.path(), 20_000);
+    lr_adagrad(&mut c);
+    c.train.trainers = 64;
+    c.train.eval_every = 0;
+    c.sync.algorithm = "shadow-ma".parse().unwrap();
+    let report = train(&c, &mut ()).unwrap();
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(report.examples, 20_000);
+    assert_eq!(report.cluster.trainer_stats.len(), 64);
+    assert_eq!(report.replica_metrics.len(), 64);
+    let recoveries: u64 = report
+        .cluster
+        .trainer_stats
+        .iter()
+        .map(|s| s.recoveries)
+        .sum();
+    assert_eq!(recoveries, 0);
 }
 
 #[test]
@@ -266,54 +290,4 @@ fn sync_sgd_over_two_trainers_is_one_trainer_with_twice_the_batch() {
             b.auc
         );
     }
-}
-
-/// Sixteen trainers under `shadow-easgd` learn, and better than without sync
-/// (E1's setting, one pass of DLRM with Adagrad over a simulated 1 Gbit/s link,
-/// on 400,000 rows). Its centre once scored NE 1.05–1.12, worse than the base
-/// rate: α = 0.9/N never brought the replicas together. With α = ½ and one
-/// server shard it scored `none`'s NE, no better: 16 trainers queued at the
-/// shard's link (sync gap 9.6 steps). With the default shard per 4 trainers
-/// (gap 3.8), 3 seeds: centre 0.7936 / 0.7962 / 0.7888 against `none`'s
-/// 0.8066 / 0.8000 / 0.8145, a difference of 0.014 where one run's thread
-/// timing moves it by ~0.005.
-#[test]
-fn easgd_over_sixteen_trainers_learns_better_than_without_sync() {
-    let _serial = exclusive();
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = synthetic_config(dir.path(), 400_000);
-    c.data.synthetic.test_rows = 20_000;
-    c.data.table_size = 100_000;
-    c.model.kind = ModelKind::Dlrm;
-    c.optim.dense = OptimizerKind::Adagrad;
-    c.optim.sparse = OptimizerKind::Adagrad;
-    c.optim.dense_lr = 0.02;
-    c.optim.sparse_lr = 0.05;
-    c.train.trainers = 16;
-    c.train.eval_every = 0;
-    c.sync.link.latency_us = 200.0;
-    c.sync.link.bandwidth_gbps = 1.0;
-    let run = |c: &mut Config, sync: &str, seed: u64| {
-        c.sync.algorithm = sync.parse().unwrap();
-        c.train.seed = seed;
-        train(c, &mut ()).unwrap()
-    };
-    let (mut centres, mut alone) = (Vec::new(), Vec::new());
-    for seed in 1..=3 {
-        let apart = run(&mut c, "none", seed);
-        let elastic = run(&mut c, "shadow-easgd", seed);
-        assert!(
-            elastic.consensus_distance < apart.consensus_distance / 5.0,
-            "seed {seed}: the replicas stayed apart: consensus distance {} (none: {})",
-            elastic.consensus_distance,
-            apart.consensus_distance
-        );
-        centres.push(elastic.final_metrics.ne);
-        alone.push(apart.final_metrics.ne);
-    }
-    eprintln!("test NE: shadow-easgd's centres {centres:?}, none {alone:?}");
-    assert!(
-        mean_std(&centres).0 < mean_std(&alone).0 && mean_std(&alone).0 < 0.9,
-        "shadow-easgd's centres {centres:?}, none {alone:?}"
-    );
 }

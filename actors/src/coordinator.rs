@@ -22,6 +22,7 @@ use crate::events::{Event, EventBus};
 use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::recovery::unpanicked;
 use crate::sync::GroupSchedule;
+use crate::system::deliver;
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
@@ -335,13 +336,12 @@ impl CoordinatorClient {
     ) -> Result<Option<Assignment>> {
         for _ in 0..Self::ATTEMPTS {
             let (reply, answer) = bounded(1);
-            self.addr
-                .try_send(GroupRequest {
-                    trainer,
-                    round,
-                    reply,
-                })
-                .map_err(|_| Error::Stopped("group coordinator"))?;
+            let request = GroupRequest {
+                trainer,
+                round,
+                reply,
+            };
+            deliver(&self.addr, request, "group coordinator")?;
             loop {
                 match answer.recv_timeout(POLL) {
                     Ok(group) => return Ok(Some(group)),

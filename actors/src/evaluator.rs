@@ -9,7 +9,7 @@
 //! own, so it outlives the cluster for the final evaluation) and stops it when
 //! dropped.
 
-use crate::system::spawn_system;
+use crate::system::{deliver, spawn_system};
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -95,11 +95,10 @@ impl<S: Scorer + Unpin> Evaluator<S> {
         })
     }
 
-    /// Asks for the score of `dense`, tagged `tag`; returns at once.
+    /// Asks for the score of `dense`, tagged `tag`; returns once the request
+    /// is queued (waiting while the evaluator's mailbox is full).
     pub fn request(&mut self, dense: Vec<f32>, tag: u64) -> Result<()> {
-        self.addr
-            .try_send(Evaluate { dense, tag })
-            .map_err(|_| Error::Stopped("evaluator"))?;
+        deliver(&self.addr, Evaluate { dense, tag }, "evaluator")?;
         self.pending += 1;
         Ok(())
     }
@@ -184,5 +183,28 @@ mod tests {
         assert_eq!(evaluator.score(vec![4.0], 30).unwrap().score, Ok(4.0));
         assert!(evaluator.finished().is_empty());
         assert_eq!(evaluator.pending(), 0);
+    }
+
+    #[test]
+    fn more_requests_at_once_than_a_mailbox_holds_are_all_scored() {
+        // A slow scorer, and 40 requests at once (as 40 trainers' final
+        // replicas are): a mailbox holds 16.
+        struct SlowSum;
+        impl Scorer for SlowSum {
+            type Score = f32;
+            type Error = std::fmt::Error;
+            fn score(&mut self, dense: &[f32]) -> std::result::Result<f32, std::fmt::Error> {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                Sum.score(dense)
+            }
+        }
+        let mut evaluator = Evaluator::start(SlowSum).unwrap();
+        for tag in 0..40 {
+            evaluator.request(vec![tag as f32], tag).unwrap();
+        }
+        let done = evaluator.wait_all().unwrap();
+        let tags: Vec<u64> = done.iter().map(|e| e.tag).collect();
+        assert_eq!(tags, (0..40).collect::<Vec<_>>());
+        assert!(done.iter().all(|e| e.score == Ok(e.tag as f32)));
     }
 }

@@ -4,9 +4,9 @@
 
 use super::RowStore;
 use crate::sync::ShardReply;
-use crate::system::spawn_system;
 #[cfg(feature = "mpi")]
-use crate::Error;
+use crate::system::deliver;
+use crate::system::spawn_system;
 use crate::Result;
 use actix::prelude::*;
 use crossbeam_channel::Sender;
@@ -149,13 +149,58 @@ impl Drop for RowServer {
     }
 }
 
-/// Hands `request` to the server `addr`, answering on `reply`.
+/// Hands `request` to the server `addr`, answering on `reply`; waits while
+/// the server's mailbox is full.
 #[cfg(feature = "mpi")]
 pub(crate) fn serve_rows(
     addr: &Addr<RowServerActor>,
     request: RowRequest,
     reply: Sender<ShardReply>,
 ) -> Result<()> {
-    addr.try_send(Serve { request, reply })
-        .map_err(|_| Error::Stopped("embedding server"))
+    deliver(addr, Serve { request, reply }, "embedding server")
+}
+
+#[cfg(all(test, feature = "mpi"))]
+mod tests {
+    use super::*;
+    use crate::embedding::{RowSharding, Sgd};
+    use crossbeam_channel::unbounded;
+
+    /// The server of the 4 rows of one rank, each of width 1 and value 0.
+    fn server() -> RowServer {
+        let sharding = RowSharding::new(4, 1).unwrap();
+        let store = RowStore::new(sharding, 0, 1, Box::new(Sgd), |_, row| row.fill(0.0)).unwrap();
+        RowServer::start(0, store).unwrap()
+    }
+
+    #[test]
+    fn pushes_past_a_full_mailbox_wait_and_are_all_applied() {
+        let server = server();
+        let (reply, answers) = unbounded();
+        // The shard held busy, as when this rank's trainers write it: the
+        // server takes no request, and 100 pushes are more than its mailbox
+        // holds (16).
+        let busy = locked(server.store());
+        let addr = server.addr();
+        let sender = std::thread::spawn(move || {
+            (0..100).try_for_each(|_| {
+                let push = RowRequest::Push {
+                    ids: vec![1],
+                    grads: vec![1.0],
+                    lr: 1.0,
+                };
+                serve_rows(&addr, push, reply.clone())
+            })
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(busy);
+        sender.join().unwrap().unwrap();
+        for _ in 0..100 {
+            let (rank, answer) = answers.recv().unwrap();
+            assert_eq!((rank, answer.unwrap()), (0, Vec::new()));
+        }
+        let mut row = [0.0];
+        server.with_store(|s| s.read(&[1], &mut row)).unwrap();
+        assert_eq!(row, [-100.0]);
+    }
 }

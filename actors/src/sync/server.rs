@@ -39,6 +39,7 @@ use crate::recovery::unpanicked;
 use crate::stats::CpuAccount;
 use crate::sync::peer::TARGET_BLOCK;
 use crate::sync::{elastic, elastic_into, Combined, Fabric, LinkModel};
+use crate::system::deliver;
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
@@ -145,9 +146,7 @@ pub fn serve(
     request: ShardRequest,
     reply: Sender<ShardReply>,
 ) -> Result<()> {
-    shard
-        .try_send(Serve { request, reply })
-        .map_err(|_| Error::Stopped("parameter server shard"))
+    deliver(shard, Serve { request, reply }, "parameter server shard")
 }
 
 /// The shards that other processes serve, reached through the fabric.
