@@ -71,3 +71,5 @@ pub fn run_within(command: &mut Command, limit: Duration) -> Output {
         .unwrap();
     output_within(child, limit)
 }
+pub mod ctr;
+pub mod job;

@@ -1,0 +1,179 @@
+//! Jobs of the `shadowsync` binary, in one process or under `mpirun`, on
+//! 400,000 synthetic rows: the launcher, the data and the `train` arguments
+//! the MPI tests and the claims share.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use serde_json::Value;
+use shadowsync::report::mean_std;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// The binary, under `mpirun` on `ranks` ranks when given; run to its end.
+pub fn shadowsync(ranks: Option<usize>, args: &[&str]) -> Output {
+    command(ranks, args)
+        .output()
+        .expect("mpirun (Open MPI) is needed: scripts/setup.sh --with-mpi installs it")
+}
+
+/// The binary with `args`, under `mpirun` on `ranks` ranks when given.
+pub fn command(ranks: Option<usize>, args: &[&str]) -> Command {
+    let exe = env!("CARGO_BIN_EXE_shadowsync");
+    let mut command = match ranks {
+        Some(ranks) => {
+            let mut c = Command::new("mpirun");
+            c.args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+                "-np",
+            ])
+            .arg(ranks.to_string())
+            .arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    command.args(args).stdin(Stdio::null());
+    command
+}
+
+pub fn said(output: &Output) -> String {
+    format!(
+        "status {:?}\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// 400,000 synthetic rows (and 20,000 test rows) in `dir`.
+pub fn data(dir: &Path) -> (String, String) {
+    let out = dir.join("data");
+    let made = shadowsync(
+        None,
+        &[
+            "gen-data",
+            "--out",
+            out.to_str().unwrap(),
+            "--rows",
+            "400000",
+            "--test-rows",
+            "20000",
+        ],
+    );
+    assert!(made.status.success(), "{}", said(&made));
+    data_paths(dir)
+}
+
+/// `train` arguments of a run (of logistic regression unless `more` names a
+/// model) on `dir`'s data with
+/// the configuration file `config`, `trainers` per rank under `sync`, without
+/// evaluations on the way, writing `results`; then `more`.
+pub fn lr_run(
+    dir: &Path,
+    config: &Path,
+    trainers: usize,
+    sync: &str,
+    results: &Path,
+    more: &[&str],
+) -> Vec<String> {
+    let (train, test) = data_paths(dir);
+    let config = config.display().to_string();
+    let (trainers, results) = (trainers.to_string(), results.display().to_string());
+    let args = [
+        "train",
+        "--config",
+        &config,
+        "--train",
+        &train,
+        "--test",
+        &test,
+        "--table-size",
+        "20000",
+        "--trainers",
+        &trainers,
+        "--sync",
+        sync,
+        "--eval-every",
+        "0",
+        "--results",
+        &results,
+    ];
+    // Logistic regression unless `more` says otherwise, with plain SGD 0.1
+    // (the bounds below were set for it) unless `more` names optimizers.
+    let model = match more.contains(&"--model") {
+        true => &[][..],
+        false => &["--model", "lr"][..],
+    };
+    args.iter()
+        .chain(&["--optim-preset", "dlrm-reference"])
+        .chain(model)
+        .chain(more)
+        .map(|a| a.to_string())
+        .collect()
+}
+
+pub fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// The test NE and the results of a run of logistic regression under `sync`.
+pub fn train(
+    dir: &Path,
+    ranks: Option<usize>,
+    trainers: usize,
+    seed: u64,
+    sync: &str,
+) -> (f64, Value) {
+    train_with(dir, ranks, trainers, seed, sync, ("", &[]))
+}
+
+/// [`train`] with `train_keys` added to the configuration's `[train]`, then
+/// `more` arguments.
+pub fn train_with(
+    dir: &Path,
+    ranks: Option<usize>,
+    trainers: usize,
+    seed: u64,
+    sync: &str,
+    (train_keys, more): (&str, &[&str]),
+) -> (f64, Value) {
+    let results = dir.join(format!(
+        "r{ranks:?}-t{trainers}-s{seed}-{sync}-{}{}.json",
+        train_keys.replace(['"', ' ', '=', '\n'], ""),
+        more.join("").replace(['/', '-'], "")
+    ));
+    let config = dir.join("mpi.toml");
+    std::fs::write(
+        &config,
+        format!("[train]\ntable_sync_ms = 50\n{train_keys}\n[sync]\nserver_shards = 2\n"),
+    )
+    .unwrap();
+    let seed = seed.to_string();
+    let more: Vec<&str> = ["--seed", seed.as_str()]
+        .into_iter()
+        .chain(more.iter().copied())
+        .collect();
+    let args = lr_run(dir, &config, trainers, sync, &results, &more);
+    let run = shadowsync(ranks, &strs(&args));
+    assert!(run.status.success(), "{}", said(&run));
+    let report: Value = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    (report["final_metrics"]["ne"].as_f64().unwrap(), report)
+}
+
+pub fn data_paths(dir: &Path) -> (String, String) {
+    let path = |name: &str| dir.join("data").join(name).display().to_string();
+    (path("train.tsv"), path("test.tsv"))
+}
+
+pub fn mean(values: &[f64]) -> f64 {
+    mean_std(values).0
+}
+
+/// The standard error of the difference of the means of `a` and `b` (Welch).
+pub fn difference_standard_error(a: &[f64], b: &[f64]) -> f64 {
+    let variance_of_mean = |v: &[f64]| mean_std(v).1.powi(2) / v.len() as f64;
+    (variance_of_mean(a) + variance_of_mean(b)).sqrt()
+}
