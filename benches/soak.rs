@@ -5,9 +5,6 @@
 //! ./dev bench soak     # SHADOWSYNC_SOAK_TRAINERS (64), _SECS (600), _ALGORITHM (shadow-ma)
 //! ```
 
-#[path = "../actors/tests/common/mod.rs"]
-mod common;
-
 use std::time::Duration;
 
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> anyhow::Result<T> {
@@ -24,7 +21,8 @@ fn main() -> anyhow::Result<()> {
     let seconds = env_or("SHADOWSYNC_SOAK_SECS", 600u64)?;
     let algorithm = env_or("SHADOWSYNC_SOAK_ALGORITHM", "shadow-ma".to_string())?;
     eprintln!("soak: {trainers} trainers, {algorithm}, {seconds} s ...");
-    let report = common::soak(trainers, &algorithm, Duration::from_secs(seconds));
+    let report =
+        shadowsync_testkit::runtime::soak(trainers, &algorithm, Duration::from_secs(seconds));
     println!("\nsoak: {trainers} trainers, {algorithm}, random groups of 4, {seconds} s");
     println!("{:>8} {:>12}", "seconds", "resident MB");
     let every = (report.memory.len() / 20).max(1);

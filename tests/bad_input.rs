@@ -5,28 +5,14 @@
 
 mod common;
 
-use common::{output_within, sample};
+use common::{output_within, sample, shadowsync, text};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn shadowsync(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_shadowsync"));
-    command.args(args).env("RUST_LOG", "warn");
-    command
-}
-
 fn run(args: &[&str]) -> Output {
     shadowsync(args).output().unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// Asserts the command failed and said every one of `words`.

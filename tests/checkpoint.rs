@@ -1,149 +1,50 @@
 //! Checkpoints as a user meets them: a run killed with SIGKILL, or stopped by
-//! SIGTERM, is resumed with `shadowsync train --resume DIR` and ends as an
-//! uninterrupted run would, every example trained exactly once; a damaged
-//! newest checkpoint is reported and the one before it used.
+//! SIGTERM or SIGINT, is resumed with `shadowsync train --resume DIR` and ends
+//! as an uninterrupted run would, every example trained exactly once; a
+//! damaged newest checkpoint is reported and the one before it used. That a
+//! resumed shadow run also scores the NE of an uninterrupted one is a claim
+//! (`./dev claims resume`): thread timing moves it.
 
-use rand::Rng;
 use serde_json::Value;
+use shadowsync::config::Config;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 mod common;
 
-use common::{output_within, run_within};
+use common::checkpoints::{
+    checkpoints_in, config_file, killed_after, ne, newest_manifest, resume, start, uninterrupted,
+    wait_for_checkpoints, LIMIT,
+};
+use common::{ctr, exclusive, output_within, text};
 
-/// The longest a run of these tests may take (a few seconds to a minute
-/// each): a run that hangs fails, showing where.
-const LIMIT: Duration = Duration::from_secs(600);
+/// A fifth of the claims' data: a few seconds per run on 2 cores, and enough
+/// for DeepFM to learn (test NE about 0.81).
+const ROWS: u64 = 128_000;
 
-/// The quality test's data (`tests/cluster.rs`), where four shadow-ma
-/// trainers vary little from run to run; half of it where NE is not compared.
-const ROWS: u64 = 640_000;
-const FEWER_ROWS: u64 = 320_000;
-
-/// The tests run one at a time: their NE must not depend on each other's load.
-fn exclusive() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The claims' DeepFM setup on [`ROWS`] rows in `dir`: a global batch of 128
+/// split between `trainers`, checkpoints every 100 steps of each.
+fn config(dir: &Path, trainers: usize, sync: &str) -> Config {
+    let mut config = ctr::same_global_batch(&dir.join("data"), trainers, sync);
+    config.data.synthetic.train_rows = ROWS;
+    config.checkpoint.every_steps = 100;
+    config.checkpoint.keep = 3;
+    config
 }
 
-/// The quality test's setup on `rows` rows: DeepFM, Adagrad, a global batch
-/// of 128 split between the trainers, checkpoints every 200 steps of each.
-fn write_config(dir: &Path, rows: u64, trainers: usize, sync: &str) -> PathBuf {
-    let path = dir.join(format!("{trainers}-{sync}.toml"));
-    let batch = 128 / trainers;
-    std::fs::write(
-        &path,
-        format!(
-            "[data]\ntable_size = 20000\n[data.synthetic]\ntrain_rows = {rows}\ntest_rows = 20000\nseed = 3\ndir = {:?}\n\
-             [model]\nkind = \"deepfm\"\nembedding_dim = 8\ndeep_mlp = [64, 64]\n\
-             [optim]\ndense = \"adagrad\"\ndense_lr = 0.02\nsparse = \"adagrad\"\nsparse_lr = 0.05\n\
-             [train]\neval_every = 0\ntrainers = {trainers}\nbatch_size = {batch}\n\
-             [sync]\nalgorithm = \"{sync}\"\nmin_interval_ms = 0.0\n\
-             [checkpoint]\nevery_steps = 200\nkeep = 3\n",
-            dir.join("data")
-        ),
-    )
-    .unwrap();
-    path
-}
-
-fn shadowsync(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_shadowsync"));
-    command.args(args).env("RUST_LOG", "warn");
-    command
-}
-
-fn results(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
-fn ne(results: &Value) -> f64 {
-    results["final_metrics"]["ne"].as_f64().unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Runs `config` to the end, checkpointing into `checkpoints`.
-fn uninterrupted(config: &Path, checkpoints: &Path, results: &Path) -> Value {
-    let out = run_within(
-        shadowsync(&["train", "--config", config.to_str().unwrap()])
-            .args(["--checkpoint-dir", checkpoints.to_str().unwrap()])
-            .args(["--results", results.to_str().unwrap()]),
-        LIMIT,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    self::results(results)
-}
-
-/// Starts `config` in the background, checkpointing into `checkpoints`.
-fn start(config: &Path, checkpoints: &Path) -> Child {
-    shadowsync(&["train", "--config", config.to_str().unwrap()])
-        .args(["--checkpoint-dir", checkpoints.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// The checkpoint directories in `dir`, oldest first.
-fn checkpoints_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("ckpt-")
-        })
-        .collect();
-    found.sort();
-    found
-}
-
-/// Waits (two minutes at most) until `dir` holds `count` checkpoints.
-fn wait_for_checkpoints(dir: &Path, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while checkpoints_in(dir).len() < count {
-        assert!(
-            Instant::now() < deadline,
-            "fewer than {count} checkpoints written"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn manifest(checkpoint: &Path) -> Value {
-    results(&checkpoint.join("manifest.json"))
-}
-
-fn resume(checkpoints: &Path, results: &Path) -> (Value, String) {
-    let out = run_within(
-        shadowsync(&["train", "--resume", checkpoints.to_str().unwrap()])
-            .args(["--results", results.to_str().unwrap()]),
-        LIMIT,
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    (self::results(results), text(&out))
+/// [`config`] written as the file a user would pass.
+fn write_config(dir: &Path, trainers: usize, sync: &str) -> PathBuf {
+    config_file(&config(dir, trainers, sync), dir, "run")
 }
 
 /// Every learner ended at the last chunk of its shard, and every trainer took
 /// exactly one step per chunk: across the interruption no chunk was trained
 /// twice or skipped.
-fn assert_each_chunk_trained_once(end: &Value, rows: u64, trainers: u64) {
+fn assert_each_chunk_trained_once(end: &Value, trainers: u64) {
     assert_eq!(end["reason"], "end");
-    let batch = 128 / trainers;
-    let chunks = rows / batch;
+    let batch = ctr::BATCH as u64 / trainers;
+    let chunks = ROWS / batch;
     for (t, (counts, position)) in end["trainers"]
         .as_array()
         .unwrap()
@@ -162,31 +63,28 @@ fn assert_each_chunk_trained_once(end: &Value, rows: u64, trainers: u64) {
     }
 }
 
+/// Below this test NE a resumed run has learned (one trainer uninterrupted:
+/// 0.81; the base rate scores 1).
+const LEARNED: f64 = 0.85;
+
 #[test]
 fn one_trainer_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), FEWER_ROWS, 1, "none");
+    let config = write_config(dir.path(), 1, "none");
     let clean = uninterrupted(
         &config,
         &dir.path().join("clean"),
         &dir.path().join("clean.json"),
     );
-    let checkpoints = dir.path().join("killed");
-    let mut child = start(&config, &checkpoints);
-    // Killed at a random moment once at least one checkpoint is written.
-    wait_for_checkpoints(&checkpoints, 1);
-    std::thread::sleep(Duration::from_millis(rand::rng().random_range(0..1500)));
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    let last = checkpoints_in(&checkpoints);
-    let killed_at = manifest(last.last().unwrap());
+    let checkpoints = killed_after(&config, dir.path(), 1, Duration::from_millis(300));
     assert_eq!(
-        killed_at["reason"], "periodic",
+        newest_manifest(&checkpoints)["reason"],
+        "periodic",
         "the run ended before the kill"
     );
     let (resumed, _) = resume(&checkpoints, &dir.path().join("resumed.json"));
-    assert_eq!(resumed["examples"], FEWER_ROWS);
+    assert_eq!(resumed["examples"], ROWS);
     assert!(resumed["resumed"]["examples"].as_u64().unwrap() > 0);
     // One trainer alone is deterministic: the resumed model is the same model.
     assert!(
@@ -195,37 +93,15 @@ fn one_trainer_killed_and_resumed_ends_exactly_as_an_uninterrupted_run() {
         ne(&resumed),
         ne(&clean)
     );
-    let end = manifest(checkpoints_in(&checkpoints).last().unwrap());
-    assert_each_chunk_trained_once(&end, FEWER_ROWS, 1);
+    assert_each_chunk_trained_once(&newest_manifest(&checkpoints), 1);
 }
 
 #[test]
-fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_match_an_uninterrupted_run()
-{
+fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_train_each_example_once() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), ROWS, 4, "shadow-ma");
-    // Shadow syncs land where thread timing puts them: two uninterrupted runs
-    // differ by up to ~0.005 NE themselves (0.7808–0.7857 seen), so the
-    // resumed run is held to the median of three.
-    let mut clean: Vec<f64> = (0..3)
-        .map(|i| {
-            let results = dir.path().join(format!("clean-{i}.json"));
-            ne(&uninterrupted(
-                &config,
-                &dir.path().join(format!("clean-{i}")),
-                &results,
-            ))
-        })
-        .collect();
-    clean.sort_by(f64::total_cmp);
-    let clean = clean[1];
-    let checkpoints = dir.path().join("killed");
-    let mut child = start(&config, &checkpoints);
-    wait_for_checkpoints(&checkpoints, 2);
-    std::thread::sleep(Duration::from_millis(rand::rng().random_range(0..1000)));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let config = write_config(dir.path(), 4, "shadow-ma");
+    let checkpoints = killed_after(&config, dir.path(), 2, Duration::from_millis(300));
     // The newest checkpoint is damaged (as a disk error would): one byte flipped.
     let all = checkpoints_in(&checkpoints);
     let (newest, previous) = (&all[all.len() - 1], &all[all.len() - 2]);
@@ -244,28 +120,17 @@ fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_match_an
     assert!(rejected.contains("corrupted"), "{rejected}");
     assert!(output.contains("unusable newer checkpoint"), "{output}");
     assert_eq!(resumed["examples"], ROWS);
-    eprintln!(
-        "test NE: uninterrupted (median of 3) {clean:.4}, killed and resumed {:.4}",
-        ne(&resumed)
-    );
-    assert!(
-        (ne(&resumed) - clean).abs() <= 0.005,
-        "resumed NE {} vs uninterrupted {clean}",
-        ne(&resumed),
-    );
-    let end = manifest(checkpoints_in(&checkpoints).last().unwrap());
-    assert_each_chunk_trained_once(&end, ROWS, 4);
+    assert!(ne(&resumed) < LEARNED, "{output}");
+    assert_each_chunk_trained_once(&newest_manifest(&checkpoints), 4);
 }
 
 #[test]
 fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), FEWER_ROWS, 2, "fr-ma:4");
-    let with_evaluations = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("eval_every = 0", "eval_every = 20000");
-    std::fs::write(&config, with_evaluations).unwrap();
+    let mut with_evaluations = config(dir.path(), 2, "fr-ma:4");
+    with_evaluations.train.eval_every = 16_000;
+    let config = config_file(&with_evaluations, dir.path(), "run");
     let checkpoints = dir.path().join("stopped");
     let child = start(&config, &checkpoints);
     wait_for_checkpoints(&checkpoints, 1);
@@ -279,12 +144,12 @@ fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
         said.contains("interrupted; continue with: shadowsync train --resume"),
         "{said}"
     );
-    let stopped = manifest(checkpoints_in(&checkpoints).last().unwrap());
-    assert_eq!(stopped["reason"], "interrupted", "{}", text(&out));
+    let stopped = newest_manifest(&checkpoints);
+    assert_eq!(stopped["reason"], "interrupted", "{said}");
     let (resumed, _) = resume(&checkpoints, &dir.path().join("resumed.json"));
-    assert_eq!(resumed["examples"], FEWER_ROWS);
-    let end = manifest(checkpoints_in(&checkpoints).last().unwrap());
-    assert_each_chunk_trained_once(&end, FEWER_ROWS, 2);
+    assert_eq!(resumed["examples"], ROWS);
+    let end = newest_manifest(&checkpoints);
+    assert_each_chunk_trained_once(&end, 2);
     // The evaluations before the stop open the resumed run's history, which
     // goes on in examples and training seconds.
     let before = stopped["history"].as_array().unwrap();
@@ -319,7 +184,7 @@ fn sigterm_stops_the_run_with_a_checkpoint_to_resume_from() {
 fn a_data_file_truncated_mid_run_is_a_clear_error_and_the_last_checkpoint_stays() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), FEWER_ROWS, 2, "shadow-ma");
+    let config = write_config(dir.path(), 2, "shadow-ma");
     let checkpoints = dir.path().join("checkpoints");
     let child = start(&config, &checkpoints);
     wait_for_checkpoints(&checkpoints, 1);
@@ -334,6 +199,11 @@ fn a_data_file_truncated_mid_run_is_a_clear_error_and_the_last_checkpoint_stays(
         .open(&train)
         .unwrap();
     file.set_len(size / 2).unwrap();
+    let whole_lines = std::fs::read(&train)
+        .unwrap()
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count() as u64;
     let out = output_within(child, LIMIT);
     assert!(!out.status.success());
     let said = text(&out);
@@ -346,7 +216,7 @@ fn a_data_file_truncated_mid_run_is_a_clear_error_and_the_last_checkpoint_stays(
     );
     // Nothing written after the failure: the newest checkpoint is a periodic
     // one, whole, to resume from once the data is back.
-    let newest = manifest(checkpoints_in(&checkpoints).last().unwrap());
+    let newest = newest_manifest(&checkpoints);
     assert_eq!(newest["reason"], "periodic");
     let examples: u64 = newest["trainers"]
         .as_array()
@@ -354,7 +224,10 @@ fn a_data_file_truncated_mid_run_is_a_clear_error_and_the_last_checkpoint_stays(
         .iter()
         .map(|t| t["examples"].as_u64().unwrap())
         .sum();
-    assert!(examples > 0 && examples < FEWER_ROWS / 2, "{examples}");
+    assert!(
+        examples > 0 && examples <= whole_lines,
+        "{examples} examples of {whole_lines} lines"
+    );
 }
 
 /// Replaces the checkpoint directory by a file after the first checkpoint, as
@@ -374,9 +247,11 @@ impl shadowsync::train::Observer for BreakTheDirectory {
 fn a_checkpoint_that_cannot_be_written_is_reported_and_the_run_goes_on() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
+    // 500 steps, checkpoints at steps 200 and 400 and at the end.
     let rows = 64_000;
-    let mut config =
-        shadowsync::config::Config::read_file(&write_config(dir.path(), rows, 1, "none")).unwrap();
+    let mut config = config(dir.path(), 1, "none");
+    config.data.synthetic.train_rows = rows;
+    config.checkpoint.every_steps = 200;
     let checkpoints = dir.path().join("checkpoints");
     config.checkpoint.dir = Some(checkpoints.clone());
     let report = shadowsync::train::train(&config, &mut BreakTheDirectory).unwrap();
@@ -417,7 +292,7 @@ fn sync_rate_and_staleness(results: &Value) -> (f64, f64) {
 fn a_shadow_run_stopped_by_sigint_syncs_after_resuming_as_an_uninterrupted_one_does() {
     let _serial = exclusive();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), FEWER_ROWS, 4, "shadow-ma");
+    let config = write_config(dir.path(), 4, "shadow-ma");
     let clean = uninterrupted(
         &config,
         &dir.path().join("clean"),
@@ -435,10 +310,10 @@ fn a_shadow_run_stopped_by_sigint_syncs_after_resuming_as_an_uninterrupted_one_d
     let out = output_within(child, LIMIT);
     assert!(!out.status.success(), "{}", text(&out));
     // The shadow loops stopped a round apart: the checkpoint holds both.
-    let stopped = manifest(checkpoints_in(&checkpoints).last().unwrap());
+    let stopped = newest_manifest(&checkpoints);
     assert_eq!(stopped["reason"], "interrupted", "{}", text(&out));
     let (resumed, output) = resume(&checkpoints, &dir.path().join("resumed.json"));
-    assert_eq!(resumed["examples"], FEWER_ROWS);
+    assert_eq!(resumed["examples"], ROWS);
     let (clean_rate, clean_staleness) = sync_rate_and_staleness(&clean);
     let (rate, staleness) = sync_rate_and_staleness(&resumed);
     eprintln!(
@@ -451,8 +326,6 @@ fn a_shadow_run_stopped_by_sigint_syncs_after_resuming_as_an_uninterrupted_one_d
     // The mean, not the largest: the largest is one round's outlier, and in
     // a CI run it reached twice the uninterrupted run's (173 against 86).
     assert!(staleness <= 2.0 * clean_staleness.max(1.0), "{output}");
-    // Thread timing alone moves one such run by ±0.002 NE (sd; 7 pairs of
-    // runs differed by 0.0008–0.0051): 0.008 is about 3.5 sd of a difference.
-    assert!((ne(&resumed) - ne(&clean)).abs() <= 0.008);
+    assert!(ne(&resumed) < LEARNED, "{output}");
     assert!(!output.contains("unresponsive"), "{output}");
 }

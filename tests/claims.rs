@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::ctr;
+use common::{checkpoints, ctr};
 use shadowsync::config::{Config, ModelKind, OptimPreset, OptimizerKind};
 use shadowsync::report::mean_std;
 use shadowsync::runtime::faults::{Fault, FaultKind};
@@ -26,6 +26,7 @@ use shadowsync::train::train;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::Duration;
 
 /// How a claim compares its candidate with its reference (lower NE is better).
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +110,7 @@ fn main() {
             shadow_ma_beats_no_sync_under_sgd,
         ),
         ("faults-cost-no-ne", faults_cost_no_ne),
+        ("resume-costs-no-ne", resume_costs_no_ne),
         ("easgd-16-beats-no-sync", easgd_sixteen_beats_no_sync),
         #[cfg(feature = "mpi")]
         (
@@ -286,6 +288,37 @@ fn faults_cost_no_ne(dir: &Path) -> Claim {
         test: Test::AsGood { margin: 0.01 },
         candidate: ("with faults", nes(&faulty, RUNS, seeded)),
         reference: ("clean", nes(&clean, RUNS, seeded)),
+    }
+}
+
+fn resume_costs_no_ne(dir: &Path) -> Claim {
+    let config = ctr::same_global_batch(dir, 4, "shadow-ma");
+    let killed_and_resumed = |c: &mut Config, i: u64| {
+        seeded(c, i);
+        c.checkpoint.every_steps = 200;
+        let run = dir.join(format!("run-{i}"));
+        std::fs::create_dir_all(&run).expect("a writable scratch directory");
+        let file = checkpoints::config_file(c, &run, "run");
+        let stopped = checkpoints::killed_after(&file, &run, 2, Duration::from_secs(1));
+        let (resumed, _) = checkpoints::resume(&stopped, &run.join("resumed.json"));
+        assert_eq!(resumed["examples"], ctr::ROWS, "every example once");
+        checkpoints::ne(&resumed)
+    };
+    Claim {
+        name: "resume-costs-no-ne",
+        statement: "4 shadow-ma trainers (the first claim's setup) killed with SIGKILL at a \
+                    random moment after their second checkpoint and resumed with \
+                    `shadowsync train --resume` score the NE of uninterrupted runs.",
+        margin_from: "0.01 NE, the cost of losing a trainer's replica outright, as a resume \
+                      that restored a replica or its optimizer state wrongly would.",
+        test: Test::AsGood { margin: 0.01 },
+        candidate: (
+            "killed and resumed",
+            (0..RUNS)
+                .map(|i| killed_and_resumed(&mut config.clone(), i))
+                .collect(),
+        ),
+        reference: ("uninterrupted", nes(&config, RUNS, seeded)),
     }
 }
 

@@ -3,13 +3,10 @@
 mod common;
 
 use common::sample;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn shadowsync(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shadowsync"))
-        .args(args)
-        .output()
-        .unwrap()
+    common::shadowsync(args).output().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {

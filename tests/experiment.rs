@@ -2,23 +2,18 @@
 //! runs, resumes without running its finished runs again, and becomes a
 //! document with a table and plots.
 
+mod common;
+
+use common::text;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn shadowsync(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shadowsync"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
+    common::shadowsync(args).output().unwrap()
 }
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn said(out: &Output) -> String {
-    format!("{}{}", stdout(out), String::from_utf8_lossy(&out.stderr))
 }
 
 /// A 2 × 2 × 2 grid (two seeds) of logistic regression on 20,000 rows.
@@ -50,17 +45,17 @@ fn a_grid_runs_resumes_and_is_reported() {
     let run = || shadowsync(&["experiment", &grid, "--out", &results_arg]);
 
     let first = run();
-    assert!(first.status.success(), "{}", said(&first));
+    assert!(first.status.success(), "{}", text(&first));
     assert!(
         stdout(&first).contains("8 of 8 runs done (8 now, 0 already)"),
         "{}",
-        said(&first)
+        text(&first)
     );
     let again = run();
     assert!(
         stdout(&again).contains("8 of 8 runs done (0 now, 8 already)"),
         "{}",
-        said(&again)
+        text(&again)
     );
     let runs = results.join("cli-grid/runs");
     std::fs::remove_file(runs.join("algorithm=shadow-ma,trainers=2,seed=2.json")).unwrap();
@@ -68,7 +63,7 @@ fn a_grid_runs_resumes_and_is_reported() {
     assert!(
         stdout(&resumed).contains("8 of 8 runs done (1 now, 7 already)"),
         "{}",
-        said(&resumed)
+        text(&resumed)
     );
 
     let docs = dir.path().join("docs");
@@ -79,7 +74,7 @@ fn a_grid_runs_resumes_and_is_reported() {
             "--out",
             docs.to_str().unwrap(),
         ]);
-        assert!(out.status.success(), "{}", said(&out));
+        assert!(out.status.success(), "{}", text(&out));
     };
     report();
     let document = std::fs::read_to_string(docs.join("cli-grid.md")).unwrap();
@@ -206,13 +201,13 @@ fn a_grid_runs_resumes_and_is_reported() {
 fn a_bad_experiment_fails_before_anything_runs_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let grid = write_grid(dir.path());
-    let text = std::fs::read_to_string(&grid)
+    let misspelt = std::fs::read_to_string(&grid)
         .unwrap()
         .replace("\"train.seed\"", "\"train.sead\"");
-    std::fs::write(&grid, text).unwrap();
+    std::fs::write(&grid, misspelt).unwrap();
     let out = shadowsync(&["experiment", &grid, "--out", dir.path().to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(said(&out).contains("sead"), "{}", said(&out));
+    assert!(text(&out).contains("sead"), "{}", text(&out));
     assert!(!dir.path().join("cli-grid").exists());
 
     let listed = shadowsync(&["experiment", "--list"]);
@@ -223,8 +218,8 @@ fn a_bad_experiment_fails_before_anything_runs_naming_the_key() {
     let unknown = shadowsync(&["experiment", "no-such-grid"]);
     assert!(!unknown.status.success());
     assert!(
-        said(&unknown).contains("neither a built-in experiment"),
+        text(&unknown).contains("neither a built-in experiment"),
         "{}",
-        said(&unknown)
+        text(&unknown)
     );
 }

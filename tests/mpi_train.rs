@@ -11,6 +11,7 @@
 mod common;
 
 use common::job::*;
+use common::text;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -161,7 +162,7 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
             dir.path().join("resumed.json").to_str().unwrap(),
         ],
     );
-    assert!(resumed.status.success(), "{}", said(&resumed));
+    assert!(resumed.status.success(), "{}", text(&resumed));
     let report: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("resumed.json")).unwrap()).unwrap();
     let before = report["resumed"]["examples"].as_u64().unwrap();
@@ -191,7 +192,7 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
     assert!(
         String::from_utf8_lossy(&three.stderr).contains("rank-0-of-3 does not exist"),
         "{}",
-        said(&three)
+        text(&three)
     );
 }
 
@@ -223,8 +224,8 @@ fn a_rank_that_fails_ends_the_job_within_seconds_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = data(dir.path());
     // A malformed line in chunk 42 of 128 lines: shard 42 % 4 = 2, rank 1's.
-    let text = std::fs::read_to_string(&train).unwrap();
-    let mut lines: Vec<&str> = text.lines().collect();
+    let rows = std::fs::read_to_string(&train).unwrap();
+    let mut lines: Vec<&str> = rows.lines().collect();
     let bad = 42 * 128 + 5;
     let broken = format!("x\t{}", lines[bad].split_once('\t').unwrap().1);
     lines[bad] = &broken;
@@ -248,13 +249,13 @@ fn a_rank_that_fails_ends_the_job_within_seconds_naming_it() {
         ],
     );
     let took = started.elapsed();
-    assert!(!run.status.success(), "{}", said(&run));
+    assert!(!run.status.success(), "{}", text(&run));
     assert!(took < Duration::from_secs(10), "took {took:?}");
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(stderr.contains("rank 1 of 2"), "{}", said(&run));
+    assert!(stderr.contains("rank 1 of 2"), "{}", text(&run));
     assert!(
         stderr.contains(&format!("bad.tsv:{}: field 1 (label)", bad + 1)),
         "{}",
-        said(&run)
+        text(&run)
     );
 }

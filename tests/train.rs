@@ -2,18 +2,10 @@
 
 mod common;
 
-use common::sample;
+use common::{exclusive, sample};
 use shadowsync::config::{Config, EmbeddingsMode, ModelKind, OptimizerKind};
 use shadowsync::train::{train, TrainReport};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
-
-/// libtorch's random generator is process-wide: tests that seed it and then
-/// initialize models must not interleave, or determinism cannot be checked.
-fn exclusive() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn synthetic_config(dir: &Path, rows: u64) -> Config {
     let mut c = Config::default();

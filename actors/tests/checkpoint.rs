@@ -2,10 +2,9 @@
 //! count, under every kind of algorithm, and a cluster started from the state
 //! goes on from it.
 
-mod common;
-
-use common::{config, exclusive, learners, LeastSquares};
 use shadowsync_actors::{Cluster, ClusterState};
+use shadowsync_testkit::exclusive;
+use shadowsync_testkit::runtime::{config, learners, LeastSquares};
 use std::time::{Duration, Instant};
 
 const TRAINERS: usize = 4;

@@ -9,9 +9,8 @@ use shadowsync_actors::Cluster;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{config, exclusive, learners, run_to_the_end, EventLog, LeastSquares};
+use shadowsync_testkit::exclusive;
+use shadowsync_testkit::runtime::{config, learners, run_to_the_end, EventLog, LeastSquares};
 
 #[test]
 fn shadow_syncs_complete_while_steps_keep_increasing_and_stop_is_prompt() {

@@ -2,13 +2,12 @@
 //! a diverging replica, a hang, a learner that keeps failing) never stop the
 //! others, never reach their replicas, and are reported.
 
-mod common;
-
-use common::{config, exclusive, learners, EventLog, LeastSquares};
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::faults::{Fault, FaultKind};
 use shadowsync_actors::sync::ShadowThreads;
 use shadowsync_actors::{Cluster, ClusterConfig, ClusterOutcome};
+use shadowsync_testkit::exclusive;
+use shadowsync_testkit::runtime::{config, learners, EventLog, LeastSquares};
 use std::time::{Duration, Instant};
 
 fn with_faults(algorithm: &str, faults: Vec<Fault>) -> ClusterConfig {

@@ -21,7 +21,8 @@ use shadowsync_actors::sync::{
     BmufParams, BmufState, Fabric, GroupPlan, GroupSchedule, LinkModel, Schedule, ServerClient,
 };
 use shadowsync_actors::system::spawn_system;
-use std::process::Command;
+use shadowsync_testkit::process;
+use std::process::Stdio;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,52 +39,26 @@ struct Job {
     took: Duration,
 }
 
-/// A job that takes longer has hung: it is killed and the test fails.
+/// A job that takes longer has hung: it is killed and the test fails,
+/// showing its threads.
 const JOB_LIMIT: Duration = Duration::from_secs(120);
 
 fn mpirun(test: &str, ranks: usize) -> Job {
-    let exe = std::env::current_exe().unwrap();
-    let log = std::env::temp_dir().join(format!("shadowsync-{test}-{}.log", std::process::id()));
-    let file = std::fs::File::create(&log).unwrap();
     let started = Instant::now();
-    let mut job = Command::new("mpirun")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-            "-np",
-        ])
-        .arg(ranks.to_string())
+    let job = process::mpirun(ranks)
         .args(["-x", RANKS_VAR])
-        .arg(exe)
+        .arg(std::env::current_exe().unwrap())
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(RANKS_VAR, ranks.to_string())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("mpirun (Open MPI) is needed: scripts/setup.sh --with-mpi installs it");
-    let status = loop {
-        if let Some(status) = job.try_wait().unwrap() {
-            break Some(status);
-        }
-        if started.elapsed() > JOB_LIMIT {
-            let _ = job.kill();
-            let _ = job.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let took = started.elapsed();
-    let mut output = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    if status.is_none() {
-        output.push_str(&format!("\n(killed: still running after {JOB_LIMIT:?})"));
-    }
+    let out = process::output_within(job, JOB_LIMIT);
     Job {
-        success: status.is_some_and(|s| s.success()),
-        output,
-        took,
+        success: out.status.success(),
+        output: process::text(&out),
+        took: started.elapsed(),
     }
 }
 

@@ -6,8 +6,9 @@
 
 use serde_json::Value;
 use shadowsync::report::mean_std;
+use shadowsync_testkit::process::{mpirun, text};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 /// The binary, under `mpirun` on `ranks` ranks when given; run to its end.
 pub fn shadowsync(ranks: Option<usize>, args: &[&str]) -> Output {
@@ -18,34 +19,14 @@ pub fn shadowsync(ranks: Option<usize>, args: &[&str]) -> Output {
 
 /// The binary with `args`, under `mpirun` on `ranks` ranks when given.
 pub fn command(ranks: Option<usize>, args: &[&str]) -> Command {
-    let exe = env!("CARGO_BIN_EXE_shadowsync");
-    let mut command = match ranks {
+    match ranks {
         Some(ranks) => {
-            let mut c = Command::new("mpirun");
-            c.args([
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "--bind-to",
-                "none",
-                "-np",
-            ])
-            .arg(ranks.to_string())
-            .arg(exe);
-            c
+            let mut command = mpirun(ranks);
+            command.arg(env!("CARGO_BIN_EXE_shadowsync")).args(args);
+            command
         }
-        None => Command::new(exe),
-    };
-    command.args(args).stdin(Stdio::null());
-    command
-}
-
-pub fn said(output: &Output) -> String {
-    format!(
-        "status {:?}\n{}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+        None => super::shadowsync(args),
+    }
 }
 
 /// 400,000 synthetic rows (and 20,000 test rows) in `dir`.
@@ -63,7 +44,7 @@ pub fn data(dir: &Path) -> (String, String) {
             "20000",
         ],
     );
-    assert!(made.status.success(), "{}", said(&made));
+    assert!(made.status.success(), "{}", text(&made));
     data_paths(dir)
 }
 
@@ -158,7 +139,7 @@ pub fn train_with(
         .collect();
     let args = lr_run(dir, &config, trainers, sync, &results, &more);
     let run = shadowsync(ranks, &strs(&args));
-    assert!(run.status.success(), "{}", said(&run));
+    assert!(run.status.success(), "{}", text(&run));
     let report: Value = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
     (report["final_metrics"]["ne"].as_f64().unwrap(), report)
 }

@@ -1,75 +1,34 @@
-//! Helpers shared by the integration tests.
+//! What the integration tests of the `shadowsync` crate share: its binary, the
+//! sample files, and (in submodules) the CTR runs and jobs several tests
+//! make. What the runtime's tests share too lives in `shadowsync-testkit`.
+
+#![allow(dead_code, unused_imports)] // each test binary uses its own part
+
+pub mod checkpoints;
+pub mod ctr;
+pub mod job;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+
+pub use shadowsync_testkit::exclusive;
+pub use shadowsync_testkit::process::{output_within, run_within, text};
 
 /// A real Criteo sample file shipped with the tests (`tests/data/README.md` says
 /// where each comes from).
-#[allow(dead_code)]
 pub fn sample(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(name)
 }
 
-/// Waits `limit` at most for `child` (its output piped) to end, reading its
-/// output meanwhile; its output. A child still running then has its threads'
-/// stacks printed (with gdb, where there is one), is killed, and the test
-/// fails with what it wrote: a hang is a failure that says where, never a
-/// test run that does not end.
-#[allow(dead_code)] // not every test binary spawns processes
-pub fn output_within(mut child: Child, limit: Duration) -> Output {
-    use std::io::Read;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let stacks = Command::new("gdb")
-                .args(["-p", &child.id().to_string(), "-batch"])
-                .args(["-ex", "thread apply all bt"])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_else(|e| format!("(no stacks: gdb: {e})"));
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "still running after {limit:?}; its threads:\n{stacks}\nits output:\n{}{}",
-                String::from_utf8_lossy(&stdout.join().unwrap_or_default()),
-                String::from_utf8_lossy(&stderr.join().unwrap_or_default()),
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-    }
+/// The `shadowsync` binary with `args`, logging warnings only, its standard
+/// input closed.
+pub fn shadowsync(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shadowsync"));
+    command
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null());
+    command
 }
-
-/// Runs `command` to its end, `limit` at most (see [`output_within`]).
-#[allow(dead_code)]
-pub fn run_within(command: &mut Command, limit: Duration) -> Output {
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    output_within(child, limit)
-}
-pub mod ctr;
-pub mod job;

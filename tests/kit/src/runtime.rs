@@ -2,8 +2,6 @@
 //! squares `y = w·x` on an endless (or bounded) stream of seeded random data —
 //! and helpers to configure and start clusters of them.
 
-#![allow(dead_code)] // each test binary uses its own part
-
 use crossbeam_channel::RecvTimeoutError;
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::sync::SyncConfig;
@@ -17,13 +15,6 @@ use std::time::Duration;
 use tch::{nn, nn::Module, Device, Kind, Tensor};
 
 const DIM: i64 = 32;
-
-/// These tests start many threads each; run them one at a time so that timing
-/// figures measure the runtime, not the other tests.
-pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 #[derive(Debug)]
 pub struct LeastSquares {
