@@ -134,9 +134,12 @@ impl DataFile {
     const HEAD: u64 = 1 << 20;
 
     /// The fingerprint of `path`; `None` for what is not a regular file (a
-    /// pipe must not be read ahead of the run).
+    /// pipe or standard input must not be read ahead of the run).
     pub fn of(path: &Path) -> Result<Option<Self>> {
         use std::io::Read;
+        if path == Path::new(crate::data::criteo::STDIN) {
+            return Ok(None);
+        }
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
         if !meta.is_file() {
             return Ok(None);

@@ -1,15 +1,24 @@
-//! Writing output files so that a reader never sees half of one.
+//! Writing output files so that a reader never sees half of one, and no
+//! output ever replaces an input, a link or a device.
 //!
 //! [`write_atomic`] writes a file under a temporary name beside it, syncs it to
 //! disk and renames it into place: on a full disk or a crash the file that was
-//! there before stays whole (results, reports, plots, experiment files).
-//! [`check_writable`] tries the same in advance, so that a path that cannot be
-//! written is refused before a long run rather than after it.
+//! there before stays whole (results, reports, plots, experiment files). A
+//! symbolic link is written through: its target is replaced, the link stays.
+//! What is not a regular file (`/dev/stdout`, a FIFO) is written in place,
+//! never renamed over. [`check_output`] tries the same in advance and refuses
+//! a path that is one of the run's inputs (`--results train.tsv`), so that a
+//! path that cannot or must not be written is refused before a long run
+//! rather than after it.
 
 use crate::{Error, Result};
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// Symbolic links followed before a chain is taken for a loop.
+const MAX_LINKS: usize = 40;
 
 /// The temporary file `write_atomic` writes `path` through.
 fn partial_path(path: &Path) -> PathBuf {
@@ -26,40 +35,94 @@ fn parent(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same
-/// directory (created if missing), synced, then renamed over `path`. On an
-/// error `path` is as it was and the temporary file is gone.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    if path.is_dir() {
-        return Err(Error::data(path, "is a directory, not a file to write"));
+/// Where the bytes for `path` go.
+enum Target {
+    /// A regular file, or nothing yet: replaced atomically.
+    File(PathBuf),
+    /// A device, FIFO or socket: written in place.
+    Special(PathBuf),
+}
+
+/// `path` with its symbolic links followed (to a target that may not exist
+/// yet); an error for a directory.
+fn target(path: &Path) -> Result<Target> {
+    let mut at = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let link = std::fs::read_link(&at).map_err(|e| Error::io(&at, e))?;
+                at = parent(&at).join(link);
+            }
+            Ok(meta) if meta.is_dir() => {
+                return Err(Error::data(path, "is a directory, not a file to write"))
+            }
+            Ok(meta) if !meta.is_file() => return Ok(Target::Special(at)),
+            _ => return Ok(Target::File(at)),
+        }
     }
-    let dir = parent(path);
+    Err(Error::data(path, "too many levels of symbolic links"))
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same
+/// directory as the file it names (created if missing), synced, then renamed
+/// over it. On an error that file is as it was and the temporary file is
+/// gone. A device or FIFO is written in place.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let path = match target(path)? {
+        Target::Special(device) => {
+            return std::fs::OpenOptions::new()
+                .write(true)
+                .open(&device)
+                .and_then(|mut d| d.write_all(bytes))
+                .map_err(|e| Error::io(&device, e));
+        }
+        Target::File(path) => path,
+    };
+    let dir = parent(&path);
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let partial = partial_path(path);
+    let partial = partial_path(&path);
     let written = File::create(&partial)
         .and_then(|mut file| {
             file.write_all(bytes)?;
             file.sync_all()
         })
-        .and_then(|()| std::fs::rename(&partial, path));
+        .and_then(|()| std::fs::rename(&partial, &path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&partial);
-        return Err(Error::io(path, e));
+        return Err(Error::io(&path, e));
     }
     // The rename itself, to disk (best effort: some file systems refuse).
     let _ = File::open(dir).and_then(|d| d.sync_all());
     Ok(())
 }
 
+/// The file (device, inode) `path` names, if it exists.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// Checks that `path` can be written by [`write_atomic`] (its directory made,
-/// a file created there and removed), without touching `path` itself.
-pub fn check_writable(path: &Path) -> Result<()> {
-    if path.is_dir() {
-        return Err(Error::data(path, "is a directory, not a file to write"));
+/// a file created there and removed), without touching what is there, and
+/// that it names none of `inputs` (through links and other spellings alike).
+pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<()> {
+    let file = match target(path)? {
+        Target::Special(_) => return Ok(()),
+        Target::File(file) => file,
+    };
+    if let Some(written) = identity(&file) {
+        if let Some(input) = inputs.iter().find(|i| identity(i) == Some(written)) {
+            return Err(Error::data(
+                path,
+                format!(
+                    "is an input of this run ({}): writing there would destroy it",
+                    input.display()
+                ),
+            ));
+        }
     }
-    let dir = parent(path);
+    let dir = parent(&file);
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let partial = partial_path(path);
+    let partial = partial_path(&file);
     File::create(&partial).map_err(|e| Error::io(path, e))?;
     std::fs::remove_file(&partial).map_err(|e| Error::io(&partial, e))
 }
@@ -85,15 +148,41 @@ mod tests {
     #[test]
     fn a_directory_or_an_unwritable_place_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
-        let e = check_writable(dir.path()).unwrap_err().to_string();
+        let e = check_output(dir.path(), &[]).unwrap_err().to_string();
         assert!(e.contains("is a directory"), "{e}");
         assert!(write_atomic(dir.path(), b"x").is_err());
         // Under a regular file, no directory can be made.
         let file = dir.path().join("plain");
         std::fs::write(&file, b"x").unwrap();
-        let e = check_writable(&file.join("results.json"))
+        let e = check_output(&file.join("results.json"), &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("plain"), "{e}");
+    }
+
+    #[test]
+    fn a_link_is_written_through_and_an_input_is_refused_however_it_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target.json");
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink("target.json", &link).unwrap();
+        write_atomic(&link, b"through").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"through");
+        let e = check_output(&link, &[&target]).unwrap_err().to_string();
+        assert!(e.contains("an input of this run"), "{e}");
+        let spelt_otherwise = dir.path().join(".").join("target.json");
+        assert!(check_output(&spelt_otherwise, &[&target]).is_err());
+        assert!(check_output(&dir.path().join("other.json"), &[&target]).is_ok());
+    }
+
+    #[test]
+    fn a_device_is_written_in_place_not_replaced() {
+        write_atomic(Path::new("/dev/null"), b"gone").unwrap();
+        let meta = std::fs::metadata("/dev/null").unwrap();
+        assert!(!meta.is_file(), "/dev/null is still a device");
     }
 }

@@ -83,11 +83,114 @@ fn signal(child: &Child, signal: &str) {
 #[test]
 fn a_stream_without_newlines_is_refused_at_its_first_line() {
     let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
+    let said = ["/dev/zero", "line 1 has no end", "not a Criteo TSV file"];
     let out = run(&small("/dev/zero", &test));
-    fails_saying(&out, &["/dev/zero", "line 1 is longer than 64 KiB"]);
+    fails_saying(&out, &said);
     let train = sample_str("criteo_kaggle_paddlerec_train100.tsv");
     let out = run(&small(&train, "/dev/zero"));
-    fails_saying(&out, &["/dev/zero", "line 1 is longer than 64 KiB"]);
+    fails_saying(&out, &said);
+}
+
+/// The shipped 100-line training sample `times` times over, with line
+/// `long` (1-based) replaced by one of 70 KiB.
+fn with_an_over_long_line(dir: &Path, times: usize, long: usize) -> PathBuf {
+    let sample = std::fs::read_to_string(sample("criteo_kaggle_paddlerec_train100.tsv")).unwrap();
+    let mut lines: Vec<&str> = sample.lines().cycle().take(times * 100).collect();
+    let over_long = format!("1\t{}", "7".repeat(70 * 1024));
+    lines[long - 1] = &over_long;
+    let file = dir.join("long.tsv");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    file
+}
+
+#[test]
+fn an_over_long_line_mid_file_stops_the_run_naming_it_or_is_skipped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = with_an_over_long_line(dir.path(), 100, 1001);
+    let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
+    let results = dir.path().join("results.json");
+    for trainers in ["1", "2"] {
+        let mut args = small(path(&train), &test);
+        args.extend(["--trainers", trainers, "--results", path(&results)]);
+        let out = run(&args);
+        let at = format!("{}: line 1001 is longer than 64 KiB", train.display());
+        fails_saying(&out, &[&at]);
+        args.extend(["--bad-lines", "skip"]);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", text(&out));
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+        assert_eq!(report["examples"], 9_999, "{trainers} trainers: {report}");
+        assert!(
+            text(&out).contains("skipped 1 malformed train lines of 10000"),
+            "{}",
+            text(&out)
+        );
+    }
+}
+
+/// The shipped training sample, gzip-compressed, at `dir/train.tsv.gz`.
+fn gzipped_sample(dir: &Path) -> PathBuf {
+    let gzip = dir.join("train.tsv.gz");
+    let mut encoder = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gzip).unwrap(),
+        flate2::Compression::default(),
+    );
+    encoder
+        .write_all(&std::fs::read(sample("criteo_kaggle_paddlerec_train100.tsv")).unwrap())
+        .unwrap();
+    encoder.finish().unwrap();
+    gzip
+}
+
+#[test]
+fn pipes_fifos_and_standard_input_train_plain_or_gzip() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = sample("criteo_kaggle_paddlerec_train100.tsv");
+    let gzip = gzipped_sample(dir.path());
+    let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
+    let results = dir.path().join("results.json");
+    let fifo = dir.path().join("train.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for input in [&plain, &gzip] {
+        for train in ["-", "/dev/stdin", path(&fifo)] {
+            let mut args = small(train, &test);
+            args.extend(["--results", path(&results)]);
+            let mut command = shadowsync(&args);
+            let writer = match train {
+                "-" | "/dev/stdin" => {
+                    command.stdin(std::fs::File::open(input).unwrap());
+                    None
+                }
+                _ => {
+                    let (fifo, input) = (fifo.clone(), input.to_path_buf());
+                    Some(std::thread::spawn(move || {
+                        std::fs::write(fifo, std::fs::read(input).unwrap()).unwrap()
+                    }))
+                }
+            };
+            let out = output_within(
+                command
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+                Duration::from_secs(60),
+            );
+            if let Some(writer) = writer {
+                writer.join().unwrap();
+            }
+            let what = format!("{} through {train}", input.display());
+            assert!(out.status.success(), "{what}: {}", text(&out));
+            let report: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+            assert_eq!(report["examples"], 100, "{what}");
+        }
+    }
 }
 
 #[test]
@@ -181,6 +284,113 @@ fn results_that_cannot_be_written_leave_the_previous_file_whole() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["results.json"], "a temporary file was left");
+}
+
+#[test]
+fn no_output_replaces_an_input_a_link_or_a_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train.tsv");
+    std::fs::copy(sample("criteo_kaggle_paddlerec_train100.tsv"), &train).unwrap();
+    let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
+    let config = dir.path().join("run.toml");
+    std::fs::write(&config, "[train]\nseed = 3\n").unwrap();
+    let before = std::fs::read(&train).unwrap();
+    let run_writing = |results: &Path| {
+        let mut args = small(path(&train), &test);
+        args.extend(["--config", path(&config), "--results", path(results)]);
+        run(&args)
+    };
+    // The training data, the config file, and the data through a link.
+    let link_to_train = dir.path().join("train-link.json");
+    std::os::unix::fs::symlink(&train, &link_to_train).unwrap();
+    for input in [&train, &config, &link_to_train] {
+        let out = run_writing(input);
+        fails_saying(&out, &["--results", "an input of this run"]);
+        assert!(!text(&out).contains("trained"), "{}", text(&out));
+    }
+    assert_eq!(std::fs::read(&train).unwrap(), before, "the data is whole");
+    // A link to an output is written through: the link stays a link.
+    let results = dir.path().join("results.json");
+    let link = dir.path().join("latest.json");
+    std::os::unix::fs::symlink("results.json", &link).unwrap();
+    let out = run_writing(&link);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    assert_eq!(report["examples"], 100);
+    // A FIFO is written into, not replaced by a file.
+    let fifo = dir.path().join("results.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let out = run_writing(&fifo);
+    assert!(out.status.success(), "{}", text(&out));
+    let sent: serde_json::Value = serde_json::from_slice(&reader.join().unwrap()).unwrap();
+    assert_eq!(sent["examples"], 100);
+    assert!(!std::fs::metadata(&fifo).unwrap().is_file());
+}
+
+#[test]
+fn gen_data_on_a_full_disk_leaves_no_partial_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("data");
+    let command = format!(
+        "trap '' XFSZ; ulimit -f 64; exec {} gen-data --out {} --rows 20000",
+        env!("CARGO_BIN_EXE_shadowsync"),
+        path(&out)
+    );
+    let done = Command::new("bash")
+        .args(["-c", &command])
+        .output()
+        .unwrap();
+    fails_saying(&done, &["train.tsv"]);
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn a_bad_first_line_is_named_not_reported_as_an_empty_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample = std::fs::read_to_string(sample("criteo_kaggle_paddlerec_train100.tsv")).unwrap();
+    let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
+    let cases = [
+        (
+            "header.tsv",
+            format!("label\tI1\tI2\n{sample}"),
+            "label must be 0 or 1",
+        ),
+        (
+            "bom.tsv",
+            format!("\u{feff}{sample}"),
+            "label must be 0 or 1",
+        ),
+        (
+            "spaces.tsv",
+            sample.replace('\t', " "),
+            "label must be 0 or 1",
+        ),
+    ];
+    for (name, content, reason) in cases {
+        let file = dir.path().join(name);
+        std::fs::write(&file, content).unwrap();
+        let at = format!("{}:1: field 1 (label)", file.display());
+        let out = run(&small(path(&file), &test));
+        fails_saying(&out, &[&at, reason]);
+        assert!(!text(&out).contains("has no examples"), "{}", text(&out));
+    }
 }
 
 // ---- Signals -------------------------------------------------------------

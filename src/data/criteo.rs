@@ -6,8 +6,9 @@
 //! missing. As in DLRM: missing → 0, negative counts → 0, a count `x` becomes
 //! `ln(x + 1)`, and a categorical value is its 32-bit integer, hashed into its
 //! field's table later by [`crate::data::TableLayout`]. `\r\n` line ends and a
-//! missing final newline are fine. Plain and gzip files are read alike (gzip is
-//! recognized by its magic bytes, not the file name).
+//! missing final newline are fine. Plain and gzip input is read alike (gzip is
+//! recognized by its magic bytes, not the file name), from files, pipes or
+//! standard input (`-`).
 
 use crate::{Error, Result};
 use flate2::read::MultiGzDecoder;
@@ -157,53 +158,116 @@ fn parse_hex(raw: &[u8]) -> Result<u32, &'static str> {
     })
 }
 
-/// The longest line read, in bytes. A Criteo line is under 1 KB; a stream with
-/// no newline in this many bytes is not a data file (`/dev/zero`, a binary),
-/// and reading it whole would take all the memory there is.
+/// The longest line read, in bytes. A Criteo line is under 1 KB; a longer
+/// line is malformed (a stray binary record, a line whose newlines were lost),
+/// and reading it whole could take all the memory there is.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
+/// How far past [`MAX_LINE_BYTES`] a line is read, looking for its end, before
+/// the input is taken for something that is not a data file at all
+/// (`/dev/zero`, a binary).
+pub const MAX_SKIPPED_BYTES: u64 = 64 << 20;
+
+/// What [`read_line`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// A line of this many bytes (with its `\n`, if any) appended.
+    Read(usize),
+    /// A line longer than [`MAX_LINE_BYTES`], read past to its end and not
+    /// appended: a malformed line (see [`too_long`]).
+    TooLong,
+    /// The end of the input.
+    End,
+}
+
 /// Appends the next line of `input` (with its `\n`, if any) to `buf`; `path`
-/// and `line` (1-based) name it in errors. Returns the bytes read, 0 at the
-/// end; a line longer than [`MAX_LINE_BYTES`] is an error.
+/// and `line` (1-based) name it in errors. A line longer than
+/// [`MAX_LINE_BYTES`] is read past, not kept; one with no end within
+/// [`MAX_SKIPPED_BYTES`] more is an error.
 pub fn read_line(
     input: &mut dyn BufRead,
     buf: &mut Vec<u8>,
     path: &Path,
     line: u64,
-) -> Result<usize> {
+) -> Result<Line> {
     let start = buf.len();
     let n = input
         .take(MAX_LINE_BYTES as u64 + 1)
         .read_until(b'\n', buf)
         .map_err(|e| Error::io(path, e))?;
-    if n > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
-        buf.truncate(start);
-        return Err(Error::data(
-            path,
-            format!(
-                "line {line} is longer than {} KiB (no newline): not a Criteo TSV file?",
-                MAX_LINE_BYTES / 1024
-            ),
-        ));
+    if n == 0 {
+        return Ok(Line::End);
     }
-    Ok(n)
+    if n <= MAX_LINE_BYTES || buf.last() == Some(&b'\n') {
+        return Ok(Line::Read(n));
+    }
+    buf.truncate(start);
+    let mut skipped = 0u64;
+    loop {
+        let available = input.fill_buf().map_err(|e| Error::io(path, e))?;
+        if available.is_empty() {
+            return Ok(Line::TooLong);
+        }
+        if let Some(end) = available.iter().position(|&b| b == b'\n') {
+            input.consume(end + 1);
+            return Ok(Line::TooLong);
+        }
+        let length = available.len();
+        input.consume(length);
+        skipped += length as u64;
+        if skipped > MAX_SKIPPED_BYTES {
+            return Err(Error::data(
+                path,
+                format!(
+                    "line {line} has no end within {} MiB: not a Criteo TSV file?",
+                    MAX_SKIPPED_BYTES >> 20
+                ),
+            ));
+        }
+    }
 }
 
-/// Opens a data file, plain or gzip, for buffered reading. Reaching its end
-/// is an error if the file shrank or was removed or replaced meanwhile.
+/// The error of line `line`, found longer than [`MAX_LINE_BYTES`]: a malformed
+/// line, dropped under `data.bad_lines = "skip"` like any other.
+pub fn too_long(path: &Path, line: u64) -> Error {
+    Error::data(
+        path,
+        format!(
+            "line {line} is longer than {} KiB: a malformed line",
+            MAX_LINE_BYTES / 1024
+        ),
+    )
+}
+
+/// The path that names standard input.
+pub const STDIN: &str = "-";
+
+/// Opens a data file, plain or gzip, for buffered reading: a regular file, a
+/// pipe or FIFO (`<(zcat day_0.gz)`), or standard input (`-`). Gzip is told by
+/// the stream's first two bytes, read once: nothing is read twice, so a pipe
+/// loses nothing. Reaching a regular file's end is an error if it shrank or
+/// was removed or replaced meanwhile.
 pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
-    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut magic = [0u8; 2];
-    let n = file.read(&mut magic).map_err(|e| Error::io(path, e))?;
-    let file = WatchedFile::open(path).map_err(|e| Error::io(path, e))?;
+    let mut input: Box<dyn Read + Send> = if path == Path::new(STDIN) {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(WatchedFile::open(path).map_err(|e| Error::io(path, e))?)
+    };
+    let mut magic = Vec::with_capacity(2);
+    (&mut input)
+        .take(2)
+        .read_to_end(&mut magic)
+        .map_err(|e| Error::io(path, e))?;
+    let gzip = magic == [0x1f, 0x8b];
+    let stream = std::io::Cursor::new(magic).chain(input);
     const CAPACITY: usize = 1 << 20;
-    Ok(if n == 2 && magic == [0x1f, 0x8b] {
+    Ok(if gzip {
         Box::new(BufReader::with_capacity(
             CAPACITY,
-            MultiGzDecoder::new(file),
+            MultiGzDecoder::new(stream),
         ))
     } else {
-        Box::new(BufReader::with_capacity(CAPACITY, file))
+        Box::new(BufReader::with_capacity(CAPACITY, stream))
     })
 }
 
@@ -341,33 +405,29 @@ impl Iterator for CriteoReader {
     /// The next example; after a read error (a truncated gzip stream, a file
     /// gone), that error once and then the end.
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if self.broken {
-                return None;
-            }
+        while !self.broken {
             self.buf.clear();
             let line = self.stats.lines + 1;
-            match read_line(&mut self.input, &mut self.buf, &self.path, line) {
-                Ok(0) => return None,
-                Ok(_) => {}
+            let parsed = match read_line(&mut self.input, &mut self.buf, &self.path, line) {
+                Ok(Line::End) => return None,
                 Err(e) => {
                     self.broken = true;
                     return Some(Err(e));
                 }
-            }
-            self.stats.lines = line;
-            let line = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
-            match parse_line(line) {
-                Ok(example) => return Some(Ok(example)),
-                Err(e) => {
-                    let error = e.at(&self.path, self.stats.lines);
-                    match self.policy {
-                        BadLinePolicy::Fail => return Some(Err(error)),
-                        BadLinePolicy::Skip => self.stats.skip(&error),
-                    }
+                Ok(Line::TooLong) => Err(too_long(&self.path, line)),
+                Ok(Line::Read(_)) => {
+                    let bytes = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
+                    parse_line(bytes).map_err(|e| e.at(&self.path, line))
                 }
+            };
+            self.stats.lines = line;
+            match (parsed, self.policy) {
+                (Ok(example), _) => return Some(Ok(example)),
+                (Err(error), BadLinePolicy::Fail) => return Some(Err(error)),
+                (Err(error), BadLinePolicy::Skip) => self.stats.skip(&error),
             }
         }
+        None
     }
 }
 
@@ -485,6 +545,22 @@ mod tests {
         let error = end_error(reader, &path);
         assert!(error.contains("truncated while it was read"), "{error}");
         assert!(error.contains(&format!("of its {size} bytes")), "{error}");
+    }
+
+    #[test]
+    fn an_over_long_line_is_named_or_skipped_and_the_lines_after_it_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.tsv");
+        let long = "1\t".to_string() + &"7".repeat(MAX_LINE_BYTES + 10);
+        std::fs::write(&path, format!("0\t1\n{long}\n1\t2\n")).unwrap();
+        let mut failing = CriteoReader::open(&path, BadLinePolicy::Fail).unwrap();
+        assert!(failing.next().unwrap().is_ok());
+        let e = failing.next().unwrap().unwrap_err().to_string();
+        assert!(e.contains("line 2 is longer than 64 KiB"), "{e}");
+        let mut skipping = CriteoReader::open(&path, BadLinePolicy::Skip).unwrap();
+        let labels: Vec<f32> = skipping.by_ref().map(|e| e.unwrap().label).collect();
+        assert_eq!(labels, [0.0, 1.0]);
+        assert_eq!((skipping.stats().lines, skipping.stats().skipped), (3, 1));
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! A malformed line either arrives as an `Err` on its shard (policy `fail`) or is
 //! counted (policy `skip`); [`Pipeline::finish`] returns the counts.
 
-use crate::data::criteo::{self, parse_line, BadLinePolicy, ReadStats};
+use crate::data::criteo::{self, parse_line, BadLinePolicy, Line, ReadStats};
 use crate::data::{Batch, TableLayout};
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
@@ -58,6 +58,9 @@ struct Chunk {
     index: u64,
     first_line: u64,
     bytes: Vec<u8>,
+    /// The lines longer than [`criteo::MAX_LINE_BYTES`], by number: each is
+    /// an empty line in `bytes`, and malformed.
+    too_long: Vec<u64>,
 }
 
 /// The running pipeline: take the consumers' receivers, then `finish`.
@@ -225,16 +228,23 @@ fn read_chunks(
             index,
             first_line: line + 1,
             bytes: Vec::with_capacity(lines_per_chunk * 256),
+            too_long: Vec::new(),
         };
         let mut taken = 0;
         while taken < lines_per_chunk {
             if skipped {
                 chunk.bytes.clear();
+                chunk.too_long.clear();
             }
             let number = line + taken as u64 + 1;
             match criteo::read_line(&mut input, &mut chunk.bytes, path, number) {
-                Ok(0) => break,
-                Ok(_) => taken += 1,
+                Ok(Line::End) => break,
+                Ok(Line::Read(_)) => taken += 1,
+                Ok(Line::TooLong) => {
+                    chunk.bytes.push(b'\n');
+                    chunk.too_long.push(number);
+                    taken += 1;
+                }
                 Err(e) => {
                     // To this chunk's consumer, or any consumer here.
                     if let Some(consumer) = target.as_ref().or(senders.iter().flatten().next()) {
@@ -290,16 +300,15 @@ impl Parser {
     ) -> Result<Batch> {
         examples.clear();
         let body = chunk.bytes.strip_suffix(b"\n").unwrap_or(&chunk.bytes);
-        for (i, line) in body.split(|&b| b == b'\n').enumerate() {
-            match parse_line(line) {
-                Ok(example) => examples.push(example),
-                Err(e) => {
-                    let error = e.at(&self.path, chunk.first_line + i as u64);
-                    match self.policy {
-                        BadLinePolicy::Fail => return Err(error),
-                        BadLinePolicy::Skip => stats.skip(&error),
-                    }
-                }
+        for (number, line) in (chunk.first_line..).zip(body.split(|&b| b == b'\n')) {
+            let parsed = match chunk.too_long.contains(&number) {
+                true => Err(criteo::too_long(&self.path, number)),
+                false => parse_line(line).map_err(|e| e.at(&self.path, number)),
+            };
+            match (parsed, self.policy) {
+                (Ok(example), _) => examples.push(example),
+                (Err(error), BadLinePolicy::Fail) => return Err(error),
+                (Err(error), BadLinePolicy::Skip) => stats.skip(&error),
             }
         }
         let mut batch = Batch::from_examples(examples, &self.layout)?;

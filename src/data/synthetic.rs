@@ -279,12 +279,18 @@ impl SyntheticData {
             let partial = partial_path(&path);
             let file = File::create(&partial).map_err(|e| Error::io(&partial, e))?;
             let mut out = BufWriter::with_capacity(1 << 20, file);
-            let oracle = model
+            let written = model
                 .write_tsv(&mut out, rows, stream)
                 .and_then(|o| out.flush().map(|()| o))
-                .and_then(|o| std::fs::rename(&partial, &path).map(|()| o))
-                .map_err(|e| Error::io(&path, e))?;
-            Ok((path, oracle))
+                .and_then(|o| std::fs::rename(&partial, &path).map(|()| o));
+            match written {
+                Ok(oracle) => Ok((path, oracle)),
+                Err(e) => {
+                    // A full disk leaves nothing half-written behind.
+                    let _ = std::fs::remove_file(&partial);
+                    Err(Error::io(&path, e))
+                }
+            }
         };
         let (train, train_oracle) = write("train.tsv", spec.train_rows, 1)?;
         let (test, test_oracle) = write("test.tsv", spec.test_rows, 2)?;
@@ -297,10 +303,7 @@ impl SyntheticData {
         };
         let manifest = dir.join(Self::MANIFEST);
         let json = serde_json::to_vec_pretty(&data).map_err(|e| Error::io(&manifest, e.into()))?;
-        let partial = partial_path(&manifest);
-        std::fs::write(&partial, json)
-            .and_then(|()| std::fs::rename(&partial, &manifest))
-            .map_err(|e| Error::io(&manifest, e))?;
+        crate::output::write_atomic(&manifest, &json)?;
         Ok(data)
     }
 

@@ -293,6 +293,7 @@ impl Learner for CtrLearner {
         !matches!(
             error,
             Error::Parse { .. }
+                | Error::Data { .. }
                 | Error::Io { .. }
                 | Error::Pipeline(_)
                 | Error::Runtime(shadowsync_actors::Error::EmbeddingShard { .. })

@@ -437,8 +437,9 @@ fn build_learners(
 }
 
 /// The report of an ended session: the whole job's examples and examples/s,
-/// the final evaluation added to the history. A run that trained nothing (an
-/// empty training file) is an error, unless interrupted.
+/// the final evaluation added to the history. A run that trained nothing is an
+/// error, unless interrupted: the first trainer's error where one failed (the
+/// first line malformed), else the training file's emptiness.
 fn report(
     fabric: &dyn Fabric,
     config: &Config,
@@ -452,7 +453,10 @@ fn report(
     fabric.sum(&mut job)?;
     let [examples, job_examples_per_sec] = job;
     if examples == 0 && !ended.interrupted {
-        return Err(no_examples(&data.train, &train_read));
+        return Err(match cluster.errors.first() {
+            Some(failed) => Error::data(&data.train, format!("nothing trained: {failed}")),
+            None => no_examples(&data.train, &train_read),
+        });
     }
     let memory_per_process = memory.every_process(fabric)?;
     let distributed = (fabric.processes() > 1).then(|| {

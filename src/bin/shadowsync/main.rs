@@ -15,7 +15,7 @@ use shadowsync::report::{self, ExperimentResults, Provenance};
 use shadowsync::runtime::sync::Fabric;
 use shadowsync::train;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use summary::{error_text, print_summary};
 
@@ -178,9 +178,16 @@ fn run(cli: Cli) -> Result<()> {
 fn train_command(args: &TrainArgs) -> Result<()> {
     let mut progress = Progress::new(Interrupt::install()?);
     let fabric = Backend::fabric(args.backend, args.mpi_watchdog_s)?;
-    // A results file that cannot be written is found now, not after the run.
+    // A results file that cannot or must not be written is found now, not
+    // after the run.
     if let (Some(path), 0) = (&args.results, fabric.process()) {
-        output::check_writable(path).context("--results")?;
+        let mut inputs: Vec<PathBuf> = args.config.iter().cloned().collect();
+        if args.resume.is_none() {
+            let config = args.config()?;
+            inputs.extend(config.data.train.into_iter().chain(config.data.test));
+        }
+        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+        output::check_output(path, &inputs).context("--results")?;
     }
     let report = match &args.resume {
         Some(dir) => train::resume_on(Arc::clone(&fabric), dir, &mut progress),
@@ -200,14 +207,18 @@ fn train_command(args: &TrainArgs) -> Result<()> {
     }
     print_summary(&report);
     if let Some(path) = &args.results {
-        // Atomically: on a full disk the file that was there stays whole.
+        // Atomically: on a full disk the file that was there stays whole. A
+        // resumed run's data is known only now.
         let json = serde_json::to_vec_pretty(&report)?;
-        output::write_atomic(path, &json).with_context(|| {
-            format!(
-                "results not written (the summary above has the figures; {} is as it was)",
-                path.display()
-            )
-        })?;
+        let inputs = [report.data.train.as_path(), report.data.test.as_path()];
+        output::check_output(path, &inputs)
+            .and_then(|()| output::write_atomic(path, &json))
+            .with_context(|| {
+                format!(
+                    "results not written (the summary above has the figures; {} is as it was)",
+                    path.display()
+                )
+            })?;
         println!("results: {}", path.display());
     }
     if let Some(error) = report.error {
