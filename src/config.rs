@@ -1,56 +1,7 @@
 //! Run configuration: a TOML file whose every key has a default, overridden by
-//! command-line flags.
-//!
-//! ```toml
-//! [data]
-//! train = "day_0.tsv.gz"     # Criteo TSV, plain or gzip; omit both files to use
-//! test = "day_1.tsv"         #   built-in synthetic data ([data.synthetic])
-//! bad_lines = "skip"         # fail (default) | skip
-//! table_size = 100000        # rows per field table, or per field:
-//! # table_sizes = [1460, 583, ...]   (26 values)
-//!
-//! [model]
-//! kind = "dlrm"              # lr | dlrm | deepfm
-//!
-//! [optim]                    # the default; DLRM's reference: sgd, 0.1, sgd, 0.1
-//! dense = "adagrad"          # sgd | adagrad | adam
-//! dense_lr = 0.01
-//! sparse = "adagrad"         # sgd | adagrad
-//! sparse_lr = 0.05
-//!
-//! [train]
-//! batch_size = 128
-//! eval_every = 250000        # examples between evaluations; 0 = only at the end
-//! trainers = 4
-//! consensus_every_ms = 500   # sampling of the replicas' consensus distance; 0 = none
-//! embeddings = "sharded"     # across processes (mpirun): sharded (default) | replicated
-//! embedding_staleness = 2    # sharded: batches a trainer may have in flight (1 = none ahead)
-//! embedding_timeout_ms = 30000  # sharded: a fetch or push unanswered this long is an error
-//! table_sync_ms = 50         # replicated: milliseconds between merges of the tables
-//!
-//! [sync]
-//! algorithm = "shadow-ma"    # none | sync-sgd | fr-ma:K | fr-easgd:K | fr-bmuf:K | shadow-ma | shadow-easgd | shadow-bmuf
-//! group_size = 2             # DS-Sync groups (0 = all trainers)
-//! schedule = "random"        # global | fixed | alternating | random | hypercube | hierarchical
-//! link = { latency_us = 200, bandwidth_gbps = 1 }   # simulated network
-//! peer_timeout_ms = 5000     # a member silent this long is left out of the round (0 = wait)
-//!
-//! [checkpoint]
-//! dir = "ckpt"               # where checkpoints go (none: no checkpoints)
-//! every_steps = 2000         # each trainer's steps between two; 0 = only on SIGINT/SIGTERM and at the end
-//! keep = 3                   # the last K are kept
-//!
-//! # For testing fault containment only: inject failures into a trainer.
-//! # kind: "error" | "panic" | "diverge" | { hang = { ms = 1500 } }
-//! #   or, with at_step/every counting the trainer's sync rounds: in its shadow-sync
-//! #   loop "sync-panic" | { sync-hang = { ms = 1500 } }; in the group coordinator
-//! #   answering it "coordinator-panic"; in EASGD's server shards "server-panic"
-//! [[faults]]
-//! trainer = 1
-//! kind = "panic"
-//! at_step = 100
-//! every = 200                # again every 200 steps (0 or absent: once)
-//! ```
+//! command-line flags. The book's chapter (docs/book/configuration.md) is the
+//! reference, every key with its default; a test below holds it to
+//! [`Config::default`].
 //!
 //! An unknown key or a value of the wrong type is rejected with the file, line
 //! and key; an out-of-range value with the key and the allowed range.
@@ -689,6 +640,27 @@ pub fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The book's configuration chapter, whose first TOML block is the
+    /// reference: every key, with its default.
+    const CHAPTER: &str = include_str!("../docs/book/configuration.md");
+
+    #[test]
+    fn the_documented_reference_is_every_key_with_its_default() {
+        let reference = CHAPTER
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|block| block.split("```").next())
+            .expect("a TOML block in docs/book/configuration.md");
+        let documented: toml::Table = toml::from_str(reference).expect("the reference parses");
+        let defaults = toml::Table::try_from(Config::default()).expect("the defaults as TOML");
+        assert_eq!(
+            documented,
+            defaults,
+            "docs/book/configuration.md's reference differs from Config::default():\n{}",
+            toml::to_string(&Config::default()).unwrap_or_default()
+        );
+    }
     use shadowsync_actors::sync::ShadowThreads;
 
     fn parse(text: &str) -> Result<Config> {

@@ -41,4 +41,28 @@ pub mod report;
 pub mod train;
 
 pub use error::{Error, Result};
+
+/// The book's chapters (docs/book), compiled as doc comments so that every Rust
+/// block in them is a doctest run by `cargo test --doc`.
+#[cfg(doctest)]
+pub mod book {
+    #[doc = include_str!("../docs/book/configuration.md")]
+    pub struct Configuration;
+    #[doc = include_str!("../docs/book/many-trainers.md")]
+    pub struct ManyTrainers;
+    #[doc = include_str!("../docs/book/faults-and-checkpoints.md")]
+    pub struct FaultsAndCheckpoints;
+    #[doc = include_str!("../docs/book/models-and-data.md")]
+    pub struct ModelsAndData;
+    #[doc = include_str!("../docs/book/mpi.md")]
+    pub struct Mpi;
+    #[doc = include_str!("../docs/book/experiments.md")]
+    pub struct Experiments;
+    #[doc = include_str!("../docs/book/library.md")]
+    pub struct Library;
+    #[doc = include_str!("../docs/book/architecture.md")]
+    pub struct Architecture;
+    #[doc = include_str!("../README.md")]
+    pub struct Readme;
+}
 pub use shadowsync_actors as runtime;
