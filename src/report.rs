@@ -139,15 +139,6 @@ struct Cell<'a> {
 }
 
 impl Cell<'_> {
-    /// The settings' values, for a legend.
-    fn label(&self) -> String {
-        self.settings
-            .iter()
-            .map(|(_, v)| text(v))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
     fn setting(&self, key: &str) -> Option<&Value> {
         self.settings.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
@@ -606,11 +597,9 @@ fn largest_n<'a>(experiment: &Experiment, cells: &[Cell<'a>]) -> Vec<Cell<'a>> {
     cells.iter().filter(|c| n(c) == largest).cloned().collect()
 }
 
-/// Width of a plot, and height of one of its panels.
-const PLOT_WIDTH: u32 = 900;
+/// Width of a plot's data area, and height of one of its panels.
+const DATA_WIDTH: u32 = 680;
 const PANEL_HEIGHT: u32 = 340;
-/// Width of the legend, right of the data.
-const LEGEND_WIDTH: u32 = 220;
 /// The most lines a panel holds before the plot is split into panels.
 const LINES_PER_PANEL: usize = 6;
 /// Colours of a panel's lines, told apart at a glance (Tableau's 10).
@@ -627,8 +616,15 @@ const COLOURS: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-/// A plot's SVG text, `panels` high, drawn by `draw`.
+/// The legend's width for labels of `chars` characters at most: wide enough
+/// that no label is cut (13 px sans-serif is under 8 px a character).
+fn legend_width(chars: usize) -> u32 {
+    48 + 8 * chars as u32
+}
+
+/// A plot's SVG text, `width` wide and `panels` high, drawn by `draw`.
 fn svg(
+    width: u32,
     panels: usize,
     draw: impl FnOnce(
         &DrawingArea<SVGBackend, plotters::coord::Shift>,
@@ -636,7 +632,7 @@ fn svg(
 ) -> Result<String> {
     let mut text = String::new();
     {
-        let size = (PLOT_WIDTH, PANEL_HEIGHT * panels.max(1) as u32);
+        let size = (width, PANEL_HEIGHT * panels.max(1) as u32);
         let area = SVGBackend::with_string(&mut text, size).into_drawing_area();
         area.fill(&WHITE).map_err(plot_error)?;
         draw(&area).map_err(|e| Error::config("report", format!("drawing a plot: {e}")))?;
@@ -649,8 +645,67 @@ fn plot_error(e: impl std::fmt::Display) -> Error {
     Error::config("report", format!("drawing a plot: {e}"))
 }
 
+/// A point of a line: x, the mean of y over the runs it stands for, and their
+/// standard deviation (0 for one run).
+type Point = (f64, f64, f64);
+
 /// Lines with a legend: (label, points).
-type Series = Vec<(String, Vec<(f64, f64)>)>;
+type Series = Vec<(String, Vec<Point>)>;
+
+/// The legend labels of `cells`: only the settings that vary among them
+/// (a table's keys one by one), each as `name value`, leaving out the
+/// `leave_out` key (the plot's axis); where nothing varies (one line), every
+/// setting; "all runs" when there is none.
+fn legend_labels(cells: &[&Cell], leave_out: &str) -> Vec<String> {
+    let flat = |cell: &Cell| -> Vec<(String, String)> {
+        let mut settings = Vec::new();
+        for (key, value) in cell.settings.iter().filter(|(k, _)| k != leave_out) {
+            match value {
+                Value::Table(table) => {
+                    settings.extend(table.iter().map(|(k, v)| (format!("{key}.{k}"), text(v))))
+                }
+                other => settings.push((key.clone(), text(other))),
+            }
+        }
+        settings
+    };
+    let all: Vec<Vec<(String, String)>> = cells.iter().map(|c| flat(c)).collect();
+    let value = |settings: &[(String, String)], key: &str| {
+        settings
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    let mut varying: Vec<String> = Vec::new();
+    for (key, _) in all.iter().flatten() {
+        let first = value(&all[0], key);
+        if !varying.contains(key) && all.iter().any(|s| value(s, key) != first) {
+            varying.push(key.clone());
+        }
+    }
+    all.iter()
+        .map(|settings| {
+            let label = varying
+                .iter()
+                .filter_map(|key| {
+                    let name = key.rsplit('.').next().unwrap_or(key);
+                    value(settings, key).map(|v| format!("{name} {v}"))
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            match (label.is_empty(), settings.is_empty()) {
+                (false, _) => label,
+                // One line, or lines alike: what they all are.
+                (true, false) => settings
+                    .iter()
+                    .map(|(key, v)| format!("{} {v}", key.rsplit('.').next().unwrap_or(key)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                (true, true) => "all runs".to_string(),
+            }
+        })
+        .collect()
+}
 
 /// The panels `series` are drawn in: one, or — over [`LINES_PER_PANEL`]
 /// lines — one per first setting of their labels (the algorithm, in most
@@ -686,13 +741,42 @@ fn log_tick(v: &f64) -> String {
     }
 }
 
-/// The range of `series`' points, padded; `None` without two finite points.
-fn bounds(series: &Series, log_y: bool) -> Option<((f64, f64), (f64, f64))> {
+/// A log₂ axis's tick label at `v` = log₂ x: x where it is a whole power of
+/// two, nothing between.
+fn log2_tick(v: &f64) -> String {
+    match (v - v.round()).abs() < 1e-9 {
+        true => format!("{}", 2f64.powf(v.round())),
+        false => String::new(),
+    }
+}
+
+/// How a plot's axes are drawn.
+#[derive(Debug, Clone, Copy, Default)]
+struct Axes {
+    /// A logarithmic y axis.
+    log_y: bool,
+    /// x values are powers of two (trainers): a log₂ axis with a tick at each.
+    log2_x: bool,
+    /// The y axis starts at 0 (throughput, ratios), not at the smallest value.
+    y_from_zero: bool,
+}
+
+/// The range of `series`' points and their spreads, padded; `None` without
+/// two finite points.
+fn bounds(series: &Series, axes: Axes) -> Option<((f64, f64), (f64, f64))> {
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     let points = series.iter().flat_map(|(_, p)| p.iter());
     let mut count = 0;
-    for &(x, y) in points.filter(|(x, y)| x.is_finite() && y.is_finite() && (!log_y || *y > 0.0)) {
-        (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+    for &(x, y, sd) in
+        points.filter(|(x, y, _)| x.is_finite() && y.is_finite() && (!axes.log_y || *y > 0.0))
+    {
+        let sd = if sd.is_finite() && !axes.log_y {
+            sd
+        } else {
+            0.0
+        };
+        (x0, x1) = (x0.min(x), x1.max(x));
+        (y0, y1) = (y0.min(y - sd), y1.max(y + sd));
         count += 1;
     }
     if count < 2 {
@@ -704,25 +788,46 @@ fn bounds(series: &Series, log_y: bool) -> Option<((f64, f64), (f64, f64))> {
     };
     // A log axis spans 8 decades at most below the largest value: a run's
     // last sample of replicas made equal (1e-17) would flatten every line.
-    let y = match log_y {
-        true => (y0.max(y1 * 1e-8) * 0.8, y1 * 1.25),
-        false => pad(y0, y1),
+    let y = match (axes.log_y, axes.y_from_zero) {
+        (true, _) => (y0.max(y1 * 1e-8) * 0.8, y1 * 1.25),
+        (false, true) => (0.0, pad(0.0, y1).1),
+        (false, false) => pad(y0, y1),
     };
-    Some((pad(x0, x1), y))
+    let x = match axes.log2_x {
+        true => (x0 - 0.25, x1 + 0.25),
+        false => pad(x0, x1),
+    };
+    Some((x, y))
 }
 
-/// A line plot of `series` (`log_y`: a logarithmic y axis), in panels of at
-/// most [`LINES_PER_PANEL`] lines that share their axes' ranges, each with
-/// its legend right of its data.
-fn line_plot(series: &Series, x_label: &str, y_label: &str, log_y: bool) -> Result<Option<String>> {
-    let Some(((x0, x1), (y0, y1))) = bounds(series, log_y) else {
+/// A line plot of `series`, in panels of at most [`LINES_PER_PANEL`] lines
+/// that share their axes' ranges, each with its legend right of its data, as
+/// wide as its longest label. Where a point stands for several runs, a band
+/// of ± one standard deviation shows their spread.
+fn line_plot(series: &Series, x_label: &str, y_label: &str, axes: Axes) -> Result<Option<String>> {
+    let series: Series = match axes.log2_x {
+        true => series
+            .iter()
+            .map(|(label, points)| {
+                let points = points.iter().filter(|p| p.0 > 0.0);
+                (
+                    label.clone(),
+                    points.map(|&(x, y, sd)| (x.log2(), y, sd)).collect(),
+                )
+            })
+            .collect(),
+        false => series.clone(),
+    };
+    let Some(((x0, x1), (y0, y1))) = bounds(&series, axes) else {
         return Ok(None);
     };
-    let panels = panels(series);
-    let svg_text = svg(panels.len(), |area| {
+    let longest = series.iter().map(|(l, _)| l.chars().count()).max();
+    let legend = legend_width(longest.unwrap_or(0));
+    let panels = panels(&series);
+    let svg_text = svg(DATA_WIDTH + legend, panels.len(), |area| {
         let draw = |e: DrawingAreaErrorKind<_>| e.to_string();
         for (lines, area) in panels.iter().zip(area.split_evenly((panels.len(), 1))) {
-            let (data, legend) = area.split_horizontally(PLOT_WIDTH - LEGEND_WIDTH);
+            let (data, legend_area) = area.split_horizontally(DATA_WIDTH);
             let mut builder = ChartBuilder::on(&data);
             builder
                 .margin(12)
@@ -733,16 +838,35 @@ fn line_plot(series: &Series, x_label: &str, y_label: &str, log_y: bool) -> Resu
                     let mut chart = $chart;
                     let mut mesh = chart.configure_mesh();
                     mesh.x_desc(x_label).y_desc(y_label);
+                    if axes.log2_x {
+                        let ticks = (x1 - x0).ceil() as usize + 1;
+                        mesh.x_labels(ticks).x_label_formatter(&log2_tick);
+                    }
                     $(mesh.y_label_formatter($y_ticks);)?
                     mesh.draw().map_err(draw)?;
                     for (i, (_, pts)) in lines.iter().enumerate() {
-                        let finite = pts.iter().copied().filter(|(_, y)| y.is_finite() && (!log_y || *y > 0.0));
-                        let colour = COLOURS[i % COLOURS.len()].stroke_width(2);
-                        chart.draw_series(LineSeries::new(finite, colour)).map_err(draw)?;
+                        let colour = COLOURS[i % COLOURS.len()];
+                        let finite: Vec<Point> = pts
+                            .iter()
+                            .copied()
+                            .filter(|(_, y, _)| y.is_finite() && (!axes.log_y || *y > 0.0))
+                            .collect();
+                        if !axes.log_y && finite.iter().any(|p| p.2 > 0.0) {
+                            let upper = finite.iter().map(|&(x, y, sd)| (x, y + sd));
+                            let lower = finite.iter().rev().map(|&(x, y, sd)| (x, y - sd));
+                            let band = upper.chain(lower).collect::<Vec<_>>();
+                            chart
+                                .draw_series(std::iter::once(Polygon::new(band, colour.mix(0.18))))
+                                .map_err(draw)?;
+                        }
+                        let line = finite.iter().map(|&(x, y, _)| (x, y));
+                        chart
+                            .draw_series(LineSeries::new(line, colour.stroke_width(2)))
+                            .map_err(draw)?;
                     }
                 }};
             }
-            if log_y {
+            if axes.log_y {
                 let chart = builder
                     .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
                     .map_err(draw)?;
@@ -751,7 +875,7 @@ fn line_plot(series: &Series, x_label: &str, y_label: &str, log_y: bool) -> Resu
                 let chart = builder.build_cartesian_2d(x0..x1, y0..y1).map_err(draw)?;
                 finish!(chart);
             }
-            draw_legend(&legend, lines).map_err(draw)?;
+            draw_legend(&legend_area, lines).map_err(draw)?;
         }
         Ok(())
     })?;
@@ -774,57 +898,74 @@ fn draw_legend<DB: DrawingBackend>(
     Ok(())
 }
 
-/// Test NE against `x` of each evaluation, averaged over a cell's seeds
-/// (their evaluations are at the same points).
+/// Test NE against `x` of each evaluation, mean and spread over a cell's
+/// seeds (their evaluations are at the same points).
 fn quality_plot(
     cells: &[Cell],
     x: impl Fn(&crate::metrics::EvalPoint) -> f64,
     x_label: &str,
 ) -> Result<Option<String>> {
-    let series: Series = cells
+    let plotted: Vec<(&Cell, usize)> = cells
         .iter()
         .filter_map(|cell| {
             let len = cell.runs.iter().map(|r| r.report.history.len()).min()?;
-            (len >= 2).then(|| {
-                let points = (0..len)
-                    .map(|i| {
-                        let at = |f: &dyn Fn(&crate::metrics::EvalPoint) -> f64| {
-                            cell.stat(|r| f(&r.report.history[i])).0
-                        };
-                        (at(&x), at(&|p| p.metrics.ne))
-                    })
-                    .collect();
-                (cell.label(), points)
-            })
+            (len >= 2).then_some((cell, len))
         })
         .collect();
-    line_plot(&series, x_label, "test NE", false)
+    let labels = legend_labels(&plotted.iter().map(|(c, _)| *c).collect::<Vec<_>>(), "");
+    let series: Series = plotted
+        .iter()
+        .zip(labels)
+        .map(|((cell, len), label)| {
+            let points = (0..*len)
+                .map(|i| {
+                    let (ne, sd) = cell.stat(|r| r.report.history[i].metrics.ne);
+                    (cell.stat(|r| x(&r.report.history[i])).0, ne, sd)
+                })
+                .collect();
+            (label, points)
+        })
+        .collect();
+    line_plot(
+        &series,
+        x_label,
+        "test NE (band: ± sd over seeds)",
+        Axes::default(),
+    )
 }
 
-/// Examples/s against trainers, one line per setting of the other keys.
+/// Examples/s against trainers (a log₂ axis, y from 0), one line per setting
+/// of the other keys, bands of ± sd over seeds.
 fn throughput_plot(experiment: &Experiment, cells: &[Cell]) -> Result<Option<String>> {
     if !experiment.keys.iter().any(|k| k == TRAINERS) {
         return Ok(None);
     }
+    let with_n: Vec<(&Cell, i64)> = cells
+        .iter()
+        .filter_map(|c| Some((c, c.setting(TRAINERS).and_then(Value::as_integer)?)))
+        .collect();
+    let labels = legend_labels(
+        &with_n.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+        TRAINERS,
+    );
     let mut series: Series = Vec::new();
-    for cell in cells {
-        let Some(n) = cell.setting(TRAINERS).and_then(Value::as_integer) else {
-            continue;
-        };
-        let label = cell
-            .settings
-            .iter()
-            .filter(|(k, _)| k != TRAINERS)
-            .map(|(_, v)| text(v))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let point = (n as f64, cell.stat(|r| r.report.examples_per_sec).0);
+    for ((cell, n), label) in with_n.iter().zip(labels) {
+        let (mean, sd) = cell.stat(|r| r.report.examples_per_sec);
+        let point = (*n as f64, mean, sd);
         match series.iter_mut().find(|(l, _)| *l == label) {
             Some((_, points)) => points.push(point),
             None => series.push((label, vec![point])),
         }
     }
-    line_plot(&series, "trainers", "examples/s, all trainers", false)
+    for (_, points) in &mut series {
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let axes = Axes {
+        log2_x: true,
+        y_from_zero: true,
+        ..Axes::default()
+    };
+    line_plot(&series, "trainers", "examples/s, all trainers (± sd)", axes)
 }
 
 /// The share of each bucket of a histogram summed over a cell's trainers and
@@ -834,7 +975,7 @@ fn histogram_plot(
     x_label: &str,
     histogram: impl Fn(&shadowsync_actors::stats::TrainerStats) -> [u64; HISTOGRAM_BUCKETS],
 ) -> Result<Option<String>> {
-    let series: Series = cells
+    let shares: Vec<(&Cell, Vec<Point>)> = cells
         .iter()
         .filter_map(|cell| {
             let mut counts = [0u64; HISTOGRAM_BUCKETS];
@@ -854,40 +995,58 @@ fn histogram_plot(
                 let points = counts
                     .iter()
                     .enumerate()
-                    .map(|(k, &c)| (k as f64 - 1.0, c as f64 / total as f64))
+                    .map(|(k, &c)| (k as f64 - 1.0, c as f64 / total as f64, 0.0))
                     .collect();
-                (cell.label(), points)
+                (cell, points)
             })
         })
         .collect();
+    let labels = legend_labels(&shares.iter().map(|(c, _)| *c).collect::<Vec<_>>(), "");
+    let series: Series = labels
+        .into_iter()
+        .zip(shares.into_iter().map(|s| s.1))
+        .collect();
+    let axes = Axes {
+        y_from_zero: true,
+        ..Axes::default()
+    };
     line_plot(
         &series,
         &format!("{x_label}: log2 of the bucket's lower end (−1: none)"),
         "share of syncs",
-        false,
+        axes,
     )
 }
 
 /// Consensus distance over time, of each cell's first run.
 fn consensus_plot(cells: &[Cell]) -> Result<Option<String>> {
-    let series: Series = cells
+    let sampled: Vec<(&Cell, Vec<Point>)> = cells
         .iter()
         .filter_map(|cell| {
             let run = cell.runs.first()?;
-            let points: Vec<(f64, f64)> = run
+            let points: Vec<Point> = run
                 .report
                 .cluster
                 .consensus
                 .iter()
-                .map(|p| (p.seconds, p.distance))
+                .map(|p| (p.seconds, p.distance, 0.0))
                 .collect();
             points
                 .iter()
-                .any(|(_, d)| *d > 0.0)
-                .then(|| (cell.label(), points))
+                .any(|(_, d, _)| *d > 0.0)
+                .then_some((cell, points))
         })
         .collect();
-    line_plot(&series, "seconds", "consensus distance (log)", true)
+    let labels = legend_labels(&sampled.iter().map(|(c, _)| *c).collect::<Vec<_>>(), "");
+    let series: Series = labels
+        .into_iter()
+        .zip(sampled.into_iter().map(|s| s.1))
+        .collect();
+    let axes = Axes {
+        log_y: true,
+        ..Axes::default()
+    };
+    line_plot(&series, "seconds", "consensus distance (log)", axes)
 }
 
 #[cfg(test)]
@@ -896,7 +1055,7 @@ mod tests {
 
     #[test]
     fn over_six_lines_a_plot_has_a_panel_per_algorithm() {
-        let line = |label: &str| (label.to_string(), vec![(0.0, 1.0), (1.0, 2.0)]);
+        let line = |label: &str| (label.to_string(), vec![(0.0, 1.0, 0.0), (1.0, 2.0, 0.0)]);
         let few: Series = ["none, 2", "shadow-ma, 2"].map(line).to_vec();
         assert_eq!(panels(&few).len(), 1);
         let algorithms = ["none", "shadow-ma", "shadow-easgd", "shadow-bmuf"];
@@ -930,6 +1089,55 @@ mod tests {
         assert!((p - 0.036_188_757_2).abs() < 1e-6, "{p}");
         assert_eq!(welch_p(&a, &b[..1]), None);
         assert_eq!(welch_p(&[1.0, 1.0], &[1.0, 1.0]), None);
+    }
+
+    #[test]
+    fn legends_name_only_what_varies_each_table_key_apart() {
+        let results: Vec<RunResult> = Vec::new();
+        let cell = |algorithm: &str, trainers: i64, schedule: &str| Cell {
+            settings: vec![
+                ("train.trainers".into(), Value::Integer(trainers)),
+                (
+                    "sync".into(),
+                    Value::Table(toml::toml! {
+                        algorithm = algorithm
+                        group_size = 2
+                        schedule = schedule
+                    }),
+                ),
+            ],
+            runs: results.iter().collect(),
+        };
+        let cells = [
+            cell("fr-ma:1", 8, "alternating"),
+            cell("fr-ma:1", 8, "random"),
+            cell("sync-sgd", 8, "random"),
+        ];
+        let refs: Vec<&Cell> = cells.iter().collect();
+        assert_eq!(
+            legend_labels(&refs, ""),
+            [
+                "algorithm fr-ma:1, schedule alternating",
+                "algorithm fr-ma:1, schedule random",
+                "algorithm sync-sgd, schedule random"
+            ]
+        );
+        assert_eq!(
+            legend_labels(&refs[..1], TRAINERS),
+            ["algorithm fr-ma:1, group_size 2, schedule alternating"]
+        );
+        let by_n = [cell("none", 2, "global"), cell("none", 4, "global")];
+        let refs: Vec<&Cell> = by_n.iter().collect();
+        let alike = "algorithm none, group_size 2, schedule global";
+        assert_eq!(legend_labels(&refs, TRAINERS), [alike, alike]);
+    }
+
+    #[test]
+    fn log2_ticks_are_whole_powers_of_two() {
+        assert_eq!(log2_tick(&0.0), "1");
+        assert_eq!(log2_tick(&4.0), "16");
+        assert_eq!(log2_tick(&2.5), "");
+        assert!(legend_width(40) > 40 * 7);
     }
 
     #[test]

@@ -12,6 +12,19 @@ fn shadowsync(args: &[&str]) -> Output {
     common::shadowsync(args).output().unwrap()
 }
 
+/// The texts an SVG plot shows (legend labels, ticks, axis names).
+fn svg_texts(path: &Path) -> Vec<String> {
+    let svg = std::fs::read_to_string(path).unwrap();
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|element| {
+            let start = element.find('>')? + 1;
+            let end = element.find("</text>")?;
+            Some(element[start..end].trim().to_string())
+        })
+        .collect()
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -159,6 +172,34 @@ fn a_grid_runs_resumes_and_is_reported() {
             "{plot}"
         );
     }
+
+    // Legends name what varies among the lines, each line once, whole; a
+    // lone line says all it is. Throughput against trainers: the trainers on
+    // the axis (a tick at each power of two), not in the legend; y from 0.
+    let texts = |plot: &str| svg_texts(&docs.join("cli-grid").join(plot));
+    let legends = [
+        (
+            "throughput.svg",
+            &["algorithm none", "algorithm shadow-ma"][..],
+        ),
+        (
+            "consensus.svg",
+            &["algorithm none", "algorithm shadow-ma"][..],
+        ),
+        ("sync-gap.svg", &["algorithm shadow-ma, trainers 2"][..]),
+    ];
+    for (plot, labels) in legends {
+        let shown = texts(plot);
+        for label in labels {
+            let times = shown.iter().filter(|t| t == label).count();
+            assert_eq!(times, 1, "{plot}: {label:?} in {shown:?}");
+        }
+    }
+    let shown = texts("throughput.svg");
+    for tick in ["1", "2", "0.0"] {
+        assert!(shown.iter().any(|t| t == tick), "{tick:?} in {shown:?}");
+    }
+    assert!(!shown.iter().any(|t| t.contains("trainers 2")), "{shown:?}");
 
     // Against `none` unless the grid names another baseline.
     assert!(
