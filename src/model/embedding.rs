@@ -71,7 +71,8 @@ impl WrittenRows {
         }
         for &row in rows {
             if let Some(word) = self.words.get(row as usize / 64) {
-                word.fetch_or(1 << (row % 64), Ordering::Relaxed);
+                // Release: whoever takes the mark sees the write before it.
+                word.fetch_or(1 << (row % 64), Ordering::Release);
             }
         }
     }
@@ -80,7 +81,7 @@ impl WrittenRows {
     pub fn take(&self) -> Vec<usize> {
         let mut rows = Vec::new();
         for (w, word) in self.words.iter().enumerate() {
-            let mut bits = word.swap(0, Ordering::Relaxed);
+            let mut bits = word.swap(0, Ordering::Acquire);
             while bits != 0 {
                 rows.push(w * 64 + bits.trailing_zeros() as usize);
                 bits &= bits - 1;
@@ -283,8 +284,7 @@ impl EmbeddingTable {
             ))
             .into());
         }
-        self.written.mark(ids);
-        with_values_mut(&self.weight, |weight: &mut [f32]| {
+        let written = with_values_mut(&self.weight, |weight: &mut [f32]| {
             let rows = weight.len() / width;
             // `state` is empty for a rule without one.
             let mut update = |state: &mut [f32]| -> Result<()> {
@@ -308,7 +308,12 @@ impl EmbeddingTable {
                 Some(state) => with_values_mut(state, |state: &mut [f32]| update(state))?,
                 None => update(&mut []),
             }
-        })?
+        });
+        // Marked once written, never before: a merge that takes the marks in
+        // between would read the rows unchanged and clear their marks, and
+        // the update would never cross to the other ranks.
+        self.written.mark(ids);
+        written?
     }
 }
 
