@@ -334,46 +334,11 @@ impl CheckpointStore {
             std::fs::remove_dir_all(&tmp).map_err(fail)?;
         }
         std::fs::create_dir(&tmp).map_err(fail)?;
-        let state = serialize(&checkpoint.arrays()).map_err(|reason| Error::Checkpoint {
-            path: tmp.clone(),
-            reason,
-        })?;
-        write_synced(&tmp.join(STATE_FILE), &state)?;
-        let manifest = Manifest {
-            version: VERSION,
-            reason: checkpoint.reason,
-            created_unix: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            config: checkpoint.config.clone(),
-            trainers: checkpoint
-                .cluster
-                .trainers
-                .iter()
-                .map(|t| TrainerCounts {
-                    steps: t.steps,
-                    examples: t.examples,
-                    sync_round: t.sync.round,
-                })
-                .collect(),
-            positions: checkpoint
-                .cluster
-                .learners
-                .iter()
-                .map(|l| l.as_ref().map(|l| l.position))
-                .collect(),
-            train_seconds: checkpoint.train_seconds,
-            history: checkpoint.history.clone(),
-            data: checkpoint.data.clone(),
-            state_bytes: state.len() as u64,
-            state_sha256: sha256_hex(&state),
-        };
-        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Checkpoint {
-            path: tmp.clone(),
-            reason: format!("cannot write the manifest: {e}"),
-        })?;
-        write_synced(&tmp.join(MANIFEST_FILE), &json)?;
-        sync_dir(&tmp)?;
+        // A write that fails (a full disk) leaves no temporary directory.
+        if let Err(e) = write_checkpoint(&tmp, checkpoint) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
         let path = self.dir.join(name);
         std::fs::rename(&tmp, &path).map_err(fail)?;
         sync_dir(&self.dir)?;
@@ -506,6 +471,51 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// Writes `checkpoint`'s state and manifest into the directory `tmp`,
+/// synced.
+fn write_checkpoint(tmp: &Path, checkpoint: &Checkpoint) -> Result<()> {
+    let state = serialize(&checkpoint.arrays()).map_err(|reason| Error::Checkpoint {
+        path: tmp.to_path_buf(),
+        reason,
+    })?;
+    write_synced(&tmp.join(STATE_FILE), &state)?;
+    let manifest = Manifest {
+        version: VERSION,
+        reason: checkpoint.reason,
+        created_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        config: checkpoint.config.clone(),
+        trainers: checkpoint
+            .cluster
+            .trainers
+            .iter()
+            .map(|t| TrainerCounts {
+                steps: t.steps,
+                examples: t.examples,
+                sync_round: t.sync.round,
+            })
+            .collect(),
+        positions: checkpoint
+            .cluster
+            .learners
+            .iter()
+            .map(|l| l.as_ref().map(|l| l.position))
+            .collect(),
+        train_seconds: checkpoint.train_seconds,
+        history: checkpoint.history.clone(),
+        data: checkpoint.data.clone(),
+        state_bytes: state.len() as u64,
+        state_sha256: sha256_hex(&state),
+    };
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Checkpoint {
+        path: tmp.to_path_buf(),
+        reason: format!("cannot write the manifest: {e}"),
+    })?;
+    write_synced(&tmp.join(MANIFEST_FILE), &json)?;
+    sync_dir(tmp)
 }
 
 /// Writes `bytes` to `path` and syncs it to disk.

@@ -341,6 +341,36 @@ fn no_output_replaces_an_input_a_link_or_a_device() {
 }
 
 #[test]
+fn checkpoints_on_a_full_disk_fail_the_run_and_leave_no_temporary_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = dir.path().join("ckpt");
+    let command = format!(
+        "trap '' XFSZ; ulimit -f 2; exec {} {} --checkpoint-dir {}",
+        env!("CARGO_BIN_EXE_shadowsync"),
+        small(
+            &sample_str("criteo_kaggle_paddlerec_train100.tsv"),
+            &sample_str("criteo_kaggle_paddlerec_test100.tsv")
+        )
+        .join(" "),
+        path(&checkpoints)
+    );
+    let out = Command::new("bash")
+        .args(["-c", &command])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    fails_saying(
+        &out,
+        &["trained to the end, but 1 checkpoints could not be saved"],
+    );
+    let left: Vec<_> = std::fs::read_dir(&checkpoints)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
 fn gen_data_on_a_full_disk_leaves_no_partial_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("data");

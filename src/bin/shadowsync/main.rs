@@ -224,18 +224,38 @@ fn train_command(args: &TrainArgs) -> Result<()> {
     if let Some(error) = report.error {
         anyhow::bail!("training stopped early: {error}");
     }
+    let unsaved = report.checkpoint_errors.last();
     if report.interrupted {
-        match &report.config.checkpoint.dir {
-            Some(dir) => anyhow::bail!(
-                "interrupted; continue with: {}shadowsync train --resume {}",
-                match fabric.processes() {
-                    1 => String::new(),
-                    ranks => format!("mpirun -np {ranks} "),
-                },
+        let resume = match fabric.processes() {
+            1 => String::new(),
+            ranks => format!("mpirun -np {ranks} "),
+        };
+        match (&report.config.checkpoint.dir, &report.checkpoint, unsaved) {
+            (None, _, _) => {
+                anyhow::bail!("interrupted (no checkpoint: --checkpoint-dir not set)")
+            }
+            (Some(_), None, error) => anyhow::bail!(
+                "interrupted; no checkpoint was saved, nothing to resume from{}",
+                error.map_or(String::new(), |e| format!(" ({e})"))
+            ),
+            (Some(dir), Some(last), Some(error)) => anyhow::bail!(
+                "interrupted; {} checkpoints could not be saved (the last: {error}); the \
+                 newest saved is {}; continue with: {resume}shadowsync train --resume {}",
+                report.checkpoint_errors.len(),
+                last.display(),
                 dir.display()
             ),
-            None => anyhow::bail!("interrupted (no checkpoint: --checkpoint-dir not set)"),
+            (Some(dir), Some(_), None) => anyhow::bail!(
+                "interrupted; continue with: {resume}shadowsync train --resume {}",
+                dir.display()
+            ),
         }
+    }
+    if let Some(error) = unsaved {
+        anyhow::bail!(
+            "trained to the end, but {} checkpoints could not be saved; the last: {error}",
+            report.checkpoint_errors.len()
+        );
     }
     Ok(())
 }
