@@ -177,6 +177,12 @@ impl DataFile {
     }
 }
 
+/// Whether `dir` is one checkpoint (`ckpt-NNNNNN`, its manifest inside),
+/// rather than the directory that holds them.
+pub fn is_one_checkpoint(dir: &Path) -> bool {
+    dir.join(MANIFEST_FILE).is_file()
+}
+
 impl Checkpoint {
     /// Examples trained, all trainers.
     pub fn examples(&self) -> u64 {

@@ -371,6 +371,26 @@ fn checkpoints_on_a_full_disk_fail_the_run_and_leave_no_temporary_files() {
 }
 
 #[test]
+fn resume_given_one_checkpoint_or_a_missing_directory_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = dir.path().join("ckpt");
+    let train = sample_str("criteo_kaggle_paddlerec_train100.tsv");
+    let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
+    let mut args = small(&train, &test);
+    args.extend(["--checkpoint-dir", path(&checkpoints)]);
+    let out = run(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    let one = checkpoints.join("ckpt-000001");
+    let out = run(&["train", "--resume", path(&one)]);
+    let parent = format!("--resume {}", checkpoints.display());
+    fails_saying(&out, &["is one checkpoint", &parent]);
+    let missing = dir.path().join("missing");
+    let out = run(&["train", "--resume", path(&missing)]);
+    fails_saying(&out, &["is not a checkpoint directory (it does not exist)"]);
+    assert!(!missing.exists(), "--resume made the directory");
+}
+
+#[test]
 fn gen_data_on_a_full_disk_leaves_no_partial_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("data");

@@ -31,7 +31,7 @@
 //! started, supervised until the trainers are done, the final model scored)
 //! and the report.
 
-use crate::checkpoint::{Checkpoint, CheckpointStore};
+use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore};
 use crate::config::{Config, EmbeddingsMode};
 use crate::data::{
     BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, TableLayout,
@@ -269,6 +269,27 @@ pub fn resume_on(
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
     let own = process_dir(dir, fabric.as_ref());
+    if is_one_checkpoint(dir) {
+        let parent = dir.parent().unwrap_or(dir);
+        return Err(Error::config(
+            "resume",
+            format!(
+                "{} is one checkpoint; --resume takes the directory that holds them: \
+                 --resume {}",
+                dir.display(),
+                parent.display()
+            ),
+        ));
+    }
+    if fabric.processes() == 1 && !dir.is_dir() {
+        return Err(Error::config(
+            "resume",
+            format!(
+                "{} is not a checkpoint directory (it does not exist)",
+                dir.display()
+            ),
+        ));
+    }
     if fabric.processes() > 1 && !own.is_dir() {
         return Err(Error::config(
             "resume",
