@@ -343,13 +343,20 @@ impl<'a> Session<'a> {
 
     /// Waits a progress tick, and saves a checkpoint if the trainers parked
     /// for one meanwhile (they wait for it: they are looked for more often).
+    /// Not once the cluster is stopped: its trainers are ending, parked or
+    /// not, and [`Session::end`] saves the state they end in.
     fn checkpoint_when_parked(&mut self, observer: &mut dyn Observer) {
         let tick = Instant::now();
         let parked = || self.saver.is_some() && self.cluster.parked();
         while tick.elapsed() < PROGRESS_EVERY && !parked() {
             std::thread::sleep(PARKED_EVERY);
         }
-        let Some(saver) = self.saver.as_ref().filter(|_| self.cluster.parked()) else {
+        let stopped = self.cluster.stopped();
+        let Some(saver) = self
+            .saver
+            .as_ref()
+            .filter(|_| self.cluster.parked() && !stopped)
+        else {
             return;
         };
         let holding = Instant::now();
