@@ -48,6 +48,27 @@ fn sample_str(name: &str) -> String {
     sample(name).to_str().unwrap().to_string()
 }
 
+/// Runs the binary with `args` where no file may grow past `kib` KiB, as on a
+/// full disk: the signal that limit sends is ignored, so writes get the error.
+fn run_on_a_full_disk(kib: u32, args: &[&str]) -> Output {
+    let command = format!(
+        "trap '' XFSZ; ulimit -f {kib}; exec {} {}",
+        env!("CARGO_BIN_EXE_shadowsync"),
+        args.join(" ")
+    );
+    Command::new("bash")
+        .args(["-c", &command])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// Makes a FIFO at `path`.
+fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
 /// Sends `signal` (`INT`, `TERM`) to `child`.
 /// Sends `signal` (`TERM` or `INT`) to `child` once it has installed its
 /// handler for it (a process still loading libtorch would just be killed).
@@ -151,11 +172,7 @@ fn pipes_fifos_and_standard_input_train_plain_or_gzip() {
     let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
     let results = dir.path().join("results.json");
     let fifo = dir.path().join("train.fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    mkfifo(&fifo);
     for input in [&plain, &gzip] {
         for train in ["-", "/dev/stdin", path(&fifo)] {
             let mut args = small(train, &test);
@@ -264,19 +281,9 @@ fn results_that_cannot_be_written_leave_the_previous_file_whole() {
     std::fs::write(&results, previous).unwrap();
     let train = sample_str("criteo_kaggle_paddlerec_train100.tsv");
     let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
-    // Files may not grow past 2 KB (as on a full disk, writes fail); the
-    // signal that limit sends is ignored, so the write gets the error.
-    let command = format!(
-        "trap '' XFSZ; ulimit -f 2; exec {} {} --results {}",
-        env!("CARGO_BIN_EXE_shadowsync"),
-        small(&train, &test).join(" "),
-        path(&results)
-    );
-    let out = Command::new("bash")
-        .args(["-c", &command])
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+    let mut args = small(&train, &test);
+    args.extend(["--results", path(&results)]);
+    let out = run_on_a_full_disk(2, &args);
     fails_saying(&out, &["results not written", "test (100 examples): NE"]);
     assert_eq!(std::fs::read(&results).unwrap(), previous);
     let names: Vec<_> = std::fs::read_dir(dir.path())
@@ -324,11 +331,7 @@ fn no_output_replaces_an_input_a_link_or_a_device() {
     assert_eq!(report["examples"], 100);
     // A FIFO is written into, not replaced by a file.
     let fifo = dir.path().join("results.fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    mkfifo(&fifo);
     let reader = {
         let fifo = fifo.clone();
         std::thread::spawn(move || std::fs::read(fifo).unwrap())
@@ -344,21 +347,13 @@ fn no_output_replaces_an_input_a_link_or_a_device() {
 fn checkpoints_on_a_full_disk_fail_the_run_and_leave_no_temporary_files() {
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = dir.path().join("ckpt");
-    let command = format!(
-        "trap '' XFSZ; ulimit -f 2; exec {} {} --checkpoint-dir {}",
-        env!("CARGO_BIN_EXE_shadowsync"),
-        small(
-            &sample_str("criteo_kaggle_paddlerec_train100.tsv"),
-            &sample_str("criteo_kaggle_paddlerec_test100.tsv")
-        )
-        .join(" "),
-        path(&checkpoints)
+    let (train, test) = (
+        sample_str("criteo_kaggle_paddlerec_train100.tsv"),
+        sample_str("criteo_kaggle_paddlerec_test100.tsv"),
     );
-    let out = Command::new("bash")
-        .args(["-c", &command])
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+    let mut args = small(&train, &test);
+    args.extend(["--checkpoint-dir", path(&checkpoints)]);
+    let out = run_on_a_full_disk(2, &args);
     fails_saying(
         &out,
         &["trained to the end, but 1 checkpoints could not be saved"],
@@ -394,15 +389,7 @@ fn resume_given_one_checkpoint_or_a_missing_directory_says_so() {
 fn gen_data_on_a_full_disk_leaves_no_partial_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("data");
-    let command = format!(
-        "trap '' XFSZ; ulimit -f 64; exec {} gen-data --out {} --rows 20000",
-        env!("CARGO_BIN_EXE_shadowsync"),
-        path(&out)
-    );
-    let done = Command::new("bash")
-        .args(["-c", &command])
-        .output()
-        .unwrap();
+    let done = run_on_a_full_disk(64, &["gen-data", "--out", path(&out), "--rows", "20000"]);
     fails_saying(&done, &["train.tsv"]);
     let left: Vec<_> = std::fs::read_dir(&out)
         .unwrap()
@@ -449,11 +436,7 @@ fn a_bad_first_line_is_named_not_reported_as_an_empty_file() {
 fn sigterm_ends_a_run_blocked_opening_a_pipe_with_no_writer() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("test.fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    mkfifo(&fifo);
     let train = sample_str("criteo_kaggle_paddlerec_train100.tsv");
     let child = shadowsync(&small(&train, path(&fifo)))
         .stdout(Stdio::piped())
