@@ -13,6 +13,9 @@ use shadowsync_actors::faults::Fault;
 use shadowsync_actors::sync::{Algorithm, GroupPlan, Rules, Schedule, SyncConfig};
 use std::path::{Path, PathBuf};
 
+mod ignored;
+pub use ignored::clear_ignored_in_grid;
+
 /// Everything a training run needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -352,7 +355,14 @@ impl Config {
         self.validate_sync(processes)?;
         self.validate_checkpoint()?;
         self.validate_model()?;
-        self.validate_data()
+        self.validate_data()?;
+        match self.ignored_keys(processes).into_iter().next() {
+            Some((key, why)) => Err(Error::config(
+                key,
+                format!("is set, but this run would ignore it: {why}"),
+            )),
+            None => Ok(()),
+        }
     }
 
     fn validate_optim(&self) -> Result<()> {
@@ -473,25 +483,10 @@ impl Config {
                 ),
             ));
         }
-        if self.sync.alpha.is_some() && self.sync.algorithm.rule() != Some("easgd") {
-            return Err(Error::config(
-                "sync.alpha",
-                format!(
-                    "is EASGD's elasticity; {} has none (use shadow-easgd or fr-easgd:K)",
-                    self.sync.algorithm
-                ),
-            ));
-        }
         Ok(())
     }
 
     fn validate_checkpoint(&self) -> Result<()> {
-        if self.checkpoint.every_steps > 0 && self.checkpoint.dir.is_none() {
-            return Err(Error::config(
-                "checkpoint.every_steps",
-                "checkpoints need a directory: set checkpoint.dir (--checkpoint-dir)",
-            ));
-        }
         if self.checkpoint.keep == 0 {
             return Err(Error::config(
                 "checkpoint.keep",
@@ -705,14 +700,13 @@ mod tests {
         let c = parse(
             "[train]\ntrainers = 4\n[sync]\nalgorithm = \"shadow-ma\"\ngroup_size = 2\n\
              schedule = \"random\"\nseed = 0\nwrite_back = \"delta\"\nmin_interval_ms = 20.0\nmin_steps = 4\n\
-             max_cpu_share = 0.02\nshadow_threads = \"per-process\"\nserver_shards = 1\n\
+             max_cpu_share = 0.02\nshadow_threads = \"per-process\"\n\
              link = { latency_us = 200.0, bandwidth_gbps = 1.0 }\n",
         )
         .unwrap();
         assert_eq!(c.sync.shadow_threads, ShadowThreads::PerProcess);
         assert_eq!(c.sync.algorithm.to_string(), "shadow-ma");
         assert_eq!((c.sync.group_size, c.train.trainers), (2, 4));
-        assert_eq!(c.sync.server_shards, Some(1));
         assert_eq!(
             (c.sync.link.latency_us, c.sync.link.bandwidth_gbps),
             (200.0, 1.0)
@@ -772,6 +766,7 @@ mod tests {
     #[test]
     fn across_processes_groups_span_the_whole_job() {
         let mut c = Config::default();
+        c.sync.algorithm = "shadow-ma".parse().unwrap();
         c.train.trainers = 2;
         c.sync.group_size = 4;
         assert!(c.validate().is_err());

@@ -23,13 +23,17 @@
 //! its configuration is the base with those keys set. A key or value the
 //! configuration does not take fails the whole experiment before anything
 //! runs; a combination it rejects as out of range (a group larger than the
-//! trainers) is [`Skipped`] with the reason. [`run_grid`] writes each run's
+//! trainers) is [`Skipped`] with the reason. A key the base sets for some
+//! runs that others would ignore (a link for the shadow runs beside a `none`
+//! baseline) is taken back to its default in those others; a run whose own
+//! grid values set a key its mode ignores (a group size under `none`), or
+//! that sets one no run reads, is [`Skipped`]. [`run_grid`] writes each run's
 //! [`TrainReport`] to `OUT/NAME/runs/ID.json` as soon as it ends, and reuses a
 //! report already there whose configuration is the run's and which finished.
 //! The experiments of the project's results documents are built in
 //! ([`Experiment::named`]).
 
-use crate::config::Config;
+use crate::config::{clear_ignored_in_grid, Config};
 use crate::train::{self, Observer, TrainReport};
 use crate::{output, Error, Result};
 use serde::{Deserialize, Serialize};
@@ -187,6 +191,7 @@ impl Experiment {
             keys: axes.iter().map(|(k, _)| k.clone()).collect(),
             source: text.to_string(),
         };
+        let (mut cells, mut configs, mut own_keys) = (Vec::new(), Vec::new(), Vec::new());
         for settings in combinations(&axes) {
             let id = run_id(&settings);
             let mut table = file.base.clone();
@@ -197,6 +202,19 @@ impl Experiment {
             let config: Config = Value::Table(table)
                 .try_into()
                 .map_err(|e| Error::config(format!("{origin}: run {id}"), e.to_string()))?;
+            own_keys.push(
+                settings
+                    .iter()
+                    .flat_map(|(key, value)| leaf_keys(key, value))
+                    .collect::<Vec<_>>(),
+            );
+            cells.push((id, settings));
+            configs.push(config);
+        }
+        // The base may set a key for the cells that read it (a link for the
+        // shadow runs beside a `none` baseline).
+        clear_ignored_in_grid(&mut configs, &own_keys);
+        for ((id, settings), config) in cells.into_iter().zip(configs) {
             match config.validate() {
                 Ok(()) => experiment.runs.push(Run {
                     id,
@@ -316,6 +334,18 @@ fn run_id(settings: &[(String, Value)]) -> String {
 
 /// Sets the dotted `key` of `table` to `value`, creating tables on the way; a
 /// table value sets each of its keys, leaving the others as they were.
+/// The dotted keys `value` sets at `key`: `key` itself, or each of its
+/// table's leaves.
+fn leaf_keys(key: &str, value: &Value) -> Vec<String> {
+    match value {
+        Value::Table(keys) => keys
+            .iter()
+            .flat_map(|(k, v)| leaf_keys(&format!("{key}.{k}"), v))
+            .collect(),
+        _ => vec![key.to_string()],
+    }
+}
+
 fn set_key(table: &mut Table, key: &str, value: Value) -> std::result::Result<(), String> {
     let mut parts = key.split('.').peekable();
     let mut at = table;
@@ -484,21 +514,28 @@ mod tests {
             [
                 "algorithm=none,trainers=1,group_size=0",
                 "algorithm=none,trainers=2,group_size=0",
-                "algorithm=none,trainers=2,group_size=2",
                 "algorithm=shadow-ma,trainers=1,group_size=0",
                 "algorithm=shadow-ma,trainers=2,group_size=0",
                 "algorithm=shadow-ma,trainers=2,group_size=2",
             ]
         );
-        // A group of 2 with 1 trainer is out of range: skipped, with why.
-        assert_eq!(e.skipped.len(), 2);
-        assert_eq!(e.skipped[0].id, "algorithm=none,trainers=1,group_size=2");
-        assert!(
-            e.skipped[0].reason.contains("sync.group_size"),
-            "{}",
-            e.skipped[0].reason
+        // A group of 2 with 1 trainer is out of range, and `none` has no
+        // groups: skipped, with why.
+        let skipped: Vec<&str> = e.skipped.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(
+            skipped,
+            [
+                "algorithm=none,trainers=1,group_size=2",
+                "algorithm=none,trainers=2,group_size=2",
+                "algorithm=shadow-ma,trainers=1,group_size=2"
+            ]
         );
-        let run = &e.runs[5];
+        assert!(
+            e.skipped[1].reason.contains("sync.group_size") && e.skipped[1].reason.contains("none"),
+            "{}",
+            e.skipped[1].reason
+        );
+        let run = &e.runs[4];
         assert_eq!(run.config.train.trainers, 2);
         assert_eq!(run.config.sync.group_size, 2);
         assert_eq!(run.config.sync.algorithm.to_string(), "shadow-ma");
@@ -514,7 +551,7 @@ mod tests {
             [grid]
             "sync" = [
               { algorithm = "sync-sgd" },
-              { algorithm = "fr-ma:1", group_size = 2, schedule = "hypercube" },
+              { algorithm = "fr-ma:1", group_size = 2, schedule = "random" },
               { algorithm = "shadow-bmuf", eta = 0.5 },
               { algorithm = "shadow-bmuf", zeta = 0.5 },
             ]
@@ -526,7 +563,7 @@ mod tests {
             ids,
             [
                 "sync=algorithm_sync-sgd,trainers=4",
-                "sync=algorithm_fr-ma:1+group_size_2+schedule_hypercube,trainers=4",
+                "sync=algorithm_fr-ma:1+group_size_2+schedule_random,trainers=4",
                 "sync=algorithm_shadow-bmuf+eta_0.5,trainers=4",
                 "sync=algorithm_shadow-bmuf+zeta_0.5,trainers=4",
             ]
@@ -542,6 +579,8 @@ mod tests {
         assert_eq!((ds_sync.group_size, ds_sync.seed), (2, 7));
         assert_eq!(ds_sync.link.latency_us, 200.0);
         assert_eq!(e.runs[0].config.sync.group_size, 0);
+        // The base's seed is the random schedule's: the others run without it.
+        assert_eq!(e.runs[0].config.sync.seed, 0);
     }
 
     #[test]
@@ -593,7 +632,7 @@ mod tests {
         );
         let e = Experiment::parse(&text, "test").unwrap();
         let first = run_grid(&e, dir.path(), &mut ()).unwrap();
-        assert_eq!((first.trained, first.reused), (6, 0));
+        assert_eq!((first.trained, first.reused), (5, 0));
         assert!(!first.interrupted && first.failed.is_empty());
         for run in &e.runs {
             let result = RunResult::read(&run_file(&first.directory, &run.id)).unwrap();
@@ -606,7 +645,7 @@ mod tests {
         let mut changed = e.clone();
         changed.runs[1].config.train.seed += 1;
         let again = run_grid(&changed, dir.path(), &mut ()).unwrap();
-        assert_eq!((again.trained, again.reused), (2, 4));
+        assert_eq!((again.trained, again.reused), (2, 3));
         assert!(first.directory.join("experiment.toml").exists());
     }
 }

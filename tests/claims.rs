@@ -335,11 +335,13 @@ fn easgd_sixteen_beats_no_sync(dir: &Path) -> Claim {
     c.optim.sparse_lr = 0.05;
     c.train.trainers = 16;
     c.train.eval_every = 0;
-    c.sync.link.latency_us = 200.0;
-    c.sync.link.bandwidth_gbps = 1.0;
     let under = |sync: &str| {
         let mut c = c.clone();
         c.sync.algorithm = sync.parse().expect("a built-in algorithm");
+        if sync != "none" {
+            c.sync.link.latency_us = 200.0;
+            c.sync.link.bandwidth_gbps = 1.0;
+        }
         (0..3)
             .map(|i| {
                 let mut c = c.clone();

@@ -236,6 +236,29 @@ fn a_grid_runs_resumes_and_is_reported() {
             .all(|h| h.contains(" (p ") && h.contains("2, 2")),
         "{heads:?}"
     );
+
+    // A damaged results file: the report of the others is written, and the
+    // command fails naming the file.
+    std::fs::write(
+        runs.join("algorithm=none,trainers=1,seed=1.json"),
+        "{\"trunc",
+    )
+    .unwrap();
+    std::fs::remove_file(docs.join("cli-grid.md")).unwrap();
+    let out = shadowsync(&[
+        "report",
+        results.join("cli-grid").to_str().unwrap(),
+        "--out",
+        docs.to_str().unwrap(),
+    ]);
+    let said = common::text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("algorithm=none,trainers=1,seed=1.json"),
+        "{said}"
+    );
+    let document = std::fs::read_to_string(docs.join("cli-grid.md")).unwrap();
+    assert!(document.contains("7 of 8 runs have results"), "{document}");
 }
 
 #[test]

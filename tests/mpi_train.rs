@@ -45,6 +45,21 @@ fn two_ranks_of_two_trainers_train_the_whole_pass_on_half_a_table_each() {
     // pushed, counted apart from the dense sync's bytes.
     assert_eq!(distributed["embeddings"], "sharded", "{report}");
     assert!(distributed["sharded"]["fetches"].as_u64().unwrap() > 0);
+    // Every push counted where it went and where it was applied, and the
+    // two agree: rank 0 pushed to both ranks.
+    let sent = &distributed["sharded"]["pushes_sent"]["pushes"];
+    assert!(
+        sent.as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p.as_u64().unwrap() > 0),
+        "{sent}"
+    );
+    assert_eq!(
+        distributed["unaccounted_pushes"],
+        serde_json::json!([]),
+        "{report}"
+    );
     assert!(distributed["sparse_bytes_per_example"].as_f64().unwrap() > 0.0);
     assert!(distributed["dense_bytes_sent"].as_u64().unwrap() > 0);
     // Each rank holds its half of the rows one process holds.

@@ -133,9 +133,9 @@ fn a_sharded_table_trains_as_the_local_table() {
         if kind == ModelKind::Dlrm {
             (c.optim.dense_lr, c.optim.sparse_lr) = (0.01, 0.01);
         }
-        c.train.embedding_staleness = 1;
         let local = train(&c, &mut ()).unwrap();
         c.train.embeddings = Some(EmbeddingsMode::Sharded);
+        c.train.embedding_staleness = 1;
         let sharded = train(&c, &mut ()).unwrap();
         let (a, b) = (local.final_metrics, sharded.final_metrics);
         assert!(
@@ -182,11 +182,10 @@ fn a_bad_line_mid_run_keeps_what_was_computed() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = synthetic_config(dir.path(), 4_000);
     c.model.kind = ModelKind::Lr;
-    let data = shadowsync::data::SyntheticData::ensure(
-        c.data.synthetic.spec(),
-        &c.data.synthetic.directory(),
-    )
-    .unwrap();
+    // The built-in data's files, one line broken, read as the user's own.
+    let synthetic = std::mem::take(&mut c.data.synthetic);
+    let data =
+        shadowsync::data::SyntheticData::ensure(synthetic.spec(), &synthetic.directory()).unwrap();
     let text = std::fs::read_to_string(&data.train).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
     lines[3000] = "1\tnot-a-number";

@@ -228,7 +228,7 @@ impl GroupCoordinator {
         }
         if faults_due(&self.faults, trainer, round).any(|f| f.kind == FaultKind::CoordinatorPanic) {
             self.injected.insert(trainer, round);
-            panic!("injected coordinator panic");
+            crate::faults::inject_panic("injected coordinator panic".into());
         }
     }
 }

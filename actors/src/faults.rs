@@ -111,6 +111,17 @@ impl Fault {
     }
 }
 
+/// The payload of an injected panic, its message. A panic hook can tell it
+/// from a bug's: the `shadowsync` binary keeps the raw panic report of an
+/// injected one off stderr, where the recovery's WARN line already says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InjectedPanic(pub String);
+
+/// Panics with an [`InjectedPanic`].
+pub fn inject_panic(message: String) -> ! {
+    std::panic::panic_any(InjectedPanic(message))
+}
+
 /// The faults of `faults` that hit at `site`.
 pub fn faults_at(faults: &[Fault], site: FaultSite) -> Vec<Fault> {
     faults

@@ -30,6 +30,11 @@ pub fn unpanicked<T>(work: impl FnOnce() -> T) -> Result<T, String> {
             .downcast_ref::<String>()
             .cloned()
             .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .or_else(|| {
+                panic
+                    .downcast_ref::<crate::faults::InjectedPanic>()
+                    .map(|p| p.0.clone())
+            })
             .unwrap_or_else(|| "(no message)".into())
     })
 }

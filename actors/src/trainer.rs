@@ -203,7 +203,7 @@ impl<L: Learner> TrainerCore<L> {
     fn recover(&mut self, cause: String) -> Result<Stepped> {
         self.consecutive_faults += 1;
         self.failed_attempts += 1;
-        if self.consecutive_faults > Self::MAX_CONSECUTIVE_FAULTS {
+        if self.consecutive_faults >= Self::MAX_CONSECUTIVE_FAULTS {
             return Err(Error::Faulty {
                 trainer: self.counters.trainer(),
                 faults: self.consecutive_faults,
@@ -234,7 +234,9 @@ impl<L: Learner> TrainerCore<L> {
                         "injected error at step {step}"
                     )))
                 }
-                FaultKind::Panic => panic!("injected panic at step {step}"),
+                FaultKind::Panic => {
+                    crate::faults::inject_panic(format!("injected panic at step {step}"))
+                }
                 FaultKind::Hang { .. } => std::thread::sleep(fault.hang()),
                 FaultKind::Diverge => diverge = Some(FaultKind::Diverge),
                 // They hit elsewhere (FaultKind::site).

@@ -13,7 +13,8 @@
 #![cfg(feature = "mpi")]
 
 use shadowsync_actors::embedding::{
-    Adagrad, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore, Sgd,
+    unaccounted_in_job, Adagrad, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore,
+    Sgd,
 };
 use shadowsync_actors::events::EventBus;
 use shadowsync_actors::sync::mpi::MpiNode;
@@ -480,7 +481,7 @@ fn sharded_rows_on_this_rank(adagrad: bool) {
             sequential.push(&ids, &grads, lr).unwrap();
             sequential.flush().unwrap();
         }
-        reference.apply(&ids, &grads, lr).unwrap();
+        reference.apply(0, &ids, &grads, lr).unwrap();
         node.rendezvous().unwrap();
     }
     if !adagrad {
@@ -496,7 +497,7 @@ fn sharded_rows_on_this_rank(adagrad: bool) {
             overlapping.finish(fetch).unwrap();
             overlapping.push(&ids, &batch_grads(b, &ids), lr).unwrap();
             for _ in 0..ranks {
-                reference.apply(&ids, &batch_grads(b, &ids), lr).unwrap();
+                reference.apply(0, &ids, &batch_grads(b, &ids), lr).unwrap();
             }
         }
         overlapping.flush().unwrap();
@@ -505,6 +506,12 @@ fn sharded_rows_on_this_rank(adagrad: bool) {
         assert!(traffic.pushed_bytes > 0 && traffic.fetched_bytes > 0);
     }
     node.rendezvous().unwrap();
+    // Every push sent was applied once, at its owner.
+    let sent = stats.traffic().pushes_sent;
+    let applied = server.with_store(|shard| shard.applied().clone());
+    assert!(sent.total() > 0);
+    let lost = unaccounted_in_job(&*node, &sent, &applied).unwrap();
+    assert!(lost.is_empty(), "rank {rank}: {lost:?}");
     server.with_store(|shard| {
         let mine: Vec<u64> = (0..sharding.rows_of(rank))
             .map(|local| sharding.global(rank, local))

@@ -130,8 +130,12 @@ fn parse_count(raw: &[u8]) -> Result<f32, &'static str> {
         [b'-', rest @ ..] => (true, rest),
         _ => (false, raw),
     };
-    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return Err("not an integer count");
+    }
+    // 18 digits always fit an i64.
+    if digits.len() > 18 {
+        return Err("integer count out of range (more than 18 digits)");
     }
     if negative {
         return Ok(0.0);
@@ -475,7 +479,9 @@ mod tests {
         let e = err(b"1\t3\t4.5");
         assert_eq!((e.field, e.text.as_str()), (2, "4.5"));
         assert_eq!(err(b"1\t-").field, 1);
-        assert_eq!(err(b"1\t99999999999999999999").field, 1);
+        let huge = err(b"1\t99999999999999999999");
+        assert_eq!(huge.field, 1);
+        assert!(huge.reason.contains("out of range"), "{}", huge.reason);
         let mut fields = vec!["0"; 14];
         fields.push("zz123456");
         assert_eq!(err(&line(&fields)).field, 14);

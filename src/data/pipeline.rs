@@ -16,7 +16,10 @@
 //!
 //! A consumer that stops reading holds up the others (the reader deals in
 //! turn): whoever stops the consumers raises the [`PipelineHalt`] too, and every
-//! channel is closed once drained.
+//! channel is closed once drained. The parsers give up within a poll, even
+//! while the input stalls (a pipe whose writer keeps it open and sends
+//! nothing); the reader, blocked reading such an input, is waited for a
+//! moment and then left to end with the process.
 //!
 //! A malformed line either arrives as an `Err` on its shard (policy `fail`) or is
 //! counted (policy `skip`); [`Pipeline::finish`] returns the counts.
@@ -24,14 +27,21 @@
 use crate::data::criteo::{self, parse_line, BadLinePolicy, Line, ReadStats};
 use crate::data::{Batch, TableLayout};
 use crate::{Error, Result};
-use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use std::io::BufRead;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How often a blocked thread of the pipeline looks at the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// How long a stopped pipeline waits for its reader, which a stalled input
+/// can hold in a read (it notices the stop within a [`POLL`] otherwise).
+const READER_GRACE: Duration = Duration::from_secs(1);
 
 /// How to cut and deal the data.
 #[derive(Debug, Clone)]
@@ -67,7 +77,9 @@ struct Chunk {
 pub struct Pipeline {
     shards: Vec<Receiver<Result<Batch>>>,
     stop: Arc<AtomicBool>,
-    reader: Option<JoinHandle<u64>>,
+    reader: Option<JoinHandle<()>>,
+    /// Lines the reader has read (whole chunks).
+    lines: Arc<AtomicU64>,
     parsers: Vec<JoinHandle<ReadStats>>,
 }
 
@@ -112,9 +124,11 @@ impl Pipeline {
                     .map_err(|e| Error::Pipeline(format!("cannot start a parser thread: {e}")))?,
             );
         }
+        let lines = Arc::new(AtomicU64::new(0));
         let reader = {
             let path = path.to_path_buf();
             let stop = Arc::clone(&stop);
+            let lines = Arc::clone(&lines);
             let lines_per_chunk = config.batch_size;
             // Per shard of the file: the kept ones' skips at their places.
             let mut skip = vec![0; config.shards];
@@ -124,7 +138,15 @@ impl Pipeline {
             std::thread::Builder::new()
                 .name("read".into())
                 .spawn(move || {
-                    read_chunks(&path, input, lines_per_chunk, &skip, chunk_senders, &stop)
+                    read_chunks(
+                        &path,
+                        input,
+                        lines_per_chunk,
+                        &skip,
+                        chunk_senders,
+                        &stop,
+                        &lines,
+                    )
                 })
                 .map_err(|e| Error::Pipeline(format!("cannot start the reader thread: {e}")))?
         };
@@ -132,6 +154,7 @@ impl Pipeline {
             shards,
             stop,
             reader: Some(reader),
+            lines,
             parsers,
         })
     }
@@ -165,11 +188,17 @@ impl Pipeline {
             }
         }
         if let Some(reader) = self.reader.take() {
-            match reader.join() {
-                Ok(lines) => stats.lines = lines,
-                Err(_) => died = Some("the reader thread panicked"),
+            let since = Instant::now();
+            while !reader.is_finished() && since.elapsed() < READER_GRACE {
+                std::thread::sleep(POLL / 10);
+            }
+            // One still blocked reading a stalled input is left to end with
+            // the process.
+            if reader.is_finished() && reader.join().is_err() {
+                died = Some("the reader thread panicked");
             }
         }
+        stats.lines = self.lines.load(Ordering::Acquire);
         match died {
             Some(what) => Err(Error::Pipeline(what.into())),
             None => Ok(stats),
@@ -199,7 +228,7 @@ impl PipelineHalt {
 /// Sends `item`, giving up when the receiver is gone or `stop` is raised.
 fn send_until_stopped<T>(tx: &Sender<T>, mut item: T, stop: &AtomicBool) -> bool {
     loop {
-        match tx.send_timeout(item, Duration::from_millis(50)) {
+        match tx.send_timeout(item, POLL) {
             Ok(()) => return true,
             Err(SendTimeoutError::Disconnected(_)) => return false,
             Err(SendTimeoutError::Timeout(back)) if !stop.load(Ordering::Relaxed) => item = back,
@@ -209,7 +238,7 @@ fn send_until_stopped<T>(tx: &Sender<T>, mut item: T, stop: &AtomicBool) -> bool
 }
 
 /// The reader thread: cuts the input into chunks and deals them, past the
-/// first `skip[s]` of each shard `s`; returns lines read.
+/// first `skip[s]` of each shard `s`, counting the lines read in `lines`.
 fn read_chunks(
     path: &Path,
     mut input: Box<dyn BufRead + Send>,
@@ -217,7 +246,8 @@ fn read_chunks(
     skip: &[u64],
     senders: Vec<Option<Sender<Result<Chunk>>>>,
     stop: &AtomicBool,
-) -> u64 {
+    lines: &AtomicU64,
+) {
     let mut line = 0u64;
     for k in 0u64.. {
         let shard = (k % senders.len() as u64) as usize;
@@ -250,21 +280,21 @@ fn read_chunks(
                     if let Some(consumer) = target.as_ref().or(senders.iter().flatten().next()) {
                         send_until_stopped(consumer, Err(e), stop);
                     }
-                    return line;
+                    return;
                 }
             }
         }
         line += taken as u64;
+        lines.store(line, Ordering::Release);
         if taken == 0 {
-            return line;
+            return;
         }
         if let (Some(consumer), false) = (target, skipped) {
             if !send_until_stopped(consumer, Ok(chunk), stop) {
-                return line;
+                return;
             }
         }
     }
-    line
 }
 
 /// A parser thread's state.
@@ -279,7 +309,12 @@ impl Parser {
     fn run(self, chunks: Receiver<Result<Chunk>>, batches: Sender<Result<Batch>>) -> ReadStats {
         let mut stats = ReadStats::default();
         let mut examples = Vec::new();
-        for chunk in chunks {
+        loop {
+            let chunk = match chunks.recv_timeout(POLL) {
+                Ok(chunk) => chunk,
+                Err(RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Relaxed) => continue,
+                Err(_) => break,
+            };
             let batch = chunk.and_then(|c| self.parse_chunk(&c, &mut examples, &mut stats));
             if matches!(&batch, Ok(b) if b.is_empty()) {
                 continue; // every line of the chunk was skipped

@@ -267,11 +267,33 @@ pub struct SyntheticData {
 impl SyntheticData {
     const MANIFEST: &'static str = "oracle.json";
 
-    /// Writes `train.tsv`, `test.tsv` and `oracle.json` into `dir`. Each file
-    /// is written under a temporary name and renamed into place, so processes
-    /// generating the same data at once (the ranks of an `mpirun` job) never
-    /// read a partial file.
+    /// Writes `train.tsv`, `test.tsv` and `oracle.json` into `dir`, where it
+    /// never replaces files it did not make (a `train.tsv` or `test.tsv`
+    /// without the `oracle.json` of an earlier generation: the user's own).
     pub fn generate(spec: SyntheticSpec, dir: &Path) -> Result<Self> {
+        if !dir.join(Self::MANIFEST).exists() {
+            let theirs = ["train.tsv", "test.tsv"]
+                .map(|name| dir.join(name))
+                .into_iter()
+                .find(|path| path.exists());
+            if let Some(path) = theirs {
+                return Err(Error::data(
+                    path,
+                    format!(
+                        "is not data this generator made (no {} beside it): writing there \
+                         would destroy it; choose another directory",
+                        Self::MANIFEST
+                    ),
+                ));
+            }
+        }
+        Self::write(spec, dir)
+    }
+
+    /// Writes the data set into `dir`. Each file is written under a temporary
+    /// name and renamed into place, so processes generating the same data at
+    /// once (the ranks of an `mpirun` job) never read a partial file.
+    fn write(spec: SyntheticSpec, dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let model = PlantedModel::new(spec.seed);
         let write = |name: &str, rows: u64, stream: u64| -> Result<(PathBuf, Oracle)> {
@@ -317,7 +339,9 @@ impl SyntheticData {
                 }
             }
         }
-        Self::generate(spec, dir)
+        // The cache's own directory: a half-made set of an interrupted run,
+        // or another rank's being made, is written over.
+        Self::write(spec, dir)
     }
 }
 

@@ -351,9 +351,10 @@ impl ShardedTable {
         }
     }
 
-    /// What this process's clients have moved and waited.
+    /// What this process's clients have moved and waited, and what its
+    /// shard applied.
     pub fn traffic(&self) -> shadowsync_actors::embedding::RowTraffic {
-        self.client.stats().traffic()
+        self.client.traffic()
     }
 
     fn rows_tensor(&self, rows: &[f32], count: usize) -> Result<Tensor> {

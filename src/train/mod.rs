@@ -31,7 +31,7 @@
 //! started, supervised until the trainers are done, the final model scored)
 //! and the report.
 
-use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore};
+use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore, Reason};
 use crate::config::{Config, EmbeddingsMode};
 use crate::data::{
     BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, TableLayout,
@@ -41,7 +41,7 @@ use crate::metrics::{EvalPoint, Metrics};
 use crate::model::{CtrLearner, ShardedTable, Table};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
-use shadowsync_actors::embedding::RowTraffic;
+use shadowsync_actors::embedding::{unaccounted_in_job, RowTraffic};
 use shadowsync_actors::events::Event;
 use shadowsync_actors::monitor::Monitor;
 use shadowsync_actors::sync::{Fabric, InProcess};
@@ -143,8 +143,14 @@ pub struct DistributedReport {
     pub embeddings: EmbeddingsMode,
     /// Replicated tables: their merging across processes.
     pub table_sync: Option<TableSyncReport>,
-    /// Sharded tables: this process's fetches and pushes of rows.
+    /// Sharded tables: this process's fetches and pushes of rows, and the
+    /// pushes its shard applied.
     pub sharded: Option<RowTraffic>,
+    /// Sharded tables: every pair of processes where what one pushed the
+    /// other differs from what the other applied (empty: every push applied
+    /// exactly once). The CLI fails a run where it is not empty.
+    #[serde(default)]
+    pub unaccounted_pushes: Vec<String>,
     /// Bytes this process sent for the embeddings: table merges, or rows
     /// fetched, served and pushed.
     pub sparse_bytes_sent: u64,
@@ -352,6 +358,9 @@ fn run(
     let layout = config.table_layout()?;
     let checkpoint = resumed.as_ref().map(|(_, c)| c);
     let mut data = RunData::prepare(fabric.as_ref(), config, &layout, checkpoint)?;
+    if let Some((resumed, checkpoint)) = &resumed {
+        refuse_finished(resumed, checkpoint)?;
+    }
     let mut pipeline = spawn_pipeline(&data.train, &layout, config, fabric.as_ref(), checkpoint)?;
     let learners = build_learners(config, &layout, &mut pipeline, fabric.as_ref(), checkpoint)?;
     let table_bytes = learners.1.bytes();
@@ -375,6 +384,40 @@ fn run(
         resumed.map(|(r, _)| r),
         observer,
     )
+}
+
+/// The checkpoint a run saved when it ended on its own (not interrupted, no
+/// trainer failed: the whole pass trained) leaves nothing to train: an error
+/// saying so, not a run of 0 examples.
+fn refuse_finished(resumed: &Resumed, checkpoint: &Checkpoint) -> Result<()> {
+    if checkpoint.reason != Reason::End {
+        return Ok(());
+    }
+    Err(Error::config(
+        "resume",
+        format!(
+            "the run already finished: its checkpoint {} holds all {} examples trained, \
+             nothing is left to resume; start a new run to train another pass",
+            resumed.checkpoint.display(),
+            resumed.examples
+        ),
+    ))
+}
+
+/// Examples read but not trained, said as an error (a collective): in a run
+/// that ended on its own from the start of its data, every line read is
+/// trained once or skipped as malformed, in whichever process parsed it.
+fn untrained(fabric: &dyn Fabric, read: &ReadStats, examples: u64) -> Result<Option<String>> {
+    let mut skipped = [read.skipped];
+    fabric.sum(&mut skipped)?;
+    let parsed = read.lines.saturating_sub(skipped[0]);
+    Ok((parsed != examples).then(|| {
+        format!(
+            "{parsed} examples were read ({} lines, {} malformed skipped) and {examples} \
+             trained: batches were lost or trained twice",
+            read.lines, skipped[0]
+        )
+    }))
 }
 
 /// The reader and parsers of the training file, one shard per learner of
@@ -479,7 +522,16 @@ fn report(
             None => no_examples(&data.train, &train_read),
         });
     }
+    let lost = untrained(fabric, &train_read, examples)?
+        .filter(|_| !ended.interrupted && cluster.errors.is_empty() && resumed.is_none());
     let memory_per_process = memory.every_process(fabric)?;
+    let unaccounted_pushes = match &ended.embeddings {
+        Some(rows) => unaccounted_in_job(fabric, &rows.pushes_sent, &rows.pushes_applied)?
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        None => Vec::new(),
+    };
     let distributed = (fabric.processes() > 1).then(|| {
         let dense_bytes_sent = fabric.bytes_sent();
         let sparse_bytes_sent =
@@ -493,6 +545,7 @@ fn report(
             embeddings: config.train.embeddings_for(fabric.processes()),
             table_sync: ended.table_sync,
             sharded: ended.embeddings,
+            unaccounted_pushes,
             sparse_bytes_sent,
             dense_bytes_per_example: per_example(dense_bytes_sent),
             sparse_bytes_per_example: per_example(sparse_bytes_sent),
@@ -528,7 +581,7 @@ fn report(
         final_metrics: last.metrics,
         replica_metrics: ended.replica_metrics,
         consensus_distance: ended.consensus_distance,
-        error: cluster.errors.first().cloned(),
+        error: cluster.errors.first().cloned().or(lost),
         cluster,
         resumed,
         checkpoint: ended.checkpoints.last,

@@ -31,7 +31,9 @@ pub fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     c.train.eval_every = 0;
     c.train.trainers = trainers;
     c.sync.algorithm = algorithm.parse().unwrap();
-    c.sync.min_interval_ms = 0.0;
+    if c.sync.algorithm.is_shadow() {
+        c.sync.min_interval_ms = 0.0;
+    }
     c
 }
 

@@ -127,9 +127,14 @@ pub fn train_with(
         more.join("").replace(['/', '-'], "")
     ));
     let config = dir.join("mpi.toml");
+    // EASGD's centre in 2 shards, one per rank.
+    let shards = match sync.contains("easgd") {
+        true => "server_shards = 2",
+        false => "",
+    };
     std::fs::write(
         &config,
-        format!("[train]\ntable_sync_ms = 50\n{train_keys}\n[sync]\nserver_shards = 2\n"),
+        format!("[train]\n{train_keys}\n[sync]\n{shards}\n"),
     )
     .unwrap();
     let seed = seed.to_string();

@@ -3,7 +3,7 @@
 //! the staleness bound.
 
 use super::server::{locked, SharedStore};
-use super::{RemoteRows, RowRequest, RowServer, RowSharding};
+use super::{PushCounts, RemoteRows, RowRequest, RowServer, RowSharding};
 use crate::stats::{histogram_bucket, HISTOGRAM_BUCKETS};
 use crate::sync::ShardReply;
 use crate::{Error, Result};
@@ -11,7 +11,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What the clients of a process have moved and waited, shared by them.
@@ -22,10 +22,12 @@ pub struct RowStats {
     fetches: AtomicU64,
     wait_micros: AtomicU64,
     staleness: [AtomicU64; HISTOGRAM_BUCKETS],
+    /// The pushes sent, by owner (this process's own included).
+    sent: Mutex<PushCounts>,
 }
 
-/// A snapshot of [`RowStats`].
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+/// A snapshot of [`RowStats`], with what this process's shard applied.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct RowTraffic {
     /// Bytes of rows fetched from other processes (ids and values).
     pub fetched_bytes: u64,
@@ -39,10 +41,17 @@ pub struct RowTraffic {
     /// batches it could not see (fetched but not yet applied), bucketed as the
     /// dense sync's (see [`histogram_bucket`]).
     pub staleness_histogram: [u64; HISTOGRAM_BUCKETS],
+    /// The pushes this process's trainers sent, by owner.
+    #[serde(default)]
+    pub pushes_sent: PushCounts,
+    /// The pushes this process's shard applied, by sender.
+    #[serde(default)]
+    pub pushes_applied: PushCounts,
 }
 
 impl RowStats {
-    /// What was counted so far.
+    /// What was counted so far (`pushes_applied` is the shard's: see
+    /// [`RowClient::traffic`]).
     pub fn traffic(&self) -> RowTraffic {
         RowTraffic {
             fetched_bytes: self.fetched_bytes.load(Relaxed),
@@ -50,7 +59,14 @@ impl RowStats {
             fetches: self.fetches.load(Relaxed),
             wait_seconds: self.wait_micros.load(Relaxed) as f64 * 1e-6,
             staleness_histogram: std::array::from_fn(|k| self.staleness[k].load(Relaxed)),
+            pushes_sent: self.sent().clone(),
+            pushes_applied: PushCounts::default(),
         }
+    }
+
+    fn sent(&self) -> std::sync::MutexGuard<'_, PushCounts> {
+        // Counting does not panic: a poisoned lock holds whole counts.
+        self.sent.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -223,6 +239,15 @@ impl RowClient {
         self.finish(fetch)
     }
 
+    /// What this process's clients have moved and waited, and what its shard
+    /// applied.
+    pub fn traffic(&self) -> RowTraffic {
+        RowTraffic {
+            pushes_applied: locked(&self.local).applied().clone(),
+            ..self.stats.traffic()
+        }
+    }
+
     /// Pushes the gradients `grads` (a row per id, each id once) of the
     /// oldest fetched batch to the rows' owners: applied here at once, sent to
     /// the others without waiting for them to be applied.
@@ -244,8 +269,11 @@ impl RowClient {
                 .flat_map(|&at| &grads[at * w..(at + 1) * w])
                 .copied()
                 .collect();
+            // Counted before it goes: one that fails on the way shows as
+            // sent and not applied.
+            self.stats.sent().record(part.owner, part.ids.len());
             if part.owner == self.rank {
-                locked(&self.local).apply(&part.ids, &part_grads, lr)?;
+                locked(&self.local).apply(self.rank, &part.ids, &part_grads, lr)?;
                 continue;
             }
             self.stats

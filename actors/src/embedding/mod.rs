@@ -25,15 +25,20 @@
 //!   earlier one (exact, sequential); with 2 the next batch's rows can be
 //!   fetched while the current one computes. [`RowStats`] counts the traffic
 //!   and the staleness seen.
+//! - **Nothing lost**: the clients count the pushes they send to each owner,
+//!   each shard those it applies from each sender, and [`unaccounted`] finds
+//!   where the two differ ([`ledger`](self::PushCounts)).
 //!
 //! A fetch or a push that gets no answer within the client's timeout is an
 //! error naming the process and what was asked.
 
 mod client;
+mod ledger;
 mod server;
 mod store;
 
 pub use client::{Fetch, RowClient, RowStats, RowTraffic};
+pub use ledger::{unaccounted, unaccounted_in_job, PushCounts, Unaccounted};
 #[cfg(feature = "mpi")]
 pub(crate) use server::serve_rows;
 pub use server::{RemoteRows, RowRequest, RowServer, RowServerActor};

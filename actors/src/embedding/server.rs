@@ -51,10 +51,11 @@ pub(super) fn locked(store: &SharedStore) -> MutexGuard<'_, RowStore> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A request and where to answer it.
+/// A request of process `from` and where to answer it.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Serve {
+    from: usize,
     request: RowRequest,
     reply: Sender<ShardReply>,
 }
@@ -79,9 +80,9 @@ impl Handler<Serve> for RowServerActor {
                 let mut rows = vec![0f32; ids.len() * store.width()];
                 store.read(ids, &mut rows).map(|()| rows)
             }
-            RowRequest::Push { ids, grads, lr } => {
-                store.apply(ids, grads, *lr).map(|()| Vec::new())
-            }
+            RowRequest::Push { ids, grads, lr } => store
+                .apply(serve.from, ids, grads, *lr)
+                .map(|()| Vec::new()),
         };
         let _ = serve.reply.send((self.rank, answer));
     }
@@ -149,15 +150,24 @@ impl Drop for RowServer {
     }
 }
 
-/// Hands `request` to the server `addr`, answering on `reply`; waits while
-/// the server's mailbox is full.
+/// Hands process `from`'s `request` to the server `addr`, answering on
+/// `reply`; waits while the server's mailbox is full.
 #[cfg(feature = "mpi")]
 pub(crate) fn serve_rows(
     addr: &Addr<RowServerActor>,
+    from: usize,
     request: RowRequest,
     reply: Sender<ShardReply>,
 ) -> Result<()> {
-    deliver(addr, Serve { request, reply }, "embedding server")
+    deliver(
+        addr,
+        Serve {
+            from,
+            request,
+            reply,
+        },
+        "embedding server",
+    )
 }
 
 #[cfg(all(test, feature = "mpi"))]
@@ -189,7 +199,7 @@ mod tests {
                     grads: vec![1.0],
                     lr: 1.0,
                 };
-                serve_rows(&addr, push, reply.clone())
+                serve_rows(&addr, 1, push, reply.clone())
             })
         });
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -202,5 +212,6 @@ mod tests {
         let mut row = [0.0];
         server.with_store(|s| s.read(&[1], &mut row)).unwrap();
         assert_eq!(row, [-100.0]);
+        assert_eq!(server.with_store(|s| s.applied().of(1)), (100, 100));
     }
 }

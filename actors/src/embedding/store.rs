@@ -1,7 +1,7 @@
 //! One rank's shard of a table: its rows, their optimizer state, and the rule
 //! that turns a row's gradient into its update.
 
-use super::RowSharding;
+use super::{PushCounts, RowSharding};
 use crate::{Error, Result};
 use std::fmt::Debug;
 
@@ -70,6 +70,8 @@ pub struct RowStore {
     weight: Vec<f32>,
     state: Vec<f32>,
     rule: Box<dyn RowRule>,
+    /// The pushes applied, by the process that sent them.
+    applied: PushCounts,
 }
 
 impl RowStore {
@@ -104,6 +106,7 @@ impl RowStore {
             weight,
             state,
             rule,
+            applied: PushCounts::default(),
         })
     }
 
@@ -154,8 +157,9 @@ impl RowStore {
         Ok(())
     }
 
-    /// Applies `grads` (one row of values per id, in order) to the rows `ids`.
-    pub fn apply(&mut self, ids: &[u64], grads: &[f32], lr: f32) -> Result<()> {
+    /// Applies `grads` (one row of values per id, in order) to the rows
+    /// `ids`: one push of process `from`, counted in [`RowStore::applied`].
+    pub fn apply(&mut self, from: usize, ids: &[u64], grads: &[f32], lr: f32) -> Result<()> {
         let w = self.width;
         if grads.len() != ids.len() * w {
             return Err(Error::Layout(format!(
@@ -173,7 +177,13 @@ impl RowStore {
             self.rule
                 .update(&mut self.weight[at..at + w], state, grad, lr);
         }
+        self.applied.record(from, ids.len());
         Ok(())
+    }
+
+    /// The pushes applied so far, by sender.
+    pub fn applied(&self) -> &PushCounts {
+        &self.applied
     }
 
     /// The rows (`weight`) and the rule's state array, by name.
@@ -236,21 +246,25 @@ mod tests {
     #[test]
     fn sgd_and_adagrad_update_as_pytorch_does() {
         let mut s = store(Box::new(Sgd), 0);
-        s.apply(&[3], &[1.0, -2.0], 0.5).unwrap();
+        s.apply(0, &[3], &[1.0, -2.0], 0.5).unwrap();
         let mut out = vec![0.0; 2];
         s.read(&[3], &mut out).unwrap();
         assert_eq!(out, [2.5, 4.0]);
 
         let mut a = store(Box::new(Adagrad::default()), 0);
-        a.apply(&[3], &[2.0, -4.0], 0.5).unwrap();
-        a.apply(&[3], &[2.0, 0.0], 0.5).unwrap();
+        a.apply(2, &[3], &[2.0, -4.0], 0.5).unwrap();
+        a.apply(1, &[3, 0], &[2.0, 0.0, 1.0, 1.0], 0.5).unwrap();
+        // Each push counted once, by its sender, with its rows.
+        assert_eq!(a.applied().of(2), (1, 1));
+        assert_eq!(a.applied().of(1), (1, 2));
+        assert_eq!(a.applied().of(0), (0, 0));
         a.read(&[3], &mut out).unwrap();
         // s = (4, 16): −0.5·2/2, +0.5·4/4; then s = (8, 16): −0.5·2/√8, 0.
         let expected = [3.0 - 0.5 - 1.0 / 8f32.sqrt(), 3.0 + 0.5];
         assert!((out[0] - expected[0]).abs() < 1e-6 && (out[1] - expected[1]).abs() < 1e-6);
         assert_eq!(
             a.arrays()[1],
-            ("sum", &[0.0, 0.0, 8.0, 16.0, 0.0, 0.0, 0.0, 0.0][..])
+            ("sum", &[1.0, 1.0, 8.0, 16.0, 0.0, 0.0, 0.0, 0.0][..])
         );
     }
 

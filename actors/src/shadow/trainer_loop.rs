@@ -119,7 +119,9 @@ impl ShadowLoop {
         let mut hang = Duration::ZERO;
         for fault in faults_due(&self.faults, self.counters.trainer(), round) {
             match fault.kind {
-                FaultKind::SyncPanic => panic!("injected sync panic at round {round}"),
+                FaultKind::SyncPanic => {
+                    crate::faults::inject_panic(format!("injected sync panic at round {round}"))
+                }
                 _ => hang += fault.hang(),
             }
         }

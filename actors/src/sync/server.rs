@@ -190,7 +190,7 @@ impl HostedShard {
         let (faults, shard) = (&self.faults, &mut self.shard);
         let attempt = unpanicked(|| {
             if faults_due(faults, trainer, round).next().is_some() {
-                panic!("injected server panic");
+                crate::faults::inject_panic("injected server panic".into());
             }
             step(shard)
         });

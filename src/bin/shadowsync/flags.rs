@@ -268,9 +268,11 @@ pub(crate) fn parse_value<T: serde::de::DeserializeOwned>(text: &str) -> Result<
 }
 
 impl TrainArgs {
-    pub(crate) fn config(&self) -> Result<Config> {
+    /// The run's config: the file's (or the defaults), the flags applied,
+    /// validated for a job of `processes` processes.
+    pub(crate) fn config(&self, processes: usize) -> Result<Config> {
         let mut c = match &self.config {
-            // Validated with the flags applied (`train` validates it).
+            // Validated below, with the flags applied.
             Some(path) => Config::read_file(path)?,
             None => Config::default(),
         };
@@ -287,6 +289,10 @@ impl TrainArgs {
             ($($flag:ident => $($field:ident).+),* $(,)?) => {
                 $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
             };
+        }
+        if self.table_size.is_some() {
+            // The flag sizes every table, over the file's sizes per table.
+            c.data.table_sizes = None;
         }
         if let Some(preset) = self.optim_preset {
             c.optim = preset.into();
@@ -332,7 +338,7 @@ impl TrainArgs {
         if self.server_shards.is_some() {
             c.sync.server_shards = self.server_shards;
         }
-        c.validate()?;
+        c.validate_for(processes)?;
         Ok(c)
     }
 }

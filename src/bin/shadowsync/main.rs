@@ -12,6 +12,7 @@ use shadowsync::data::{SyntheticData, SyntheticSpec};
 use shadowsync::experiment::{self, Experiment};
 use shadowsync::output;
 use shadowsync::report::{self, ExperimentResults, Provenance};
+use shadowsync::runtime::faults::InjectedPanic;
 use shadowsync::runtime::sync::Fabric;
 use shadowsync::train;
 use std::io::IsTerminal;
@@ -88,6 +89,7 @@ fn write_reports(args: &ReportArgs) -> Result<()> {
         }
     };
     anyhow::ensure!(!dirs.is_empty(), "no experiment results to report");
+    let mut damaged = Vec::new();
     for dir in &dirs {
         let results = ExperimentResults::load(dir)?;
         let name = &results.experiment.name;
@@ -125,7 +127,16 @@ fn write_reports(args: &ReportArgs) -> Result<()> {
             results.experiment.runs.len(),
             document.plots.len()
         );
+        damaged.extend(results.damaged.iter().cloned());
     }
+    // The reports are written without them; the command still fails.
+    anyhow::ensure!(
+        damaged.is_empty(),
+        "{} results files are damaged, their runs left out of the reports \
+         (run the experiment again to redo them):\n  {}",
+        damaged.len(),
+        damaged.join("\n  ")
+    );
     Ok(())
 }
 
@@ -144,6 +155,7 @@ fn name_rank<T, E: Into<anyhow::Error>>(
 }
 
 fn main() -> std::process::ExitCode {
+    quiet_injected_panics();
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
@@ -151,6 +163,17 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// An injected fault's panic is expected and reported by the recovery's WARN
+/// line; any other panic still gets the default report.
+fn quiet_injected_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !info.payload().is::<InjectedPanic>() {
+            default(info);
+        }
+    }));
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -183,7 +206,7 @@ fn train_command(args: &TrainArgs) -> Result<()> {
     if let (Some(path), 0) = (&args.results, fabric.process()) {
         let mut inputs: Vec<PathBuf> = args.config.iter().cloned().collect();
         if args.resume.is_none() {
-            let config = args.config()?;
+            let config = args.config(fabric.processes())?;
             inputs.extend(config.data.train.into_iter().chain(config.data.test));
         }
         let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
@@ -191,7 +214,11 @@ fn train_command(args: &TrainArgs) -> Result<()> {
     }
     let report = match &args.resume {
         Some(dir) => train::resume_on(Arc::clone(&fabric), dir, &mut progress),
-        None => train::train_on(Arc::clone(&fabric), &args.config()?, &mut progress),
+        None => train::train_on(
+            Arc::clone(&fabric),
+            &args.config(fabric.processes())?,
+            &mut progress,
+        ),
     };
     let report = name_rank(report, fabric.as_ref())?;
     // One rank of a job speaks for it: they all have the same model.
@@ -223,6 +250,14 @@ fn train_command(args: &TrainArgs) -> Result<()> {
     }
     if let Some(error) = report.error {
         anyhow::bail!("training stopped early: {error}");
+    }
+    if let Some(lost) = report.distributed.as_ref().map(|d| &d.unaccounted_pushes) {
+        anyhow::ensure!(
+            lost.is_empty(),
+            "embedding pushes were lost or applied twice, the tables are not what the \
+             trainers computed:\n  {}",
+            lost.join("\n  ")
+        );
     }
     let unsaved = report.checkpoint_errors.last();
     if report.interrupted {

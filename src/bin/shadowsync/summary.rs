@@ -106,8 +106,16 @@ fn print_distributed(d: &DistributedReport) {
     let embeddings = match (&d.table_sync, &d.sharded) {
         (Some(sync), _) => format!("replicated tables, {} merge rounds", sync.rounds),
         (_, Some(rows)) => format!(
-            "sharded tables, {} batches fetched, {:.1} s waiting for rows",
-            rows.fetches, rows.wait_seconds
+            "sharded tables, {} batches fetched, {:.1} s waiting for rows, \
+             pushes sent {} / applied here {} ({})",
+            rows.fetches,
+            rows.wait_seconds,
+            rows.pushes_sent.total(),
+            rows.pushes_applied.total(),
+            match d.unaccounted_pushes.len() {
+                0 => "every push of the job applied once".to_string(),
+                n => format!("{n} pairs of processes disagree"),
+            }
         ),
         (None, None) => "no tables".to_string(),
     };

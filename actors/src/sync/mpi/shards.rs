@@ -139,7 +139,7 @@ impl PostOffice {
             tag: ROWS_TAG,
             answer,
         };
-        match serve_rows(server, request, reply) {
+        match serve_rows(server, rank, request, reply) {
             Ok(()) => self.serving.push(serving),
             Err(e) => self.answer(&serving, Err(e)),
         }

@@ -1,0 +1,405 @@
+//! Keys that only some runs read.
+//!
+//! Many keys belong to one mode: `sync.server_shards` to EASGD, the pacing of
+//! the shadow loops to `shadow-*`, `model.deep_mlp` to DeepFM. A key set away
+//! from its default in a run that would not read it is a mistake the user
+//! cannot see (the run goes on without it), so [`Config::validate_for`]
+//! refuses it, naming the key, the mode and what would read it.
+//!
+//! An experiment's grid is the exception: its base may set a key for the
+//! cells that read it (a link for the shadow runs beside a `none` baseline).
+//! [`clear_ignored_in_grid`] takes such keys back to their defaults in the
+//! other cells; a key no cell reads, or one a cell's own values set, is still
+//! refused (that cell is skipped).
+
+use super::{Config, EmbeddingsMode, ModelKind};
+use shadowsync_actors::faults::{Fault, FaultSite};
+use shadowsync_actors::sync::{Algorithm, Schedule};
+
+/// A key that some runs ignore.
+struct Modal {
+    key: &'static str,
+    /// Whether the config sets it away from its default.
+    set: fn(&Config) -> bool,
+    /// Takes it back to its default.
+    clear: fn(&mut Config),
+    /// Why a run of `processes` processes with this config would ignore it;
+    /// `None` where the run reads it.
+    ignored: fn(&Config, usize) -> Option<String>,
+}
+
+/// A [`Modal`] for the field at `path` of [`Config`], compared with and
+/// cleared to [`Config::default`]'s.
+macro_rules! modal {
+    ($key:literal, $($field:ident).+, $ignored:expr) => {
+        Modal {
+            key: $key,
+            set: |c| c.$($field).+ != Config::default().$($field).+,
+            clear: |c| c.$($field).+ = Config::default().$($field).+,
+            ignored: $ignored,
+        }
+    };
+}
+
+/// Under `none`, nobody syncs.
+fn unsynced(c: &Config, _: usize) -> Option<String> {
+    (c.sync.algorithm == Algorithm::None)
+        .then(|| "sync.algorithm is none: no trainer syncs".to_string())
+}
+
+/// Read by the background loops of `shadow-*` only.
+fn not_shadow(c: &Config, _: usize) -> Option<String> {
+    (!c.sync.algorithm.is_shadow()).then(|| {
+        format!(
+            "it paces the background loops of shadow-*; {} has none",
+            c.sync.algorithm
+        )
+    })
+}
+
+/// Read by the rule called `rule` only (`what` it is to that rule).
+fn not_rule(c: &Config, rule: &str, what: &str) -> Option<String> {
+    (c.sync.algorithm.rule() != Some(rule)).then(|| {
+        format!(
+            "it is {what}; {} has none (use shadow-{rule} or fr-{rule}:K)",
+            c.sync.algorithm
+        )
+    })
+}
+
+/// Read by a table sharded over the job's processes.
+fn not_sharded(c: &Config, processes: usize) -> Option<String> {
+    (c.train.embeddings_for(processes) != EmbeddingsMode::Sharded).then(|| {
+        "it bounds a sharded table's fetches and pushes; this run's table is replicated \
+         (train.embeddings, or one process)"
+            .to_string()
+    })
+}
+
+/// Read by a model of `kind` only.
+fn not_model(c: &Config, kinds: &[ModelKind], what: &str) -> Option<String> {
+    (!kinds.contains(&c.model.kind)).then(|| {
+        format!(
+            "it sizes {what}; model.kind {} has none",
+            format!("{:?}", c.model.kind).to_lowercase()
+        )
+    })
+}
+
+/// Read when checkpoints are saved.
+fn no_checkpoints(c: &Config, _: usize) -> Option<String> {
+    c.checkpoint
+        .dir
+        .is_none()
+        .then(|| "checkpoints need a directory: set checkpoint.dir (--checkpoint-dir)".to_string())
+}
+
+/// Why a fault would never be injected: its site does not run under the
+/// algorithm.
+fn fault_ignored(fault: &Fault, algorithm: &Algorithm) -> Option<String> {
+    let runs = match fault.kind.site() {
+        FaultSite::Step => true,
+        FaultSite::SyncLoop => algorithm.is_shadow(),
+        FaultSite::Coordinator => *algorithm != Algorithm::None,
+        FaultSite::Server => algorithm.rule() == Some("easgd"),
+    };
+    (!runs).then(|| {
+        format!(
+            "{:?} of trainer {} hits a {:?} site, which {algorithm} does not run",
+            fault.kind,
+            fault.trainer,
+            fault.kind.site()
+        )
+    })
+}
+
+/// Every key that some runs ignore, with what decides it.
+fn modal_keys() -> Vec<Modal> {
+    vec![
+        // The data.
+        modal!("data.synthetic", data.synthetic, |c, _| c
+            .data
+            .train
+            .is_some()
+            .then(|| {
+                "it makes the built-in data; this run reads data.train and data.test".into()
+            })),
+        modal!("data.bad_lines", data.bad_lines, |c, _| c
+            .data
+            .train
+            .is_none()
+            .then(|| {
+                "it handles malformed lines of data.train and data.test; the built-in data has none"
+                    .into()
+            })),
+        modal!("data.table_size", data.table_size, |c, _| c
+            .data
+            .table_sizes
+            .is_some()
+            .then(|| "data.table_sizes sizes each table instead".into())),
+        // The model.
+        modal!(
+            "model.embedding_dim",
+            model.embedding_dim,
+            |c, _| not_model(
+                c,
+                &[ModelKind::Dlrm, ModelKind::Deepfm],
+                "the embeddings of DLRM and DeepFM"
+            )
+        ),
+        modal!("model.bottom_mlp", model.bottom_mlp, |c, _| not_model(
+            c,
+            &[ModelKind::Dlrm],
+            "DLRM's bottom MLP"
+        )),
+        modal!("model.top_mlp", model.top_mlp, |c, _| not_model(
+            c,
+            &[ModelKind::Dlrm],
+            "DLRM's top MLP"
+        )),
+        modal!("model.deep_mlp", model.deep_mlp, |c, _| not_model(
+            c,
+            &[ModelKind::Deepfm],
+            "DeepFM's deep MLP"
+        )),
+        // Tables across processes.
+        modal!(
+            "train.embedding_staleness",
+            train.embedding_staleness,
+            not_sharded
+        ),
+        modal!(
+            "train.embedding_timeout_ms",
+            train.embedding_timeout_ms,
+            not_sharded
+        ),
+        modal!("train.table_sync_ms", train.table_sync_ms, |c, p| (p < 2
+            || c.train.embeddings_for(p) != EmbeddingsMode::Replicated)
+            .then(|| {
+                "it paces the merges of tables replicated over processes; this run has one table"
+                    .into()
+            })),
+        // Sync.
+        modal!("sync.group_size", sync.group_size, unsynced),
+        modal!("sync.schedule", sync.schedule, unsynced),
+        modal!("sync.seed", sync.seed, |c, p| unsynced(c, p).or_else(
+            || {
+                (c.sync.schedule != Schedule::Random)
+                    .then(|| "it seeds the random schedule; sync.schedule is not random".into())
+            }
+        )),
+        modal!("sync.peer_timeout_ms", sync.peer_timeout_ms, unsynced),
+        modal!("sync.link", sync.link, unsynced),
+        modal!("sync.write_back", sync.write_back, not_shadow),
+        modal!("sync.min_interval_ms", sync.min_interval_ms, not_shadow),
+        modal!("sync.min_steps", sync.min_steps, not_shadow),
+        modal!("sync.max_cpu_share", sync.max_cpu_share, not_shadow),
+        modal!("sync.shadow_threads", sync.shadow_threads, not_shadow),
+        modal!("sync.alpha", sync.alpha, |c, _| not_rule(
+            c,
+            "easgd",
+            "EASGD's elasticity"
+        )),
+        modal!("sync.server_shards", sync.server_shards, |c, _| not_rule(
+            c,
+            "easgd",
+            "the shards of EASGD's parameter server"
+        )),
+        modal!("sync.eta", sync.eta, |c, _| not_rule(
+            c,
+            "bmuf",
+            "BMUF's block momentum"
+        )),
+        modal!("sync.zeta", sync.zeta, |c, _| not_rule(
+            c,
+            "bmuf",
+            "BMUF's block learning rate"
+        )),
+        modal!("sync.nesterov", sync.nesterov, |c, _| not_rule(
+            c,
+            "bmuf",
+            "BMUF's Nesterov look-ahead"
+        )),
+        // Checkpoints.
+        modal!(
+            "checkpoint.every_steps",
+            checkpoint.every_steps,
+            no_checkpoints
+        ),
+        modal!("checkpoint.keep", checkpoint.keep, no_checkpoints),
+        // Faults, one by one.
+        Modal {
+            key: "faults",
+            set: |c| !c.faults.is_empty(),
+            clear: |c| {
+                let algorithm = c.sync.algorithm.clone();
+                c.faults.retain(|f| fault_ignored(f, &algorithm).is_none());
+            },
+            ignored: |c, _| {
+                c.faults
+                    .iter()
+                    .find_map(|f| fault_ignored(f, &c.sync.algorithm))
+            },
+        },
+    ]
+}
+
+impl Config {
+    /// The keys this config sets that a run of `processes` processes would
+    /// ignore, each with why.
+    pub fn ignored_keys(&self, processes: usize) -> Vec<(&'static str, String)> {
+        modal_keys()
+            .into_iter()
+            .filter(|m| (m.set)(self))
+            .filter_map(|m| (m.ignored)(self, processes).map(|why| (m.key, why)))
+            .collect()
+    }
+}
+
+/// The cells of an experiment's grid, each run in one process, each with the
+/// dotted keys its own grid values set: a key the base sets, that some cells
+/// read and others would ignore, is taken back to its default in the others
+/// (a link for the shadow runs beside a `none` baseline). A key that no cell
+/// reads, or that a cell's own values set, is left for [`Config::validate`]
+/// to refuse.
+pub fn clear_ignored_in_grid(cells: &mut [Config], own_keys: &[Vec<String>]) {
+    for modal in modal_keys() {
+        let read = |c: &Config| (modal.set)(c) && (modal.ignored)(c, 1).is_none();
+        if !cells.iter().any(read) {
+            continue;
+        }
+        let within = format!("{}.", modal.key);
+        for (cell, own) in cells.iter_mut().zip(own_keys) {
+            let own = own.iter().any(|k| k == modal.key || k.starts_with(&within));
+            if !own && (modal.set)(cell) && (modal.ignored)(cell, 1).is_some() {
+                (modal.clear)(cell);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shadowsync_actors::faults::FaultKind;
+
+    fn shadow_ma() -> Config {
+        let mut c = Config::default();
+        c.train.trainers = 4;
+        c.sync.algorithm = "shadow-ma".parse().unwrap();
+        c
+    }
+
+    #[test]
+    fn the_defaults_set_nothing_that_any_mode_ignores() {
+        for algorithm in ["none", "sync-sgd", "fr-ma:4", "shadow-easgd", "shadow-bmuf"] {
+            for kind in [ModelKind::Lr, ModelKind::Dlrm, ModelKind::Deepfm] {
+                let mut c = Config::default();
+                c.sync.algorithm = algorithm.parse().unwrap();
+                c.model.kind = kind;
+                for processes in [1, 4] {
+                    assert_eq!(c.ignored_keys(processes), vec![], "{algorithm} {kind:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_mode_names_the_keys_it_would_ignore() {
+        let mut c = shadow_ma();
+        c.sync.server_shards = Some(2);
+        c.sync.eta = Some(0.5);
+        c.model.kind = ModelKind::Lr;
+        c.model.deep_mlp = vec![8];
+        c.checkpoint.keep = 5;
+        let keys: Vec<&str> = c.ignored_keys(1).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "model.deep_mlp",
+                "sync.server_shards",
+                "sync.eta",
+                "checkpoint.keep"
+            ]
+        );
+        let mut c = Config::default();
+        c.sync.link.latency_us = 100.0;
+        c.sync.min_steps = 1;
+        c.train.embedding_staleness = 4;
+        c.train.table_sync_ms = 10;
+        let why = c.ignored_keys(1);
+        let keys: Vec<&str> = why.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            keys,
+            [
+                "train.embedding_staleness",
+                "train.table_sync_ms",
+                "sync.link",
+                "sync.min_steps"
+            ]
+        );
+        assert!(why[2].1.contains("none"), "{why:?}");
+        // Across processes a sharded table reads the staleness; a replicated
+        // one the merge period.
+        assert_eq!(c.ignored_keys(2)[0].0, "train.table_sync_ms");
+        c.train.embeddings = Some(EmbeddingsMode::Replicated);
+        assert_eq!(c.ignored_keys(2)[0].0, "train.embedding_staleness");
+    }
+
+    #[test]
+    fn a_fault_whose_site_never_runs_is_ignored() {
+        let fault = |kind| Fault {
+            trainer: 0,
+            at_step: 3,
+            every: 0,
+            kind,
+        };
+        let mut c = Config {
+            faults: vec![fault(FaultKind::Panic), fault(FaultKind::SyncPanic)],
+            ..Config::default()
+        };
+        let why = c.ignored_keys(1);
+        assert_eq!(why.len(), 1);
+        assert!(why[0].1.contains("SyncPanic"), "{why:?}");
+        c.sync.algorithm = "shadow-ma".parse().unwrap();
+        assert_eq!(c.ignored_keys(1), vec![]);
+    }
+
+    #[test]
+    fn a_grid_clears_a_key_only_in_the_cells_that_ignore_it() {
+        let mut none = Config::default();
+        none.sync.link.latency_us = 100.0;
+        none.sync.eta = Some(0.5);
+        let mut shadow = shadow_ma();
+        shadow.sync.link.latency_us = 100.0;
+        shadow.sync.eta = Some(0.5);
+        let mut cells = [none, shadow];
+        clear_ignored_in_grid(&mut cells, &[vec![], vec![]]);
+        assert_eq!(cells[0].sync.link, Config::default().sync.link);
+        assert_eq!(cells[1].sync.link.latency_us, 100.0);
+        // Read by no cell: left, to be refused.
+        assert_eq!(cells[0].sync.eta, Some(0.5));
+        assert_eq!(cells[1].ignored_keys(1)[0].0, "sync.eta");
+        // A fault of the shadow loop is dropped from the `none` cell only.
+        let fault = Fault {
+            trainer: 0,
+            at_step: 3,
+            every: 0,
+            kind: FaultKind::SyncPanic,
+        };
+        let mut cells = [Config::default(), shadow_ma()];
+        for cell in &mut cells {
+            cell.faults = vec![fault];
+        }
+        clear_ignored_in_grid(&mut cells, &[vec![], vec![]]);
+        assert_eq!((cells[0].faults.len(), cells[1].faults.len()), (0, 1));
+        // A key the cell's own grid value sets stays, to be refused.
+        let mut cells = [Config::default(), shadow_ma()];
+        for cell in &mut cells {
+            cell.sync.link.latency_us = 100.0;
+        }
+        let own = vec!["sync.link.latency_us".to_string()];
+        clear_ignored_in_grid(&mut cells, &[own, vec![]]);
+        assert_eq!(cells[0].ignored_keys(1)[0].0, "sync.link");
+    }
+}
