@@ -31,7 +31,9 @@ def train(args, out, ranks, trainers, sync):
     command = [args.shadowsync, "train", "--train", args.train, "--test", args.test,
                "--model", args.model, "--table-size", str(args.table_size),
                "--trainers", str(trainers), "--sync", sync, "--eval-every", "0",
-               "--server-shards", str(args.trainers), "--results", results]
+               "--results", results]
+    if "easgd" in sync:
+        command += ["--server-shards", str(args.trainers)]
     return run_train(command + args.train_flags.split(), ranks, results)
 
 

@@ -317,7 +317,7 @@ pub struct CheckpointStore {
 impl CheckpointStore {
     /// The store in `dir` (created if missing), keeping the newest `keep`.
     pub fn open(dir: &Path, keep: usize) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        crate::output::create_dir(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             keep: keep.max(1),

@@ -435,7 +435,7 @@ pub fn run_grid(
 ) -> Result<GridOutcome> {
     let directory = experiment.directory(out);
     let runs_dir = directory.join("runs");
-    std::fs::create_dir_all(&runs_dir).map_err(|e| Error::io(&runs_dir, e))?;
+    output::create_dir(&runs_dir)?;
     output::write_atomic(
         &directory.join("experiment.toml"),
         experiment.source.as_bytes(),

@@ -79,7 +79,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         Target::File(path) => path,
     };
     let dir = parent(&path);
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    create_dir(dir)?;
     let partial = partial_path(&path);
     let written = File::create(&partial)
         .and_then(|mut file| {
@@ -94,6 +94,21 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     // The rename itself, to disk (best effort: some file systems refuse).
     let _ = File::open(dir).and_then(|d| d.sync_all());
     Ok(())
+}
+
+/// Makes the directory `dir` and its parents; where one of them is a file,
+/// the error names it as such (not the OS's "file exists").
+pub fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        match dir.ancestors().find(|a| a.exists() && !a.is_dir()) {
+            Some(file) if file == dir => Error::data(file, "is a file, not a directory"),
+            Some(file) => Error::data(
+                file,
+                format!("is a file, not a directory (in {})", dir.display()),
+            ),
+            None => Error::io(dir, e),
+        }
+    })
 }
 
 /// The file (device, inode) `path` names, if it exists.
@@ -121,7 +136,7 @@ pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<()> {
         }
     }
     let dir = parent(&file);
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    create_dir(dir)?;
     let partial = partial_path(&file);
     File::create(&partial).map_err(|e| Error::io(path, e))?;
     std::fs::remove_file(&partial).map_err(|e| Error::io(&partial, e))

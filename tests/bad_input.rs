@@ -423,6 +423,40 @@ fn gen_data_never_replaces_data_it_did_not_make() {
 }
 
 #[test]
+fn a_file_given_where_a_directory_is_needed_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "x").unwrap();
+    let at = path(&file);
+    let train = sample_str("criteo_kaggle_paddlerec_train100.tsv");
+    let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
+    let mut checkpoints = small(&train, &test);
+    checkpoints.extend(["--checkpoint-dir", at]);
+    let under = file.join("runs");
+    for args in [
+        &["gen-data", "--out", at, "--rows", "10", "--test-rows", "10"][..],
+        &checkpoints,
+        &["experiment", "smoke", "--out", at],
+        &[
+            "gen-data",
+            "--out",
+            path(&under),
+            "--rows",
+            "10",
+            "--test-rows",
+            "10",
+        ],
+    ] {
+        fails_saying(&run(args), &[at, "is a file, not a directory"]);
+    }
+    fails_saying(
+        &run(&["train", "--resume", at]),
+        &["is not a checkpoint directory (it is a file)"],
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+}
+
+#[test]
 fn gen_data_on_a_full_disk_leaves_no_partial_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("data");

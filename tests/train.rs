@@ -72,6 +72,31 @@ fn sixty_four_trainers_end_with_every_replicas_results() {
     assert_eq!(recoveries, 0);
 }
 
+/// Every example read is trained once or accounted for: sync-sgd steps its
+/// 8 trainers together, and the 5 that have one batch more (20,000 rows in
+/// batches of 128 dealt round-robin) drop it, counted; a run that loses a
+/// batch otherwise fails (`report.error`).
+#[test]
+fn sync_sgd_counts_the_batches_of_its_last_uneven_round() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = synthetic_config(dir.path(), 20_000);
+    c.model.kind = ModelKind::Lr;
+    c.train.trainers = 8;
+    c.sync.algorithm = "sync-sgd".parse().unwrap();
+    let report = train(&c, &mut ()).unwrap();
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let dropped: Vec<u64> = report
+        .cluster
+        .trainer_stats
+        .iter()
+        .map(|s| s.dropped_examples)
+        .collect();
+    // 157 chunks of 128 (the last of 32): trainers 0-4 have 20, 5-7 have 19.
+    assert_eq!(dropped, [128, 128, 128, 128, 32, 0, 0, 0]);
+    assert_eq!(report.examples + dropped.iter().sum::<u64>(), 20_000);
+}
+
 #[test]
 fn logistic_regression_learns_the_planted_model() {
     let _serial = exclusive();

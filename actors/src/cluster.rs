@@ -424,7 +424,7 @@ impl<L: Learner> Cluster<L> {
     }
 
     /// Whether [`Cluster::stop`] (or a monitor's [`ClusterControl::stop`]) was
-    /// called, or the run has ended.
+    /// called.
     pub fn stopped(&self) -> bool {
         self.inner.control.stopped()
     }

@@ -43,7 +43,11 @@ impl<M: Monitor + ?Sized> Monitor for Box<M> {
 /// What a monitor (or anyone holding it) can do to a running cluster.
 #[derive(Clone)]
 pub struct ClusterControl {
+    /// The cluster's stop flag, which also ends the syncing (a foreground
+    /// algorithm's first trainer to finish raises it too).
     stop: Arc<AtomicBool>,
+    /// Whether [`ClusterControl::stop`] was called.
+    requested: Arc<AtomicBool>,
     fabric: Arc<dyn Fabric>,
     trainers: Arc<OnceLock<Vec<Recipient<Control>>>>,
 }
@@ -51,7 +55,7 @@ pub struct ClusterControl {
 impl std::fmt::Debug for ClusterControl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterControl")
-            .field("stopped", &self.stop.load(Ordering::Relaxed))
+            .field("stopped", &self.stopped())
             .finish()
     }
 }
@@ -60,6 +64,7 @@ impl ClusterControl {
     pub(crate) fn new(stop: Arc<AtomicBool>, fabric: Arc<dyn Fabric>) -> Self {
         Self {
             stop,
+            requested: Arc::default(),
             fabric,
             trainers: Arc::default(),
         }
@@ -93,14 +98,17 @@ impl ClusterControl {
 
     /// Ends syncing and stops every trainer, keeping what they trained.
     pub fn stop(&self) {
+        self.requested.store(true, Ordering::Relaxed);
         self.stop.store(true, Ordering::Relaxed);
         self.fabric.stop_everywhere();
         self.send(Control::Stop);
     }
 
-    /// Whether the cluster was stopped.
+    /// Whether the cluster was stopped ([`ClusterControl::stop`], by a
+    /// monitor or whoever runs it). Not when syncing ended because a trainer
+    /// finished: the others then train on to the end of their data.
     pub fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+        self.requested.load(Ordering::Relaxed)
     }
 }
 

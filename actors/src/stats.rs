@@ -55,6 +55,7 @@ pub struct TrainerCounters {
     finished: AtomicBool,
     recoveries: AtomicU64,
     abstentions: AtomicU64,
+    dropped: AtomicU64,
     training_cpu: CpuAccount,
     sync_cpu: CpuAccount,
     /// Steps and examples trained before this run (by the run it resumes).
@@ -90,6 +91,11 @@ pub struct TrainerStats {
     pub recoveries: u64,
     /// Sync rounds its replica sat out because its snapshot was not finite.
     pub abstentions: u64,
+    /// Examples of a batch it computed and did not apply, by design: under
+    /// `sync-sgd`, its last batch when another trainer's data had run out
+    /// (DDP's `drop_last`).
+    #[serde(default)]
+    pub dropped_examples: u64,
     /// CPU seconds its steps took (in-line syncs included, waits not).
     #[serde(default)]
     pub training_cpu_seconds: f64,
@@ -122,6 +128,7 @@ impl TrainerCounters {
             finished: AtomicBool::new(false),
             recoveries: AtomicU64::new(0),
             abstentions: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
             training_cpu: CpuAccount::default(),
             sync_cpu: CpuAccount::default(),
             resumed_from: (0, 0),
@@ -151,6 +158,12 @@ impl TrainerCounters {
     /// Records a sync round the replica sat out (its snapshot was not finite).
     pub fn record_abstention(&self) {
         self.abstentions.fetch_add(1, Relaxed);
+    }
+
+    /// Records a batch of `examples` computed and left unapplied by design
+    /// (see [`TrainerStats::dropped_examples`]).
+    pub fn record_dropped(&self, examples: usize) {
+        self.dropped.fetch_add(examples as u64, Relaxed);
     }
 
     /// Steps taken so far.
@@ -259,6 +272,7 @@ impl TrainerCounters {
             finished,
             recoveries: self.recoveries.load(Relaxed),
             abstentions: self.abstentions.load(Relaxed),
+            dropped_examples: self.dropped.load(Relaxed),
             training_cpu_seconds: self.training_cpu.seconds(),
             sync_cpu_seconds: self.sync_cpu.seconds(),
         }

@@ -318,6 +318,7 @@ impl<L: Learner> TrainerCore<L> {
         let catching_up = self.counters.steps() < self.catch_up;
         let sync_sgd = matches!(self.foreground, Foreground::SyncSgd(_)) && !catching_up;
         if sync_sgd && !self.all_reduce_gradients()? {
+            self.counters.record_dropped(outcome.examples);
             return Ok(false);
         }
         if let Err(e) = self.learner.apply_gradients() {

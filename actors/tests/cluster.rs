@@ -225,6 +225,36 @@ fn sync_sgd_trainers_end_together_when_one_runs_out_of_data() {
     }
 }
 
+/// Under `none` and a foreground rule, a trainer that runs out of data first
+/// ends the syncing, not the cluster: `stopped()` stays false (a CTR session
+/// halted its data on it, and the others lost the batches still queued), and
+/// the others train to the end of theirs.
+#[test]
+fn a_trainer_that_finishes_first_leaves_the_cluster_running() {
+    let _serial = exclusive();
+    for algorithm in ["none", "fr-ma:2"] {
+        let mut ls = learners(2, Some(200));
+        ls[0].steps_left = Some(5);
+        ls[1].step_delay = Duration::from_millis(2);
+        let cluster = Cluster::start(config(algorithm), ls).unwrap();
+        let started = Instant::now();
+        while !cluster.stats()[0].finished {
+            assert!(started.elapsed() < Duration::from_secs(30), "{algorithm}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !cluster.stats()[1].finished,
+            "{algorithm}: the slow one ended too"
+        );
+        assert!(
+            !cluster.stopped(),
+            "{algorithm}: one trainer's end stopped the cluster"
+        );
+        let outcome = cluster.wait().unwrap();
+        assert_eq!(outcome.report.examples, (5 + 200) * 64, "{algorithm}");
+    }
+}
+
 #[test]
 fn hogwild_workers_step_one_replica_that_the_shadow_loop_syncs() {
     let _serial = exclusive();

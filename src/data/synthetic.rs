@@ -294,7 +294,7 @@ impl SyntheticData {
     /// name and renamed into place, so processes generating the same data at
     /// once (the ranks of an `mpirun` job) never read a partial file.
     fn write(spec: SyntheticSpec, dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        crate::output::create_dir(dir)?;
         let model = PlantedModel::new(spec.seed);
         let write = |name: &str, rows: u64, stream: u64| -> Result<(PathBuf, Oracle)> {
             let path = dir.join(name);

@@ -288,12 +288,13 @@ pub fn resume_on(
         ));
     }
     if fabric.processes() == 1 && !dir.is_dir() {
+        let why = match dir.exists() {
+            true => "it is a file",
+            false => "it does not exist",
+        };
         return Err(Error::config(
             "resume",
-            format!(
-                "{} is not a checkpoint directory (it does not exist)",
-                dir.display()
-            ),
+            format!("{} is not a checkpoint directory ({why})", dir.display()),
         ));
     }
     if fabric.processes() > 1 && !own.is_dir() {
@@ -406,16 +407,25 @@ fn refuse_finished(resumed: &Resumed, checkpoint: &Checkpoint) -> Result<()> {
 
 /// Examples read but not trained, said as an error (a collective): in a run
 /// that ended on its own from the start of its data, every line read is
-/// trained once or skipped as malformed, in whichever process parsed it.
-fn untrained(fabric: &dyn Fabric, read: &ReadStats, examples: u64) -> Result<Option<String>> {
-    let mut skipped = [read.skipped];
-    fabric.sum(&mut skipped)?;
-    let parsed = read.lines.saturating_sub(skipped[0]);
-    Ok((parsed != examples).then(|| {
+/// trained once, skipped as malformed, or `dropped` by design (this
+/// process's trainers' `dropped_examples`: sync-sgd's last uneven round), in
+/// whichever process handled it.
+fn untrained(
+    fabric: &dyn Fabric,
+    read: &ReadStats,
+    examples: u64,
+    dropped: u64,
+) -> Result<Option<String>> {
+    let mut not_trained = [read.skipped, dropped];
+    fabric.sum(&mut not_trained)?;
+    let [skipped, dropped] = not_trained;
+    let parsed = read.lines.saturating_sub(skipped);
+    Ok((parsed != examples + dropped).then(|| {
         format!(
-            "{parsed} examples were read ({} lines, {} malformed skipped) and {examples} \
-             trained: batches were lost or trained twice",
-            read.lines, skipped[0]
+            "{parsed} examples were read ({} lines, {skipped} malformed skipped) and \
+             {examples} trained ({dropped} dropped by sync-sgd's last round): batches were \
+             lost or trained twice",
+            read.lines
         )
     }))
 }
@@ -522,7 +532,12 @@ fn report(
             None => no_examples(&data.train, &train_read),
         });
     }
-    let lost = untrained(fabric, &train_read, examples)?
+    let dropped = cluster
+        .trainer_stats
+        .iter()
+        .map(|s| s.dropped_examples)
+        .sum();
+    let lost = untrained(fabric, &train_read, examples, dropped)?
         .filter(|_| !ended.interrupted && cluster.errors.is_empty() && resumed.is_none());
     let memory_per_process = memory.every_process(fabric)?;
     let unaccounted_pushes = match &ended.embeddings {

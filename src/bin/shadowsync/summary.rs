@@ -47,6 +47,17 @@ pub(crate) fn print_summary(report: &TrainReport) {
             )),
         );
     }
+    let dropped: u64 = cluster
+        .trainer_stats
+        .iter()
+        .map(|s| s.dropped_examples)
+        .sum();
+    if dropped > 0 {
+        println!(
+            "{dropped} examples of the last round left untrained: sync-sgd steps every \
+             trainer together, and some had one batch more than the others (DDP's drop_last)"
+        );
+    }
     println!(
         "test ({} examples): NE {:.4}  AUC {:.4}  logloss {:.4}  calibration {:.3}",
         m.examples, m.ne, m.auc, m.logloss, m.calibration
