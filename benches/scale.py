@@ -101,7 +101,7 @@ def main():
 
     header = ("| model | ranks × trainers | examples | examples/s | per trainer "
               "| rows B/example | dense B/example | sync gap / staleness (steps) "
-              "| pushes | peak RSS per rank (MiB) | s to first batch | s to end |\n"
+              "| pushes (rank 0 sent) | peak RSS per rank (MiB) | s to first batch | s to end |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = []
     with tempfile.TemporaryDirectory() as out:
