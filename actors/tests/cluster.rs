@@ -351,13 +351,17 @@ fn with_a_slow_link_shadow_sync_keeps_the_trainers_throughput() {
     let none = best("none");
     let shadow = best("shadow-ma");
     let foreground = run("fr-ma:1", 40);
+    // A trainer that waited on the link would step every 20 ms, at 1/20 of
+    // `none`'s rate, as the foreground one does; one that does not keeps
+    // about all of it (E1's shadow cost measures how much, apart: a bound
+    // near 1 here only measured how busy the machine was). The bounds sit
+    // halfway, far from both.
     let ratio = shadow.examples_per_sec / none.examples_per_sec;
     assert!(
-        ratio > 0.9,
+        ratio > 0.5,
         "shadow-ma keeps only {ratio:.2} of none's examples/s"
     );
     assert!(shadow.trainer_stats.iter().all(|s| s.syncs > 0));
-    // The foreground algorithm waits 20 ms per step on the link.
     assert!(foreground.examples_per_sec < 0.5 * none.examples_per_sec);
 }
 
