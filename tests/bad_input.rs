@@ -921,17 +921,7 @@ fn a_run_resumes_from_another_working_directory() {
     assert!(first.status.success(), "{}", text(&first));
     // As if killed after its last periodic checkpoint: the end-of-run one
     // goes.
-    let mut saved: Vec<PathBuf> = std::fs::read_dir(work.join("ckpt"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("ckpt-")
-        })
-        .collect();
-    saved.sort();
+    let saved = common::checkpoints::checkpoints_in(&work.join("ckpt"));
     std::fs::remove_dir_all(saved.last().unwrap()).unwrap();
     let elsewhere: PathBuf = dir.path().to_path_buf();
     let resumed = shadowsync(&["train", "--resume", "work/ckpt"])

@@ -29,8 +29,12 @@ struct Modal {
 }
 
 /// A [`Modal`] for the field at `path` of [`Config`], compared with and
-/// cleared to [`Config::default`]'s.
+/// cleared to [`Config::default`]'s; `rule "R", "WHAT"`: read by the rule R
+/// only, WHAT to it.
 macro_rules! modal {
+    ($key:literal, $($field:ident).+, rule $rule:literal, $what:literal) => {
+        modal!($key, $($field).+, |c, _| not_rule(c, $rule, $what))
+    };
     ($key:literal, $($field:ident).+, $ignored:expr) => {
         Modal {
             key: $key,
@@ -195,31 +199,16 @@ fn modal_keys() -> Vec<Modal> {
         modal!("sync.min_steps", sync.min_steps, not_shadow),
         modal!("sync.max_cpu_share", sync.max_cpu_share, not_shadow),
         modal!("sync.shadow_threads", sync.shadow_threads, not_shadow),
-        modal!("sync.alpha", sync.alpha, |c, _| not_rule(
-            c,
-            "easgd",
-            "EASGD's elasticity"
-        )),
-        modal!("sync.server_shards", sync.server_shards, |c, _| not_rule(
-            c,
-            "easgd",
+        modal!("sync.alpha", sync.alpha, rule "easgd", "EASGD's elasticity"),
+        modal!(
+            "sync.server_shards",
+            sync.server_shards,
+            rule "easgd",
             "the shards of EASGD's parameter server"
-        )),
-        modal!("sync.eta", sync.eta, |c, _| not_rule(
-            c,
-            "bmuf",
-            "BMUF's block momentum"
-        )),
-        modal!("sync.zeta", sync.zeta, |c, _| not_rule(
-            c,
-            "bmuf",
-            "BMUF's block learning rate"
-        )),
-        modal!("sync.nesterov", sync.nesterov, |c, _| not_rule(
-            c,
-            "bmuf",
-            "BMUF's Nesterov look-ahead"
-        )),
+        ),
+        modal!("sync.eta", sync.eta, rule "bmuf", "BMUF's block momentum"),
+        modal!("sync.zeta", sync.zeta, rule "bmuf", "BMUF's block learning rate"),
+        modal!("sync.nesterov", sync.nesterov, rule "bmuf", "BMUF's Nesterov look-ahead"),
         // Checkpoints.
         modal!(
             "checkpoint.every_steps",

@@ -196,29 +196,43 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// How a `shadowsync train` run starts.
+enum Start<'a> {
+    /// From its configuration (file and flags).
+    Fresh(Box<shadowsync::config::Config>),
+    /// From the newest checkpoint in a directory.
+    Resume(&'a Path),
+}
+
 /// `shadowsync train`: one run (or this rank's part of one), its summary and
 /// results; non-zero when it stopped early or was interrupted.
 fn train_command(args: &TrainArgs) -> Result<()> {
     let mut progress = Progress::new(Interrupt::install()?);
     let fabric = Backend::fabric(args.backend, args.mpi_watchdog_s)?;
+    // A resumed run's configuration is its checkpoint's, read by `resume_on`.
+    let start = match &args.resume {
+        Some(dir) => Start::Resume(dir),
+        None => Start::Fresh(Box::new(args.config(fabric.processes())?)),
+    };
     // A results file that cannot or must not be written is found now, not
     // after the run.
     if let (Some(path), 0) = (&args.results, fabric.process()) {
-        let mut inputs: Vec<PathBuf> = args.config.iter().cloned().collect();
-        if args.resume.is_none() {
-            let config = args.config(fabric.processes())?;
-            inputs.extend(config.data.train.into_iter().chain(config.data.test));
+        let mut inputs: Vec<&Path> = args.config.iter().map(PathBuf::as_path).collect();
+        if let Start::Fresh(config) = &start {
+            inputs.extend(
+                config
+                    .data
+                    .train
+                    .iter()
+                    .chain(&config.data.test)
+                    .map(PathBuf::as_path),
+            );
         }
-        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
         output::check_output(path, &inputs).context("--results")?;
     }
-    let report = match &args.resume {
-        Some(dir) => train::resume_on(Arc::clone(&fabric), dir, &mut progress),
-        None => train::train_on(
-            Arc::clone(&fabric),
-            &args.config(fabric.processes())?,
-            &mut progress,
-        ),
+    let report = match &start {
+        Start::Resume(dir) => train::resume_on(Arc::clone(&fabric), dir, &mut progress),
+        Start::Fresh(config) => train::train_on(Arc::clone(&fabric), config, &mut progress),
     };
     let report = name_rank(report, fabric.as_ref())?;
     // One rank of a job speaks for it: they all have the same model.
