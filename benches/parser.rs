@@ -62,7 +62,7 @@ fn parser(c: &mut Criterion) {
     group.bench_function("single_thread_examples", |b| {
         b.iter(|| read_single_thread(&path))
     });
-    for shards in [1, 2] {
+    for shards in [1, 2, 8] {
         group.bench_function(format!("pipeline_batches_{shards}_shards"), |b| {
             b.iter(|| read_pipeline(&path, shards))
         });

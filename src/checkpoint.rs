@@ -28,6 +28,7 @@ use crate::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use shadowsync_actors::embedding::Pushes;
 use shadowsync_actors::sync::{PeerState, RuleState};
 use shadowsync_actors::{ClusterState, LearnerState, TrainerState};
 use std::fs::File;
@@ -92,6 +93,9 @@ pub struct Manifest {
     /// kept).
     #[serde(default)]
     pub data: Vec<DataFile>,
+    /// A sharded table's push ledger (see [`Checkpoint::pushes`]).
+    #[serde(default)]
+    pub pushes: Pushes,
     /// Bytes of the state file.
     pub state_bytes: u64,
     /// SHA-256 of the state file, in hex.
@@ -109,6 +113,10 @@ pub struct Checkpoint {
     pub cluster: ClusterState,
     /// The shared embedding table's arrays, by name.
     pub table: Vec<(String, Vec<f32>)>,
+    /// The pushes this process had sent and its shard of a sharded table had
+    /// applied: equal across the processes' checkpoints, since every push
+    /// sent before the checkpoint was applied before any shard was read.
+    pub pushes: Pushes,
     /// Training wall-clock seconds so far (of every run it continues).
     pub train_seconds: f64,
     /// The evaluations during training so far.
@@ -287,6 +295,7 @@ impl Checkpoint {
             train_seconds: manifest.train_seconds,
             history: manifest.history,
             data: manifest.data,
+            pushes: manifest.pushes,
             config: manifest.config,
             cluster: ClusterState {
                 trainers,
@@ -333,7 +342,6 @@ impl CheckpointStore {
     /// newest `keep`; returns its directory.
     pub fn save(&self, checkpoint: &Checkpoint) -> Result<PathBuf> {
         let number = self.numbered()?.last().map_or(1, |(n, _)| n + 1);
-        let name = format!("{PREFIX}{number:06}");
         let tmp = self.dir.join(format!("{TMP_PREFIX}{number:06}"));
         let fail = |e: std::io::Error| Error::io(&tmp, e);
         if tmp.exists() {
@@ -345,7 +353,7 @@ impl CheckpointStore {
             let _ = std::fs::remove_dir_all(&tmp);
             return Err(e);
         }
-        let path = self.dir.join(name);
+        let path = self.path(number);
         std::fs::rename(&tmp, &path).map_err(fail)?;
         sync_dir(&self.dir)?;
         self.prune()?;
@@ -356,15 +364,55 @@ impl CheckpointStore {
     /// not (with why); an error if there is none to resume from.
     pub fn load_latest(&self) -> Result<(PathBuf, Checkpoint, Vec<Rejected>)> {
         let mut rejected = Vec::new();
-        for (_, path) in self.numbered()?.into_iter().rev() {
-            match load(&path) {
-                Ok(checkpoint) => return Ok((path, checkpoint, rejected)),
-                Err(reason) => {
-                    tracing::warn!(checkpoint = %path.display(), %reason, "checkpoint rejected");
-                    rejected.push(Rejected { path, reason });
-                }
+        for number in self.numbers()?.into_iter().rev() {
+            match self.load(number) {
+                Ok((path, checkpoint)) => return Ok((path, checkpoint, rejected)),
+                Err(r) => rejected.push(r),
             }
         }
+        Err(self.none_usable(&rejected))
+    }
+
+    /// The numbers of the checkpoints in the directory, oldest first.
+    pub fn numbers(&self) -> Result<Vec<u64>> {
+        Ok(self.numbered()?.into_iter().map(|(n, _)| n).collect())
+    }
+
+    /// Where checkpoint `number` is (or would be).
+    pub fn path(&self, number: u64) -> PathBuf {
+        self.dir.join(format!("{PREFIX}{number:06}"))
+    }
+
+    /// Checkpoint `number` if it is whole, or why not.
+    pub fn load(&self, number: u64) -> std::result::Result<(PathBuf, Checkpoint), Rejected> {
+        let path = self.path(number);
+        load(&path).map(|c| (path.clone(), c)).map_err(|reason| {
+            tracing::warn!(checkpoint = %path.display(), %reason, "checkpoint rejected");
+            Rejected { path, reason }
+        })
+    }
+
+    /// Moves checkpoint `number` out of the numbered ones, to
+    /// `passed-over-ckpt-NNNNNN` beside them (`…-2` and on if taken; kept,
+    /// not read again), so that the next one saved takes the number after
+    /// those that remain.
+    pub fn set_aside(&self, number: u64) -> Result<PathBuf> {
+        let from = self.path(number);
+        let name = format!("passed-over-{PREFIX}{number:06}");
+        let to = (1..)
+            .map(|k| match k {
+                1 => self.dir.join(&name),
+                k => self.dir.join(format!("{name}-{k}")),
+            })
+            .find(|to| !to.exists())
+            .unwrap_or_else(|| self.dir.join(name));
+        std::fs::rename(&from, &to).map_err(|e| Error::io(&from, e))?;
+        Ok(to)
+    }
+
+    /// The error of a directory without a checkpoint to resume from, naming
+    /// those `rejected`.
+    pub fn none_usable(&self, rejected: &[Rejected]) -> Error {
         let reason = match rejected.is_empty() {
             true => "no checkpoint in it".to_string(),
             false => format!(
@@ -376,10 +424,10 @@ impl CheckpointStore {
                     .join("; ")
             ),
         };
-        Err(Error::Checkpoint {
+        Error::Checkpoint {
             path: self.dir.clone(),
             reason,
-        })
+        }
     }
 
     /// The checkpoint directories, oldest first, with their numbers.
@@ -513,6 +561,7 @@ fn write_checkpoint(tmp: &Path, checkpoint: &Checkpoint) -> Result<()> {
         train_seconds: checkpoint.train_seconds,
         history: checkpoint.history.clone(),
         data: checkpoint.data.clone(),
+        pushes: checkpoint.pushes.clone(),
         state_bytes: state.len() as u64,
         state_sha256: sha256_hex(&state),
     };
@@ -590,6 +639,16 @@ mod tests {
                 ("sum".into(), vec![0.0; 8]),
                 ("weight".into(), (0..8).map(|i| i as f32 / 3.0).collect()),
             ],
+            pushes: Pushes {
+                sent: shadowsync_actors::embedding::PushCounts {
+                    pushes: vec![0, 41],
+                    rows: vec![0, 9_000],
+                },
+                applied: shadowsync_actors::embedding::PushCounts {
+                    pushes: vec![3, 0],
+                    rows: vec![70, 0],
+                },
+            },
             train_seconds: 12.5,
             history: vec![EvalPoint {
                 examples: 4,
@@ -656,6 +715,36 @@ mod tests {
         names.sort();
         assert_eq!(names, ["ckpt-000003", "ckpt-000004"]);
         assert_eq!(store.load_latest().unwrap().1, sample(4));
+    }
+
+    /// A job resuming from an older checkpoint than its newest sets the newer
+    /// ones aside: kept, never read or pruned, and the numbers go on from the
+    /// one resumed (as in the job's other processes).
+    #[test]
+    fn checkpoints_set_aside_are_kept_and_numbering_goes_on_below_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path(), 2).unwrap();
+        for examples in 1..=3 {
+            store.save(&sample(examples)).unwrap();
+        }
+        assert_eq!(store.numbers().unwrap(), [2, 3]);
+        let aside = store.set_aside(3).unwrap();
+        assert!(aside.ends_with("passed-over-ckpt-000003"));
+        assert_eq!(store.numbers().unwrap(), [2]);
+        assert_eq!(store.load(2).unwrap().1, sample(2));
+        assert!(store.load(3).unwrap_err().reason.contains("manifest.json"));
+        let next = store.save(&sample(4)).unwrap();
+        assert!(next.ends_with("ckpt-000003"));
+        assert!(store
+            .set_aside(3)
+            .unwrap()
+            .ends_with("passed-over-ckpt-000003-2"));
+        for examples in 5..=7 {
+            store.save(&sample(examples)).unwrap();
+        }
+        let read = |name: &str| load(&dir.path().join(name)).unwrap();
+        assert_eq!(read("passed-over-ckpt-000003"), sample(3));
+        assert_eq!(read("passed-over-ckpt-000003-2"), sample(4));
     }
 
     /// Damages the newest checkpoint's `file` with `damage`; the previous one

@@ -274,6 +274,11 @@ pub struct TrainConfig {
     /// Milliseconds between two samples of the replicas' consensus distance
     /// (0 = none; one more is taken when training ends).
     pub consensus_every_ms: u64,
+    /// Checks at the end that every row equals its initial values minus
+    /// every SGD step pushed to it (`optim.sparse = "sgd"`; not on a resumed
+    /// run); a run whose rows are off fails. For tests and small tables: it
+    /// keeps two `f64` copies of the table.
+    pub audit_rows: bool,
 }
 
 impl Default for TrainConfig {
@@ -290,6 +295,7 @@ impl Default for TrainConfig {
             embedding_timeout_ms: 30_000,
             table_sync_ms: 50,
             consensus_every_ms: 500,
+            audit_rows: false,
         }
     }
 }
@@ -416,6 +422,13 @@ impl Config {
             return Err(Error::config(
                 "train.embedding_staleness",
                 "must be at least 1 (the batch being trained)",
+            ));
+        }
+        if self.train.audit_rows && self.optim.sparse != OptimizerKind::Sgd {
+            return Err(Error::config(
+                "train.audit_rows",
+                "audits plain SGD on the rows (whose steps add up whatever their order); \
+                 set optim.sparse = \"sgd\"",
             ));
         }
         if self.train.embedding_timeout_ms == 0 {

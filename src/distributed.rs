@@ -53,15 +53,20 @@ pub struct TableSync {
 }
 
 impl TableSync {
-    /// Starts averaging `table` across `fabric`'s processes every `every`.
+    /// Starts merging `table` across `fabric`'s processes every `every`,
+    /// from their common base, which it sets before it returns: before any
+    /// trainer writes a row (a row written before the base was read would
+    /// count once over the processes' mean, 1/R of it).
     pub fn start(fabric: Arc<dyn Fabric>, table: EmbeddingTable, every: Duration) -> Result<Self> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&done);
+        table.written().track();
+        let base = common_base(fabric.as_ref(), &state_of(&table))?;
         let thread = std::thread::Builder::new()
             .name("table-sync".into())
             .spawn(move || {
                 tch::set_num_threads(1);
-                sync_rounds(fabric.as_ref(), &table, every, &flag)
+                sync_rounds(fabric.as_ref(), &table, base, every, &flag)
             })
             .map_err(|source| {
                 runtime(RuntimeError::Thread {
@@ -86,18 +91,24 @@ fn runtime(error: RuntimeError) -> Error {
     Error::Runtime(error)
 }
 
-/// Rounds until every process is done; the last one runs with all done.
+/// The table's arrays (its rows, its optimizer's state), as one would write
+/// them.
+fn state_of(table: &EmbeddingTable) -> Vec<Tensor> {
+    (table.state().into_iter())
+        .map(|(_, t)| t.shallow_clone())
+        .collect()
+}
+
+/// Rounds from `base` until every process is done; the last one runs with
+/// all done.
 fn sync_rounds(
     fabric: &dyn Fabric,
     table: &EmbeddingTable,
+    mut base: Vec<f32>,
     every: Duration,
     done: &AtomicBool,
 ) -> Result<TableSyncReport> {
-    let state: Vec<Tensor> = table
-        .state()
-        .into_iter()
-        .map(|(_, t)| t.shallow_clone())
-        .collect();
+    let state = state_of(table);
     let rows = table.weight().size().first().copied().unwrap_or(0) as usize;
     let shape = Shape {
         rows,
@@ -106,8 +117,6 @@ fn sync_rounds(
     };
     let written = Arc::clone(table.written());
     let mut report = TableSyncReport::default();
-    written.track();
-    let mut base = common_base(fabric, &state)?;
     loop {
         let due = Instant::now() + every;
         while Instant::now() < due && !done.load(Ordering::Relaxed) {
@@ -143,7 +152,7 @@ fn sync_rounds(
                 theirs.deltas.extend(changes.deltas);
             }
         }
-        add_rows(&state, shape, &theirs)?;
+        table.exclusive(|| add_rows(&state, shape, &theirs))?;
         if all_done {
             return Ok(report);
         }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::sample;
-use crossbeam_channel::RecvTimeoutError;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use flate2::{write::GzEncoder, Compression};
 use shadowsync::data::{
     BadLinePolicy, Batch, CriteoReader, Example, Pipeline, PipelineConfig, SyntheticData,
@@ -13,6 +13,7 @@ use shadowsync::data::{
 use shadowsync::Error;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 fn read_all(path: &Path) -> Vec<Example> {
@@ -232,10 +233,52 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
     assert_eq!(interleaved, labels_of(&expected));
 }
 
+/// More shards than readers (16): they share them, and still get each of
+/// their chunks once, in order.
 #[test]
-fn a_halted_pipeline_closes_every_channel_though_a_consumer_stopped_reading() {
+fn twenty_shards_share_the_readers_and_get_each_of_their_chunks_once() {
     let dir = tempfile::tempdir().unwrap();
-    let data = synthetic(dir.path(), 5000, 5);
+    let data = synthetic(dir.path(), 1000, 8);
+    let config = PipelineConfig {
+        batch_size: 16,
+        shards: 20,
+        keep: None,
+        policy: BadLinePolicy::Fail,
+        capacity: 2,
+        skip: Vec::new(),
+    };
+    let mut pipeline =
+        Pipeline::spawn(&data.train, TableLayout::uniform(1000).unwrap(), &config).unwrap();
+    let shards = pipeline.take_shards();
+    let chunks: Vec<Vec<(u64, usize)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = shards
+            .into_iter()
+            .map(|rx| {
+                s.spawn(move || {
+                    rx.into_iter()
+                        .map(|b| b.map(|b| (b.chunk, b.len())).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(pipeline.finish().unwrap().lines, 1000);
+    // 63 chunks (the last of 8 lines): chunk k to shard k mod 20.
+    for (shard, got) in chunks.iter().enumerate() {
+        let expected: Vec<u64> = (0..).take_while(|i| i * 20 + (shard as u64) < 63).collect();
+        let indices: Vec<u64> = got.iter().map(|(chunk, _)| *chunk).collect();
+        assert_eq!(indices, expected, "shard {shard}");
+    }
+    let total: usize = chunks.iter().flatten().map(|(_, n)| n).sum();
+    assert_eq!(total, 1000);
+}
+
+type Shard = Receiver<shadowsync::Result<Batch>>;
+
+/// A pipeline of 2 shards of 16-line batches over `input`, with one consumer
+/// that never reads (a stopped or hung trainer): the other's receiver.
+fn one_consumer_stopped(input: &Path) -> (Pipeline, Shard, Shard) {
     let config = PipelineConfig {
         batch_size: 16,
         shards: 2,
@@ -245,10 +288,51 @@ fn a_halted_pipeline_closes_every_channel_though_a_consumer_stopped_reading() {
         skip: Vec::new(),
     };
     let mut pipeline =
-        Pipeline::spawn(&data.train, TableLayout::uniform(1000).unwrap(), &config).unwrap();
+        Pipeline::spawn(input, TableLayout::uniform(1000).unwrap(), &config).unwrap();
     let mut shards = pipeline.take_shards();
     let reading = shards.pop().unwrap();
-    let _stopped = shards.pop().unwrap(); // held, never read: a stopped trainer
+    let stopped = shards.pop().unwrap(); // held, never read
+    (pipeline, reading, stopped)
+}
+
+#[test]
+fn a_consumer_that_stops_reading_a_file_holds_up_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic(dir.path(), 5000, 5);
+    let (pipeline, reading, _stopped) = one_consumer_stopped(&data.train);
+    let mut received = 0;
+    // Its own reader: its half of the file, then its channel closes.
+    loop {
+        match reading.recv_timeout(Duration::from_secs(30)) {
+            Ok(batch) => received += batch.unwrap().len(),
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => panic!("held up after {received} examples"),
+        }
+    }
+    assert_eq!(received, 2496, "its 156 chunks of the 313");
+    pipeline.finish().unwrap();
+}
+
+#[test]
+fn a_halted_pipeline_closes_every_channel_though_a_consumer_stopped_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic(dir.path(), 5000, 5);
+    // A pipe is read once, by one reader dealing to both consumers.
+    let fifo = dir.path().join("train.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let writer = {
+        let (from, to) = (data.train.clone(), fifo.clone());
+        std::thread::spawn(move || {
+            let mut out = std::fs::OpenOptions::new().write(true).open(to).unwrap();
+            // Ends with a broken pipe once the halted reader lets go.
+            let _ = std::io::copy(&mut std::fs::File::open(from).unwrap(), &mut out);
+        })
+    };
+    let (pipeline, reading, _stopped) = one_consumer_stopped(&fifo);
     let halt = pipeline.halt_handle();
     let mut received = 0;
     let mut halted = false;
@@ -271,6 +355,7 @@ fn a_halted_pipeline_closes_every_channel_though_a_consumer_stopped_reading() {
         "{received} examples: the other consumer was not held up"
     );
     pipeline.finish().unwrap();
+    writer.join().unwrap();
 }
 
 #[test]

@@ -1,8 +1,11 @@
 //! `mpirun -np R shadowsync train` (feature `mpi`): a job of 2 ranks × 2
 //! trainers trains the whole pass and learns (under MA on sharded tables, and
 //! under EASGD with the centre sharded over the ranks), a job killed mid-run
-//! resumes with the same ranks from each rank's checkpoints, one rank behaves
-//! like one process, and a rank that fails ends the job within seconds, named.
+//! resumes with the same ranks from the job's last whole checkpoint with
+//! every push applied once, every row ends at its initial values minus every
+//! step pushed to it (4 × 8 and 2 × 16 sharded, 4 × 4 replicated), one rank
+//! behaves like one process, and a rank that fails ends the job within
+//! seconds, named.
 //! Whether such jobs learn *as well as* one process is a statistical claim:
 //! `./dev claims` (tests/claims.rs).
 
@@ -125,6 +128,27 @@ fn checkpoints_per_rank(dir: &Path) -> [usize; 2] {
     })
 }
 
+/// The checkpoints rank `rank` of 2 has in `dir`, by number, with their
+/// manifests.
+fn manifests(dir: &Path, rank: usize) -> std::collections::BTreeMap<u64, Value> {
+    let ranks_dir = dir.join(format!("rank-{rank}-of-2"));
+    std::fs::read_dir(ranks_dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let number = name.strip_prefix("ckpt-")?.parse().ok()?;
+            let manifest = std::fs::read(e.path().join("manifest.json")).ok()?;
+            Some((number, serde_json::from_slice(&manifest).unwrap()))
+        })
+        .collect()
+}
+
+/// Count `i` of a push ledger's list (0 where it stops short).
+fn count(list: &Value, i: usize) -> u64 {
+    list.get(i).and_then(Value::as_u64).unwrap_or(0)
+}
+
 #[test]
 fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -173,6 +197,44 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
     assert!(!job.wait().unwrap().success());
     assert!(!killed_results.exists());
 
+    // The checkpoint barrier: in every checkpoint both ranks took, what each
+    // had sent the other is what the other's shard had applied, so a resumed
+    // job applies every push once (none lost in flight, none twice).
+    let [zero, one] = [0, 1].map(|rank| manifests(&checkpoints, rank));
+    let both: Vec<u64> = zero
+        .keys()
+        .filter(|n| one.contains_key(n))
+        .copied()
+        .collect();
+    assert!(
+        both.len() >= 2,
+        "checkpoints {:?} and {:?}",
+        zero.keys(),
+        one.keys()
+    );
+    for number in &both {
+        let ledgers = [&zero[number]["pushes"], &one[number]["pushes"]];
+        for (sender, owner) in [(0, 1), (1, 0)] {
+            for unit in ["pushes", "rows"] {
+                let sent = count(&ledgers[sender]["sent"][unit], owner);
+                let applied = count(&ledgers[owner]["applied"][unit], sender);
+                assert_eq!(
+                    sent, applied,
+                    "checkpoint {number}, {unit} {sender} → {owner}"
+                );
+                assert!(
+                    sent > 0,
+                    "checkpoint {number}: no {unit} {sender} → {owner}"
+                );
+            }
+        }
+    }
+    // Killed while rank 1 was writing its newest: both go on from the one
+    // before.
+    let newest = *both.last().unwrap();
+    std::fs::remove_dir_all(checkpoints.join(format!("rank-1-of-2/ckpt-{newest:06}"))).unwrap();
+    let from = both[both.len() - 2];
+
     let resumed = shadowsync(
         Some(2),
         &[
@@ -188,6 +250,19 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
         serde_json::from_slice(&std::fs::read(dir.path().join("resumed.json")).unwrap()).unwrap();
     let before = report["resumed"]["examples"].as_u64().unwrap();
     assert!(before > 0 && before < 400_000, "{report}");
+    let resumed_from = report["resumed"]["checkpoint"].as_str().unwrap();
+    assert!(
+        resumed_from.ends_with(&format!("rank-0-of-2/ckpt-{from:06}")),
+        "{resumed_from}, not checkpoint {from}"
+    );
+    // The ledger goes on from the checkpoint's and balances at the end.
+    let sent = &report["distributed"]["sharded"]["pushes_sent"]["pushes"];
+    assert!(count(sent, 1) > count(&zero[&from]["pushes"]["sent"]["pushes"], 1));
+    assert_eq!(
+        report["distributed"]["unaccounted_pushes"],
+        serde_json::json!([]),
+        "{report}"
+    );
     // Cursor accounting: the pass, whole, once, over both ranks.
     assert_eq!(report["examples"], 400_000, "{report}");
     let ne = report["final_metrics"]["ne"].as_f64().unwrap();
@@ -215,6 +290,47 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
         "{}",
         text(&three)
     );
+}
+
+/// The golden invariant at the sizes users run: plain SGD on the rows
+/// commutes, so whatever the order and staleness of the pushes, every row
+/// ends at its initial values minus every step pushed to it. The audit
+/// (`train.audit_rows`) checks each rank's rows against the job's sums and
+/// fails the run on a push dropped, doubled or lost in a merge; hot rows of
+/// the Zipf-distributed tokens take pushes from every trainer.
+#[test]
+fn every_row_ends_at_its_initial_values_minus_every_step_at_4_by_8_and_2_by_16() {
+    let dir = tempfile::tempdir().unwrap();
+    data(dir.path());
+    for (ranks, trainers, keys) in [
+        (4, 8, "embedding_staleness = 1"),
+        (2, 16, "embedding_staleness = 8"),
+        (4, 4, "embeddings = \"replicated\""),
+    ] {
+        let keys = format!("audit_rows = true\n{keys}");
+        let (_, report) = train_with(
+            dir.path(),
+            Some(ranks),
+            trainers,
+            1,
+            "shadow-ma",
+            (&keys, &[]),
+        );
+        let case = format!("{ranks} × {trainers}, {keys}");
+        assert_eq!(report["examples"], 400_000, "{case}: {report}");
+        let audit = &report["row_audit"];
+        assert_eq!(audit["off"], 0, "{case}: {audit}");
+        // Rank 0's share of the 26 × 20,000 rows, or all of them.
+        let rows = audit["rows"].as_u64().unwrap();
+        assert!(rows >= 520_000 / ranks as u64, "{case}: {audit}");
+        let recovered = report["cluster"]["trainer_stats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["recoveries"].as_u64().unwrap_or(0))
+            .sum::<u64>();
+        assert_eq!(recovered, 0, "{case}: a step was retried");
+    }
 }
 
 #[test]

@@ -90,6 +90,15 @@ pub trait Learner: Send + Unpin + 'static {
         true
     }
 
+    /// Waits until what its steps sent elsewhere has landed (pushes to the
+    /// rows of a table another process keeps), so that a checkpoint reading
+    /// the shared state after it holds every update its steps made. Called
+    /// before the trainer parks for a checkpoint and when it is stopped.
+    /// Nothing in flight: nothing to do (the default).
+    fn settle(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// Its state besides the dense parameters (nothing, by default).
     fn save_state(&self) -> Result<LearnerState, Self::Error> {
         Ok(LearnerState::default())

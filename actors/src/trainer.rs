@@ -506,8 +506,16 @@ impl<L: Learner> TrainerActor<L> {
         }
     }
 
-    fn finish(&mut self, ctx: &mut Context<Self>, error: Option<String>) {
-        let Some(core) = self.core.take() else { return };
+    fn finish(&mut self, ctx: &mut Context<Self>, mut error: Option<String>) {
+        let Some(mut core) = self.core.take() else {
+            return;
+        };
+        // Stopped mid-pass, its last pushes land before the end's checkpoint.
+        if error.is_none() {
+            error = (core.learner_mut().settle())
+                .err()
+                .map(|e| Error::learner(e).to_string());
+        }
         let last_worker = self.counters.finish();
         (self.on_finish)();
         let stats = self.counters.stats();
@@ -558,6 +566,12 @@ impl<L: Learner> Handler<Chunk> for TrainerActor<L> {
                 Ok(Stepped::Trained) => {
                     let steps = core.counters().steps();
                     if steps >= self.next_park {
+                        // Its pushes land before it counts as parked: a
+                        // checkpoint reads the tables they go to.
+                        if let Err(e) = core.learner_mut().settle().map_err(Error::learner) {
+                            drop(cpu);
+                            return self.finish(ctx, Some(e.to_string()));
+                        }
                         self.next_park = self.parking.next_after(steps);
                         self.parked = true;
                         self.parking.parked.fetch_add(1, Ordering::SeqCst);

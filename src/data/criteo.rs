@@ -246,6 +246,24 @@ pub fn too_long(path: &Path, line: u64) -> Error {
 /// The path that names standard input.
 pub const STDIN: &str = "-";
 
+/// Whether `path` is a regular file that is not gzip: one that can be read
+/// many times over, cheaply (a pipe or standard input is read once; a gzip
+/// stream costs its decompression each time).
+pub fn rereadable(path: &Path) -> Result<bool> {
+    if path == Path::new(STDIN) {
+        return Ok(false);
+    }
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Ok(false);
+    }
+    let mut magic = Vec::with_capacity(2);
+    File::open(path)
+        .and_then(|f| f.take(2).read_to_end(&mut magic))
+        .map_err(|e| Error::io(path, e))?;
+    Ok(magic != [0x1f, 0x8b])
+}
+
 /// Opens a data file, plain or gzip, for buffered reading: a regular file, a
 /// pipe or FIFO (`<(zcat day_0.gz)`), or standard input (`-`). Gzip is told by
 /// the stream's first two bytes, read once: nothing is read twice, so a pipe

@@ -9,10 +9,12 @@
 //! Adagrad). Rows no example touched are never read or written, which is what
 //! lets many trainers share one table Hogwild-style.
 
+use super::audit::{AuditReport, RowAudit};
 use crate::config::OptimizerKind;
 use crate::data::TableLayout;
 use crate::{Error, Result};
 use shadowsync_actors::embedding::{Adagrad, RowRule, Sgd};
+use shadowsync_actors::sync::Fabric;
 use shadowsync_actors::Error::Layout;
 use shadowsync_actors::{with_values, with_values_mut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +31,10 @@ pub struct EmbeddingTable {
     rule: Arc<dyn RowRule>,
     /// The rule's state beside the weights (Adagrad's sums), if it keeps one.
     state: Option<Tensor>,
+    /// The rows' initial values.
+    init: RowInit,
+    /// Every update's sum, once audited.
+    audit: Option<Arc<RowAudit>>,
 }
 
 /// The row rule of the embedding optimizer `kind` (SGD or Adagrad).
@@ -182,7 +188,35 @@ impl EmbeddingTable {
             written,
             rule,
             state,
+            init,
+            audit: None,
         })
+    }
+
+    /// Adds every later update through any handle to `audit`.
+    pub fn audit_with(&mut self, audit: Arc<RowAudit>) {
+        self.audit = Some(audit);
+    }
+
+    /// Runs `write` (a merge writing the table) alone, when audited (see
+    /// [`EmbeddingTable::apply_rows`]); otherwise beside the trainers' updates.
+    pub fn exclusive<T>(&self, write: impl FnOnce() -> T) -> T {
+        match &self.audit {
+            Some(audit) => audit.hold(write),
+            None => write(),
+        }
+    }
+
+    /// Compares the table with its initial rows minus every update of the
+    /// job's (see [`RowAudit`]); `None` unless audited.
+    pub fn audit(&self, fabric: &dyn Fabric) -> Result<Option<AuditReport>> {
+        let Some(audit) = &self.audit else {
+            return Ok(None);
+        };
+        let values = Vec::<f32>::try_from(self.weight.f_flatten(0, -1)?)?;
+        let rows = values.chunks(self.width as usize);
+        let rows = rows.enumerate().map(|(id, row)| (id as u64, row));
+        Ok(Some(audit.job_sums(fabric)?.check(&self.init, rows)))
     }
 
     /// Another handle on the same table and optimizer state, for another
@@ -196,6 +230,8 @@ impl EmbeddingTable {
             written: Arc::clone(&self.written),
             rule: Arc::clone(&self.rule),
             state: self.state.as_ref().map(Tensor::shallow_clone),
+            init: self.init.clone(),
+            audit: self.audit.clone(),
         }
     }
 
@@ -275,6 +311,18 @@ impl EmbeddingTable {
     /// Applies coalesced gradients (a row of values per id, each id once) to
     /// the rows `ids` with the table's rule.
     pub fn apply_rows(&mut self, ids: &[u64], grads: &[f32]) -> Result<()> {
+        match &self.audit {
+            // Audited, the process's updates take turns: a race of Hogwild's
+            // lock-free updates, harmless by design, could lose one, which
+            // the audit would count.
+            Some(audit) => {
+                audit.record_while(ids, grads, self.lr as f32, || self.write_rows(ids, grads))
+            }
+            None => self.write_rows(ids, grads),
+        }
+    }
+
+    fn write_rows(&self, ids: &[u64], grads: &[f32]) -> Result<()> {
         let (width, lr, rule) = (self.width as usize, self.lr as f32, &*self.rule);
         if grads.len() != ids.len() * width {
             return Err(Layout(format!(
@@ -413,6 +461,54 @@ mod tests {
             .unwrap();
         assert_eq!(b.written().take(), vec![3, 70]);
         assert!(a.written().take().is_empty());
+    }
+
+    /// SGD that stops inside its update until told to go on, so that a test
+    /// can act while a row is being written.
+    #[derive(Debug)]
+    struct PausedSgd {
+        inside: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+        go_on: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl RowRule for PausedSgd {
+        fn state_name(&self) -> Option<&'static str> {
+            None
+        }
+
+        fn update(&self, row: &mut [f32], state: &mut [f32], grad: &[f32], lr: f32) {
+            self.inside.lock().unwrap().send(()).unwrap();
+            self.go_on.lock().unwrap().recv().unwrap();
+            Sgd.update(row, state, grad, lr);
+        }
+    }
+
+    /// The replicated merge takes the marks and reads the marked rows. Forced
+    /// to take them while a row is being written, it must not get that row
+    /// (it would read it unchanged and clear its mark, and the update would
+    /// never cross to the other ranks): the row is marked once written, and
+    /// the next take gets it with its new values.
+    #[test]
+    fn a_merge_taking_marks_during_a_write_gets_the_row_at_its_next_take() {
+        let (inside, entered) = std::sync::mpsc::channel();
+        let (go_on, paused) = std::sync::mpsc::channel();
+        let mut writer = table(OptimizerKind::Sgd);
+        writer.rule = Arc::new(PausedSgd {
+            inside: inside.into(),
+            go_on: paused.into(),
+        });
+        let merge = writer.share();
+        merge.written().track();
+        let write = std::thread::spawn(move || writer.apply_rows(&[9], &[1.0, -1.0]));
+        entered.recv().unwrap();
+        assert!(
+            merge.written().take().is_empty(),
+            "the row was marked before it was written"
+        );
+        go_on.send(()).unwrap();
+        write.join().unwrap().unwrap();
+        assert_eq!(merge.written().take(), vec![9]);
+        assert_eq!(row(&merge, 9), vec![-0.5, 0.5]);
     }
 
     #[test]

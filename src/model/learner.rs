@@ -272,6 +272,11 @@ impl Learner for CtrLearner {
         self.dense_optimizer.reset()
     }
 
+    /// Waits until its pushes to other processes' rows are applied.
+    fn settle(&mut self) -> Result<()> {
+        self.table.flush()
+    }
+
     /// The dense optimizer's state and the chunks of the shard consumed.
     fn save_state(&self) -> Result<LearnerState> {
         Ok(LearnerState {

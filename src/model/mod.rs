@@ -11,12 +11,14 @@
 //!
 //! [`CtrLearner`] puts both together with their optimizers and a data shard.
 
+mod audit;
 mod ctr;
 mod embedding;
 mod learner;
 mod optim;
 mod rows;
 
+pub use audit::{AuditReport, JobSums, RowAudit};
 pub use ctr::{build, CtrModel, DeepFm, Dlrm, LogisticRegression};
 pub use embedding::{EmbeddingTable, RowInit};
 pub use learner::CtrLearner;

@@ -9,12 +9,15 @@
 //! autograd leaf, and [`Table::apply`] turns the leaf's gradient into the
 //! rows' update (pushed to their owners, not waited for).
 
+use super::audit::{AuditReport, RowAudit};
 use super::embedding::{coalesce, row_rule};
 use super::{EmbeddingTable, RowInit};
 use crate::config::{OptimConfig, TrainConfig};
 use crate::data::TableLayout;
 use crate::{Error, Result};
-use shadowsync_actors::embedding::{Fetch, RowClient, RowServer, RowSharding, RowStats, RowStore};
+use shadowsync_actors::embedding::{
+    Fetch, Pushes, RowClient, RowServer, RowSharding, RowStats, RowStore,
+};
 use shadowsync_actors::sync::Fabric;
 use shadowsync_actors::with_values;
 use std::sync::Arc;
@@ -163,7 +166,7 @@ impl Table {
             }
             (Self::Sharded(table), PendingRows::Sharded(ids)) => {
                 let grad = Vec::<f32>::try_from(grad.f_contiguous()?.f_view(-1)?)?;
-                Ok(table.client.push(&ids, &grad, table.lr as f32)?)
+                table.push(&ids, &grad)
             }
             _ => Err(mismatch()),
         }
@@ -188,7 +191,7 @@ impl Table {
     pub fn apply_rows(&mut self, ids: &[u64], grads: &[f32]) -> Result<()> {
         match self {
             Self::Local(table) => table.apply_rows(ids, grads),
-            Self::Sharded(table) => Ok(table.client.push(ids, grads, table.lr as f32)?),
+            Self::Sharded(table) => table.push(ids, grads),
         }
     }
 
@@ -249,6 +252,41 @@ impl Table {
         }
     }
 
+    /// Audits every later update of the rows through any handle (see
+    /// [`RowAudit`]).
+    pub fn audit_with(&mut self, audit: Arc<RowAudit>) {
+        match self {
+            Self::Local(table) => table.audit_with(audit),
+            Self::Sharded(table) => table.audit = Some(audit),
+        }
+    }
+
+    /// Compares the rows this process keeps with their initial values minus
+    /// every update of the job's, once every update is applied (a
+    /// collective); `None` unless audited.
+    pub fn audit(&self, fabric: &dyn Fabric) -> Result<Option<AuditReport>> {
+        match self {
+            Self::Local(table) => table.audit(fabric),
+            Self::Sharded(table) => table.audit(fabric),
+        }
+    }
+
+    /// The pushes this process sent and its shard applied (none for a table
+    /// of its own): a checkpoint keeps them beside [`Table::arrays`].
+    pub fn pushes(&self) -> Pushes {
+        match self {
+            Self::Local(_) => Pushes::default(),
+            Self::Sharded(table) => table.client.pushes(),
+        }
+    }
+
+    /// Goes on counting pushes from a checkpoint's [`Table::pushes`].
+    pub fn resume_pushes(&self, pushes: Pushes) {
+        if let Self::Sharded(table) = self {
+            table.client.resume_pushes(pushes);
+        }
+    }
+
     /// Overwrites what [`Table::arrays`] gives with `values(name)`.
     pub fn load_arrays(&self, values: impl Fn(&str) -> Result<Vec<f32>>) -> Result<()> {
         match self {
@@ -304,6 +342,10 @@ pub struct ShardedTable {
     client: RowClient,
     width: i64,
     lr: f64,
+    /// The rows' initial values.
+    init: RowInit,
+    /// Every push's sum, once audited.
+    audit: Option<Arc<RowAudit>>,
 }
 
 impl ShardedTable {
@@ -338,6 +380,8 @@ impl ShardedTable {
             client,
             width,
             lr: optim.sparse_lr,
+            init,
+            audit: None,
         })
     }
 
@@ -348,7 +392,32 @@ impl ShardedTable {
             client: self.client.share(),
             width: self.width,
             lr: self.lr,
+            init: self.init.clone(),
+            audit: self.audit.clone(),
         }
+    }
+
+    /// Pushes `grads` (a row per id, each id once) to the rows' owners.
+    fn push(&mut self, ids: &[u64], grads: &[f32]) -> Result<()> {
+        let lr = self.lr as f32;
+        if let Some(audit) = &self.audit {
+            audit.record(ids, grads, lr)?;
+        }
+        Ok(self.client.push(ids, grads, lr)?)
+    }
+
+    /// Compares this process's shard with its initial rows minus every push
+    /// of the job's (see [`RowAudit`]); `None` unless audited.
+    fn audit(&self, fabric: &dyn Fabric) -> Result<Option<AuditReport>> {
+        let Some(audit) = &self.audit else {
+            return Ok(None);
+        };
+        // Summed before the shard is locked: a collective must not wait
+        // with the rows that other processes may still read.
+        let sums = audit.job_sums(fabric)?;
+        Ok(Some(self.server.with_store(|store| {
+            sums.check(&self.init, store.rows_by_id())
+        })))
     }
 
     /// What this process's clients have moved and waited, and what its

@@ -31,14 +31,14 @@
 //! started, supervised until the trainers are done, the final model scored)
 //! and the report.
 
-use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore, Reason};
+use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore, Reason, Rejected};
 use crate::config::{Config, EmbeddingsMode};
 use crate::data::{
     BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, TableLayout,
 };
 use crate::distributed::{every_process_u64s, TableSyncReport};
 use crate::metrics::{EvalPoint, Metrics};
-use crate::model::{CtrLearner, ShardedTable, Table};
+use crate::model::{AuditReport, CtrLearner, RowAudit, ShardedTable, Table};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::embedding::{unaccounted_in_job, RowTraffic};
@@ -126,6 +126,11 @@ pub struct TrainReport {
     /// This process's memory: its embedding rows and peak resident set.
     #[serde(default)]
     pub memory: MemoryReport,
+    /// With `train.audit_rows`: this process's rows against their initial
+    /// values minus every step of the job's (the CLI fails a run where they
+    /// are off).
+    #[serde(default)]
+    pub row_audit: Option<AuditReport>,
 }
 
 /// A process's part in a run spread over processes.
@@ -309,7 +314,7 @@ pub fn resume_on(
         ));
     }
     let store = CheckpointStore::open(&own, 1)?;
-    let (path, mut checkpoint, rejected) = store.load_latest()?;
+    let (path, mut checkpoint, rejected) = load_job_checkpoint(fabric.as_ref(), &store)?;
     if fabric.processes() > 1 {
         // A round every trainer of the job goes on from (in one process, the
         // cluster aligns the rounds itself).
@@ -344,6 +349,54 @@ pub fn resume_on(
             .collect(),
     };
     run(fabric, &config, Some((resumed, checkpoint)), observer)
+}
+
+/// The newest checkpoint that every process of the job has whole, from
+/// `store` (this process's), and this process's newer ones passed over: a job
+/// killed while its processes were writing one goes on from the one before,
+/// in all of them. The processes number their checkpoints alike (they take
+/// them together); the newer ones are set aside ([`CheckpointStore::set_aside`])
+/// so that they go on numbering alike. In one process, the newest whole one.
+fn load_job_checkpoint(
+    fabric: &dyn Fabric,
+    store: &CheckpointStore,
+) -> Result<(PathBuf, Checkpoint, Vec<Rejected>)> {
+    if fabric.processes() == 1 {
+        return store.load_latest();
+    }
+    let mine = store.numbers()?;
+    let everyone = every_process_u64s(fabric, &mine)?;
+    let mut rejected = Vec::new();
+    for &number in mine.iter().rev() {
+        let missing: Vec<usize> = (0..everyone.len())
+            .filter(|&p| !everyone[p].contains(&number))
+            .collect();
+        if !missing.is_empty() {
+            rejected.push(Rejected {
+                path: store.path(number),
+                reason: format!("processes {missing:?} have no checkpoint {number}"),
+            });
+            continue;
+        }
+        // Every process tries the same numbers, so they sum alike.
+        let loaded = store.load(number);
+        let mut unusable = [u64::from(loaded.is_err())];
+        fabric.sum(&mut unusable)?;
+        match loaded {
+            Ok((path, checkpoint)) if unusable[0] == 0 => {
+                for newer in mine.iter().filter(|&&n| n > number) {
+                    store.set_aside(*newer)?;
+                }
+                return Ok((path, checkpoint, rejected));
+            }
+            Ok((path, _)) => rejected.push(Rejected {
+                path,
+                reason: "another process's copy of it is not whole".into(),
+            }),
+            Err(r) => rejected.push(r),
+        }
+    }
+    Err(store.none_usable(&rejected))
 }
 
 /// One run (or this process's part of one), phase by phase.
@@ -484,6 +537,12 @@ fn build_learners(
             )?)
         }
     };
+    let mut table = table;
+    if config.train.audit_rows && resumed.is_none() {
+        let rows = layout.total_rows() as usize;
+        let width = CtrLearner::embedding_width(&config.model)? as usize;
+        table.audit_with(Arc::new(RowAudit::new(rows, width)));
+    }
     if let Some(checkpoint) = resumed {
         table.load_arrays(|name| {
             checkpoint
@@ -498,6 +557,7 @@ fn build_learners(
                     )
                 })
         })?;
+        table.resume_pushes(checkpoint.pushes.clone());
     }
     let learners = CtrLearner::replicas(
         &config.model,
@@ -604,5 +664,6 @@ fn report(
         interrupted: ended.interrupted,
         distributed,
         memory,
+        row_audit: ended.row_audit,
     })
 }

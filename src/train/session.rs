@@ -15,10 +15,10 @@ use crate::config::Config;
 use crate::data::{Batch, PipelineHalt};
 use crate::distributed::{TableSync, TableSyncReport};
 use crate::metrics::{evaluate, EvalPoint, Metrics};
-use crate::model::{CtrLearner, Table};
+use crate::model::{AuditReport, CtrLearner, Table};
 use crate::{Error, Result};
 use crossbeam_channel::Receiver;
-use shadowsync_actors::embedding::RowTraffic;
+use shadowsync_actors::embedding::{Pushes, RowTraffic};
 use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::sync::{Algorithm, Fabric};
@@ -53,6 +53,8 @@ pub(super) struct Ended {
     pub table_sync: Option<TableSyncReport>,
     /// The sharded table's fetches and pushes, if sharded.
     pub embeddings: Option<RowTraffic>,
+    /// The rows' audit, if `train.audit_rows`.
+    pub row_audit: Option<AuditReport>,
     /// The final model's metrics.
     pub metrics: Metrics,
     /// Each replica's own, of every process.
@@ -151,7 +153,7 @@ impl Saver {
         &self,
         reason: Reason,
         cluster: shadowsync_actors::ClusterState,
-        table: Vec<(String, Vec<f32>)>,
+        (table, pushes): (Vec<(String, Vec<f32>)>, Pushes),
         held: Duration,
         train_seconds: f64,
         history: &[EvalPoint],
@@ -162,6 +164,7 @@ impl Saver {
             config: self.config.clone(),
             cluster,
             table,
+            pushes,
             train_seconds,
             history: history.to_vec(),
             data: self.files.clone(),
@@ -203,6 +206,8 @@ pub(super) struct Session<'a> {
     next_eval: u64,
     checkpoints: Checkpoints,
     interrupted: bool,
+    /// Whether this process told the others it takes no more checkpoints.
+    withdrawn: bool,
 }
 
 impl<'a> Session<'a> {
@@ -300,6 +305,7 @@ impl<'a> Session<'a> {
             requested_at: VecDeque::new(),
             checkpoints: Checkpoints::default(),
             interrupted: false,
+            withdrawn: false,
         })
     }
 
@@ -327,6 +333,7 @@ impl<'a> Session<'a> {
             self.stop_on_failure()?;
             if self.cluster.stopped() {
                 data.halt();
+                self.withdraw();
             }
             let stats = self.cluster.stats();
             let examples: u64 = stats.iter().map(|s| s.examples).sum();
@@ -335,9 +342,18 @@ impl<'a> Session<'a> {
             self.record_live(done, observer)?;
             let training = !stats.iter().all(|s| s.finished);
             if !training {
+                self.withdraw();
                 return Ok(());
             }
             self.evaluate_live(examples)?;
+        }
+    }
+
+    /// This process's trainers are done or stopping: it comes to no more
+    /// checkpoints, and the others must not wait for it at one.
+    fn withdraw(&mut self) {
+        if !std::mem::replace(&mut self.withdrawn, true) {
+            self.fabric.withdraw();
         }
     }
 
@@ -345,6 +361,15 @@ impl<'a> Session<'a> {
     /// for one meanwhile (they wait for it: they are looked for more often).
     /// Not once the cluster is stopped: its trainers are ending, parked or
     /// not, and [`Session::end`] saves the state they end in.
+    ///
+    /// A parked trainer has nothing in flight: its pushes to the rows of
+    /// other processes are applied ([`Learner::settle`]). Across processes
+    /// the checkpoint is the job's: every process's trainers park at the
+    /// same step, and the processes agree twice ([`Fabric::agree`]): all
+    /// parked before any reads its shard of the rows (so that every push
+    /// sent before the checkpoint is in it, once), and all read before any
+    /// trainer goes on (so that none sent after it is). A process that will
+    /// not come to it (its trainers done or stopping) makes the others skip it.
     fn checkpoint_when_parked(&mut self, observer: &mut dyn Observer) {
         let tick = Instant::now();
         let parked = || self.saver.is_some() && self.cluster.parked();
@@ -360,22 +385,33 @@ impl<'a> Session<'a> {
             return;
         };
         let holding = Instant::now();
-        let saved = self
-            .cluster
-            .checkpoint(|| self.table.arrays())
-            .map_err(Error::from)
-            .and_then(|(state, table)| {
+        // The step the trainers parked at, the same in every process.
+        let step = self.cluster.stats().iter().map(|s| s.steps).max();
+        let point = 2 * step.unwrap_or(0);
+        let (fabric, table) = (&self.fabric, &self.table);
+        let read = || -> Result<Option<_>> {
+            if !fabric.agree(point)? {
+                return Ok(None);
+            }
+            let state = (table.arrays()?, table.pushes());
+            Ok(fabric.agree(point + 1)?.then_some(state))
+        };
+        let saved = match self.cluster.checkpoint(read) {
+            Ok((_, Ok(None))) => {
+                tracing::info!(
+                    step,
+                    "checkpoint skipped: another process will not come to it"
+                );
+                return;
+            }
+            Ok((state, Ok(Some(table)))) => {
                 let held = holding.elapsed();
                 let seconds = self.train_seconds();
-                saver.save(
-                    Reason::Periodic,
-                    state,
-                    table?,
-                    held,
-                    seconds,
-                    &self.history,
-                )
-            });
+                saver.save(Reason::Periodic, state, table, held, seconds, &self.history)
+            }
+            Ok((_, Err(e))) => Err(e),
+            Err(e) => Err(e.into()),
+        };
         note_checkpoint(saved, &mut self.checkpoints, observer);
     }
 
@@ -457,7 +493,7 @@ impl<'a> Session<'a> {
                 .state(self.config.train.workers)
                 .map_err(Error::from)
                 .and_then(|state| {
-                    let table = self.table.arrays()?;
+                    let table = (self.table.arrays()?, self.table.pushes());
                     saver.save(reason, state, table, Duration::ZERO, seconds, &self.history)
                 });
             note_checkpoint(saved, &mut self.checkpoints, observer);
@@ -478,10 +514,13 @@ impl<'a> Session<'a> {
             }
             Table::Local(_) => None,
         };
+        // Every update is in: the pushes applied, the last merge done.
+        let row_audit = self.table.audit(self.fabric.as_ref())?;
         Ok(Ended {
             cluster: outcome.report,
             table_sync,
             embeddings,
+            row_audit,
             metrics,
             replica_metrics,
             consensus_distance,

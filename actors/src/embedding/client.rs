@@ -3,7 +3,7 @@
 //! the staleness bound.
 
 use super::server::{locked, SharedStore};
-use super::{PushCounts, RemoteRows, RowRequest, RowServer, RowSharding};
+use super::{PushCounts, Pushes, RemoteRows, RowRequest, RowServer, RowSharding};
 use crate::stats::{histogram_bucket, HISTOGRAM_BUCKETS};
 use crate::sync::ShardReply;
 use crate::{Error, Result};
@@ -237,6 +237,20 @@ impl RowClient {
     pub fn fetch(&self, ids: &[u64]) -> Result<Vec<f32>> {
         let fetch = self.request(ids)?;
         self.finish(fetch)
+    }
+
+    /// The pushes this process's clients sent and its shard applied.
+    pub fn pushes(&self) -> Pushes {
+        Pushes {
+            sent: self.stats.sent().clone(),
+            applied: locked(&self.local).applied().clone(),
+        }
+    }
+
+    /// Goes on counting from `pushes` (a resumed run's, see [`Pushes`]).
+    pub fn resume_pushes(&self, pushes: Pushes) {
+        *self.stats.sent() = pushes.sent;
+        locked(&self.local).resume_applied(pushes.applied);
     }
 
     /// What this process's clients have moved and waited, and what its shard

@@ -46,6 +46,18 @@ impl PushCounts {
     }
 }
 
+/// One process's side of the ledger: what its trainers sent each owner and
+/// what its shard applied from each sender. A checkpoint keeps it with the
+/// shard, and a resumed run goes on counting from it, so that a job's
+/// ledger spans its interruptions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pushes {
+    /// Sent, by owner.
+    pub sent: PushCounts,
+    /// Applied, by sender.
+    pub applied: PushCounts,
+}
+
 /// What `sender` sent `owner` against what `owner` applied from it, where
 /// they differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,7 +38,7 @@ mod server;
 mod store;
 
 pub use client::{Fetch, RowClient, RowStats, RowTraffic};
-pub use ledger::{unaccounted, unaccounted_in_job, PushCounts, Unaccounted};
+pub use ledger::{unaccounted, unaccounted_in_job, PushCounts, Pushes, Unaccounted};
 #[cfg(feature = "mpi")]
 pub(crate) use server::serve_rows;
 pub use server::{RemoteRows, RowRequest, RowServer, RowServerActor};

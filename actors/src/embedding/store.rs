@@ -181,9 +181,21 @@ impl RowStore {
         Ok(())
     }
 
+    /// This shard's rows, each with its global id.
+    pub fn rows_by_id(&self) -> impl Iterator<Item = (u64, &[f32])> + '_ {
+        let (sharding, rank) = (self.sharding, self.rank);
+        (self.weight.chunks(self.width).enumerate())
+            .map(move |(local, row)| (sharding.global(rank, local), row))
+    }
+
     /// The pushes applied so far, by sender.
     pub fn applied(&self) -> &PushCounts {
         &self.applied
+    }
+
+    /// Goes on counting the pushes applied from `applied` (a resumed run's).
+    pub fn resume_applied(&mut self, applied: PushCounts) {
+        self.applied = applied;
     }
 
     /// The rows (`weight`) and the rule's state array, by name.

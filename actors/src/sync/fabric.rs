@@ -57,6 +57,19 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     /// Raises the endpoints' stop flag in every other process.
     fn stop_everywhere(&self);
 
+    /// Whether every process has come to `point` (points rise from one call
+    /// to the next): waits until each has (`true`), or until one has
+    /// [`withdrawn`](Fabric::withdraw) short of it (`false`); every process
+    /// gets the same answer. A checkpoint's barrier: the processes' trainers parked at
+    /// one step, with nothing of theirs in flight, before any process saves
+    /// its rows; and all saved before any goes on. Not a collective (small
+    /// messages), like [`Fabric::rendezvous`].
+    fn agree(&self, point: u64) -> Result<bool>;
+
+    /// This process comes to no further points (its trainers are done or
+    /// stopping): the others' [`Fabric::agree`] on a later one says `false`.
+    fn withdraw(&self);
+
     /// Serves this process's shards of the EASGD centre (`hosted`: each
     /// shard's index and actor) to the other processes' trainers, and returns
     /// how to reach the shards the others serve (`None` in one process).
@@ -125,6 +138,12 @@ impl Fabric for InProcess {
     }
 
     fn stop_everywhere(&self) {}
+
+    fn agree(&self, _point: u64) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn withdraw(&self) {}
 
     fn serve_shards(
         &self,

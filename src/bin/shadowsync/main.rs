@@ -273,6 +273,17 @@ fn train_command(args: &TrainArgs) -> Result<()> {
             lost.join("\n  ")
         );
     }
+    if let Some(audit) = report.row_audit.filter(|a| !a.holds()) {
+        anyhow::bail!(
+            "the row audit failed: {} values of this process's {} rows are not their initial \
+             values minus every step pushed to them (largest error {:.2e} of their movement, \
+             bound {:.0e}): updates were lost or applied twice",
+            audit.off,
+            audit.rows,
+            audit.max_relative_error,
+            audit.bound,
+        );
+    }
     let unsaved = report.checkpoint_errors.last();
     if report.interrupted {
         let resume = match fabric.processes() {

@@ -77,6 +77,11 @@ enum Ask {
     },
     /// This rank is at its next rendezvous: tell the others, answer once all are.
     Rendezvous(Sender<()>),
+    /// This rank has come to this point: tell the others, answer whether
+    /// all have (see `Fabric::agree`).
+    Agree(u64, Sender<bool>),
+    /// This rank comes to no further points: tell the others.
+    Withdraw,
     /// Tell every other rank to stop syncing.
     StopAll,
     /// Sum these values over the ranks (`MPI_Iallreduce`) and answer the sums.
@@ -121,6 +126,8 @@ impl std::fmt::Debug for Ask {
         match self {
             Ask::Register { range, .. } => write!(f, "Register({range:?})"),
             Ask::Rendezvous(_) => write!(f, "Rendezvous"),
+            Ask::Agree(point, _) => write!(f, "Agree({point})"),
+            Ask::Withdraw => write!(f, "Withdraw"),
             Ask::StopAll => write!(f, "StopAll"),
             Ask::Sum(_, _) => write!(f, "Sum"),
             Ask::Gather(words, _) => write!(f, "Gather({} words)", words.len()),
@@ -258,6 +265,19 @@ impl Fabric for MpiNode {
     fn stop_everywhere(&self) {
         // Only fails once the communication thread is gone: nobody to tell.
         let _ = self.ask(Ask::StopAll);
+    }
+
+    fn agree(&self, point: u64) -> Result<bool> {
+        let (answer, everyone) = bounded(1);
+        self.ask(Ask::Agree(point, answer))?;
+        everyone
+            .recv()
+            .map_err(|_| Error::Stopped("MPI communication thread"))
+    }
+
+    fn withdraw(&self) {
+        // Only fails once the communication thread is gone: nobody to tell.
+        let _ = self.ask(Ask::Withdraw);
     }
 
     fn serve_shards(

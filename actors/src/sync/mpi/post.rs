@@ -4,7 +4,9 @@
 //! long the rank waits.
 
 use super::thread::{send_all, Envelope};
-use super::wire::{decode, encode, ARRIVED, CONTROL_TAG, ROWS_TAG, SERVER_TAG, STOP, TAG};
+use super::wire::{
+    decode, encode, AGREED, ARRIVED, CONTROL_TAG, ROWS_TAG, SERVER_TAG, STOP, TAG, WITHDRAWN,
+};
 use crate::embedding::{RowRequest, RowServerActor};
 use crate::sync::transport::{Message, Outgoing};
 use crate::sync::{ServerShardActor, ShardReply, ShardRequest};
@@ -43,6 +45,8 @@ pub(super) struct PostOffice {
     pub(super) local: Range<usize>,
     pub(super) per_rank: usize,
     pub(super) inboxes: Vec<Sender<Message>>,
+    /// Messages of this rank's trainers read before its mesh was registered.
+    pub(super) unrouted: VecDeque<Outgoing>,
     /// Messages whose inbox was full or not registered yet, delivered first
     /// next time.
     pub(super) waiting: VecDeque<(usize, Message)>,
@@ -52,6 +56,10 @@ pub(super) struct PostOffice {
     pub(super) stop_asked: bool,
     /// How many rendezvous each rank has come to.
     pub(super) arrived: Vec<u32>,
+    /// The furthest point each rank has agreed to come to.
+    pub(super) agreed: Vec<u64>,
+    /// Which ranks come to no further points.
+    pub(super) withdrawn: Vec<bool>,
     /// The centre shards served here, once registered.
     pub(super) hosted: Option<HashMap<usize, Addr<ServerShardActor>>>,
     /// Requests to shards that arrived before they were registered.
@@ -86,10 +94,13 @@ impl PostOffice {
             local: 0..0,
             per_rank: 0,
             inboxes: Vec::new(),
+            unrouted: VecDeque::new(),
             waiting: VecDeque::new(),
             stop: None,
             stop_asked: false,
             arrived: vec![0; ranks],
+            agreed: vec![0; ranks],
+            withdrawn: vec![false; ranks],
             hosted: None,
             early_requests: Vec::new(),
             rows: None,
@@ -135,21 +146,28 @@ impl PostOffice {
         self.collect_answers();
         batch.append(&mut self.answers);
         let queued: Vec<Outgoing> = self.outgoing.try_iter().collect();
-        batch.extend(queued.into_iter().filter_map(|out| self.envelope(out)));
+        for out in queued {
+            self.route(out, &mut batch);
+        }
         send_all(world, &batch, self);
     }
 
-    /// The envelope of a trainer's message, to its trainer's rank.
-    pub(super) fn envelope(&self, out: Outgoing) -> Option<Envelope> {
+    /// Adds the envelope of a trainer's message, to its trainer's rank, to
+    /// `batch`, in order. Before this rank's mesh is registered (its
+    /// registration may be read a turn after a message of its endpoints)
+    /// the message waits, never dropped.
+    pub(super) fn route(&mut self, out: Outgoing, batch: &mut Vec<Envelope>) {
+        self.unrouted.push_back(out);
         if self.per_rank == 0 {
-            tracing::error!(to = out.to, "an MPI message sent before any mesh");
-            return None;
+            return;
         }
-        Some(Envelope {
-            rank: (out.to / self.per_rank) as i32,
-            tag: TAG,
-            words: encode(&out),
-        })
+        for out in self.unrouted.drain(..) {
+            batch.push(Envelope {
+                rank: (out.to / self.per_rank) as i32,
+                tag: TAG,
+                words: encode(&out),
+            });
+        }
     }
 
     /// Receives every message that has arrived and delivers it.
@@ -179,6 +197,10 @@ impl PostOffice {
             let from = status.source_rank() as usize;
             match words[..] {
                 [ARRIVED] if from < self.arrived.len() => self.arrived[from] += 1,
+                [AGREED, low, high] if from < self.agreed.len() => {
+                    self.agreed[from] = u64::from(low) | (u64::from(high) << 32);
+                }
+                [WITHDRAWN] if from < self.withdrawn.len() => self.withdrawn[from] = true,
                 [STOP] => {
                     self.stop_asked = true;
                     if let Some(stop) = &self.stop {
@@ -187,6 +209,19 @@ impl PostOffice {
                 }
                 _ => tracing::error!(from_rank = from, ?words, "an unknown MPI control message"),
             }
+        }
+    }
+
+    /// Whether every rank has come to `point` (`Some(true)`) or one withdrew
+    /// short of it (`Some(false)`); `None` while that is not known yet. Every
+    /// rank comes to the same answer: a rank's point arrives before its
+    /// withdrawal (messages of one tag between two ranks keep their order).
+    pub(super) fn agreement(&self, point: u64) -> Option<bool> {
+        let mut short = (0..self.agreed.len()).filter(|&r| self.agreed[r] < point);
+        match short.clone().next() {
+            None => Some(true),
+            Some(_) if short.any(|r| self.withdrawn[r]) => Some(false),
+            Some(_) => None,
         }
     }
 
@@ -218,5 +253,57 @@ impl PostOffice {
         for (to, message) in waiting {
             self.deliver(to, message);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post(ranks: usize) -> PostOffice {
+        let (_, outgoing) = crossbeam_channel::unbounded();
+        PostOffice::new(0, ranks, None, outgoing, Default::default())
+    }
+
+    #[test]
+    fn messages_read_before_the_mesh_is_registered_wait_and_keep_their_order() {
+        use crate::sync::transport::Phase;
+        let mut post = post(2);
+        let message = |round: u64| Outgoing {
+            to: 3,
+            message: Message {
+                round,
+                phase: Phase::Scatter,
+                from: 0,
+                data: Arc::from(vec![1.0f32]),
+                span: 0..1,
+                deliver_at: Instant::now(),
+            },
+        };
+        let mut batch = Vec::new();
+        post.route(message(1), &mut batch);
+        assert!(batch.is_empty(), "nowhere to route it yet");
+        let (inbox, _) = crossbeam_channel::unbounded();
+        post.register(0..2, vec![inbox.clone(), inbox], Arc::default());
+        post.route(message(2), &mut batch);
+        let rounds: Vec<(i32, u32)> = batch.iter().map(|e| (e.rank, e.words[2])).collect();
+        assert_eq!(rounds, [(1, 1), (1, 2)], "trainer 3 lives on rank 1");
+    }
+
+    #[test]
+    fn a_point_is_agreed_once_every_rank_came_to_it_and_refused_once_one_withdrew_short() {
+        let mut post = post(3);
+        post.agreed = vec![4, 4, 2];
+        assert_eq!(post.agreement(4), None, "rank 2 may still come to 4");
+        post.agreed[2] = 4;
+        assert_eq!(post.agreement(4), Some(true));
+        // A rank that came to a point and then withdrew is not short of it.
+        post.withdrawn[1] = true;
+        assert_eq!(post.agreement(4), Some(true));
+        post.agreed = vec![6, 4, 6];
+        assert_eq!(post.agreement(6), Some(false));
+        assert_eq!(post.agreement(5), Some(false));
+        post.withdrawn[1] = false;
+        assert_eq!(post.agreement(6), None);
     }
 }

@@ -3,7 +3,7 @@
 //! on a collective.
 
 use super::post::PostOffice;
-use super::wire::{ARRIVED, CONTROL_TAG, ROWS_TAG, STOP};
+use super::wire::{AGREED, ARRIVED, CONTROL_TAG, ROWS_TAG, STOP, WITHDRAWN};
 use super::{Ask, Sums};
 use crate::sync::transport::Outgoing;
 use crate::{Error, Result};
@@ -40,6 +40,8 @@ pub(super) fn communicate(
     let mut post = PostOffice::new(rank, ranks, watchdog, outgoing, bytes_sent);
     // Who waits for which rendezvous (counted from 1).
     let mut rendezvous_waiters: Vec<(u32, Sender<()>)> = Vec::new();
+    // Who waits for which point to be agreed.
+    let mut agreement_waiters: Vec<(u64, Sender<bool>)> = Vec::new();
     let mut finishing = false;
     loop {
         // Up to IDLE for a trainer's message or an ask (a fetch of rows
@@ -66,7 +68,10 @@ pub(super) fn communicate(
         finishing |= asked.finish;
         let (mut batch, collectives) = (asked.batch, asked.collectives);
         rendezvous_waiters.extend(asked.rendezvous);
-        batch.extend(first.and_then(|out| post.envelope(out)));
+        agreement_waiters.extend(asked.agreements);
+        if let Some(out) = first {
+            post.route(out, &mut batch);
+        }
         post.send(&world, batch);
         // After what was queued before them: a rank whose trainers are done
         // may enter one while another's still wait for its messages.
@@ -93,6 +98,13 @@ pub(super) fn communicate(
             }
             waiting
         });
+        agreement_waiters.retain(|(point, waiter)| match post.agreement(*point) {
+            Some(everyone) => {
+                let _ = waiter.send(everyone);
+                false
+            }
+            None => true,
+        });
         if finishing && post.outgoing.is_empty() {
             barrier(&world, &mut post);
             return; // `universe` is dropped here: MPI_Finalize
@@ -107,6 +119,7 @@ struct Asked {
     batch: Vec<Envelope>,
     collectives: Vec<Ask>,
     rendezvous: Vec<(u32, Sender<()>)>,
+    agreements: Vec<(u64, Sender<bool>)>,
     finish: bool,
 }
 
@@ -124,11 +137,23 @@ impl Asked {
                 post.arrived[rank] += 1;
                 self.rendezvous.push((post.arrived[rank], waiter));
                 self.batch
-                    .extend(others.map(|r| Envelope::control(r, ARRIVED)));
+                    .extend(others.map(|r| Envelope::control(r, &[ARRIVED])));
+            }
+            Ask::Agree(point, waiter) => {
+                post.agreed[rank] = point;
+                self.agreements.push((point, waiter));
+                let words = [AGREED, point as u32, (point >> 32) as u32];
+                self.batch
+                    .extend(others.map(|r| Envelope::control(r, &words)));
+            }
+            Ask::Withdraw => {
+                post.withdrawn[rank] = true;
+                self.batch
+                    .extend(others.map(|r| Envelope::control(r, &[WITHDRAWN])));
             }
             Ask::StopAll => self
                 .batch
-                .extend(others.map(|r| Envelope::control(r, STOP))),
+                .extend(others.map(|r| Envelope::control(r, &[STOP]))),
             Ask::HostShards(hosted) => post.host(hosted),
             Ask::Shard {
                 rank,
@@ -156,11 +181,11 @@ pub(super) struct Envelope {
 }
 
 impl Envelope {
-    fn control(rank: usize, what: u32) -> Self {
+    fn control(rank: usize, words: &[u32]) -> Self {
         Self {
             rank: rank as i32,
             tag: CONTROL_TAG,
-            words: vec![what],
+            words: words.to_vec(),
         }
     }
 }

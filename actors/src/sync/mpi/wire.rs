@@ -9,7 +9,8 @@ use std::time::Instant;
 
 /// The MPI tag of parameter messages.
 pub(super) const TAG: i32 = 17;
-/// The MPI tag of control messages: one word, [`ARRIVED`] or [`STOP`].
+/// The MPI tag of control messages: [`ARRIVED`], [`STOP`], [`AGREED`] (and
+/// the point, low word first) or [`WITHDRAWN`].
 pub(super) const CONTROL_TAG: i32 = 18;
 /// The MPI tag of requests to EASGD's centre shards or to embedding rows, and
 /// their answers.
@@ -21,6 +22,10 @@ pub(super) const ROWS_TAG: i32 = 20;
 pub(super) const ARRIVED: u32 = 0;
 /// Control: end syncing now.
 pub(super) const STOP: u32 = 1;
+/// Control: the sending rank has come to a point (see `Fabric::agree`).
+pub(super) const AGREED: u32 = 2;
+/// Control: the sending rank comes to no further points.
+pub(super) const WITHDRAWN: u32 = 3;
 /// Words of a message's header.
 const HEADER: usize = 6;
 
