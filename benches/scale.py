@@ -2,7 +2,9 @@
 """shadowsync as trainers and ranks grow: does every run end whole, and what does
 each trainer cost?
 
-Two grids, every run one pass over the same synthetic data (--rows rows), each
+Two grids, every run one pass over the same synthetic data (`./dev scale` makes
+it with `gen-data --profile criteo`: Criteo Kaggle's cardinalities hashed into
+small tables, so that hot rows collide as in real logs), each
 cell checked for what a run at any scale must do: end with its results, train
 every example read (the run fails otherwise), and, with tables sharded over ranks,
 apply every pushed gradient once (`distributed.unaccounted_pushes` empty):
@@ -120,7 +122,7 @@ def main():
 
 Generated {datetime.date.today()} by `./dev scale` (benches/scale.py) on this machine:
 {os.cpu_count()} cores ({cpu}). Every run is one pass over {args.train} (synthetic
-rows), batches of {args.batch_size}, a table of {args.table_size} rows per field,
+rows, `gen-data --profile criteo`: Criteo Kaggle's cardinalities), batches of {args.batch_size}, a table of {args.table_size} rows per field,
 shadow-ma (`none` for one trainer). Logistic regression, and a small DLRM
 (embeddings of 8, MLPs 32-8 and 32) across processes.
 

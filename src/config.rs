@@ -6,7 +6,7 @@
 //! An unknown key or a value of the wrong type is rejected with the file, line
 //! and key; an out-of-range value with the key and the allowed range.
 
-use crate::data::{BadLinePolicy, SyntheticSpec, TableLayout, NUM_SPARSE};
+use crate::data::{BadLinePolicy, Profile, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::faults::Fault;
@@ -100,6 +100,8 @@ pub struct SyntheticConfig {
     pub test_rows: u64,
     /// Seed of the planted model and rows.
     pub seed: u64,
+    /// The fields' vocabularies: `compact` or Criteo Kaggle's (`criteo`).
+    pub profile: Profile,
     /// Where generated files are cached (default: `~/.cache/shadowsync/data`).
     pub dir: Option<PathBuf>,
 }
@@ -110,6 +112,7 @@ impl Default for SyntheticConfig {
             train_rows: 1_000_000,
             test_rows: 100_000,
             seed: 1,
+            profile: Profile::Compact,
             dir: None,
         }
     }
@@ -122,6 +125,7 @@ impl SyntheticConfig {
             train_rows: self.train_rows,
             test_rows: self.test_rows,
             seed: self.seed,
+            profile: self.profile,
         }
     }
 
@@ -131,8 +135,12 @@ impl SyntheticConfig {
             let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
             home.join(".cache/shadowsync/data")
         });
+        let profile = match self.profile {
+            Profile::Compact => "",
+            Profile::Criteo => "-criteo",
+        };
         root.join(format!(
-            "synthetic-seed{}-{}-{}",
+            "synthetic-seed{}-{}-{}{profile}",
             self.seed, self.train_rows, self.test_rows
         ))
     }

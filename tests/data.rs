@@ -129,6 +129,7 @@ fn synthetic(dir: &Path, rows: u64, seed: u64) -> SyntheticData {
         train_rows: rows,
         test_rows: 1,
         seed,
+        profile: Default::default(),
     };
     SyntheticData::generate(spec, dir).unwrap()
 }

@@ -20,4 +20,4 @@ pub use criteo::{
 };
 pub use layout::TableLayout;
 pub use pipeline::{Pipeline, PipelineConfig, PipelineHalt};
-pub use synthetic::{Oracle, SyntheticData, SyntheticSpec};
+pub use synthetic::{Oracle, Profile, SyntheticData, SyntheticSpec};

@@ -22,11 +22,39 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-/// Vocabulary size of each categorical field (Criteo-like: a few huge, many small).
-const VOCAB: [u32; NUM_SPARSE] = [
-    1_000, 500, 200_000, 100_000, 300, 20, 10_000, 600, 3, 50_000, 5_000, 150_000, 3_000, 25,
-    10_000, 120_000, 10, 4_000, 2_000, 4, 150_000, 15, 15, 50_000, 80, 40_000,
-];
+/// How many distinct tokens each of the 26 categorical fields draws from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// Criteo-like, scaled down (3 to 200,000 tokens a field): a pass of a
+    /// million rows sees most of every field's tokens.
+    #[default]
+    Compact,
+    /// Criteo Kaggle's published cardinalities (3 to 10,131,227 tokens a
+    /// field, 33.8M in all): most tokens are rare, as in real logs, and
+    /// hashed into tables of thousands of rows the hot ones collide.
+    Criteo,
+}
+
+impl Profile {
+    /// Each field's number of tokens.
+    pub fn vocabulary(self) -> [u32; NUM_SPARSE] {
+        match self {
+            Self::Compact => [
+                1_000, 500, 200_000, 100_000, 300, 20, 10_000, 600, 3, 50_000, 5_000, 150_000,
+                3_000, 25, 10_000, 120_000, 10, 4_000, 2_000, 4, 150_000, 15, 15, 50_000, 80,
+                40_000,
+            ],
+            // The Criteo Display Advertising Challenge (Kaggle) data's counts
+            // of distinct values, C1 to C26.
+            Self::Criteo => [
+                1_460, 583, 10_131_227, 2_202_608, 305, 24, 12_517, 633, 3, 93_145, 5_683,
+                8_351_593, 3_194, 27, 14_992, 5_461_306, 10, 5_652, 2_173, 4, 7_046_547, 18, 15,
+                286_181, 105, 142_572,
+            ],
+        }
+    }
+}
 /// Fields whose token pairs carry an extra effect.
 const INTERACTIONS: [(usize, usize); 4] = [(0, 4), (5, 8), (13, 16), (1, 21)];
 /// Zipf exponent of token popularity.
@@ -62,8 +90,9 @@ pub struct Row {
 }
 
 impl PlantedModel {
-    /// Draws a planted model from `seed` and calibrates its bias to a 25% CTR.
-    pub fn new(seed: u64) -> Self {
+    /// Draws a planted model from `seed`, its tokens from `profile`'s
+    /// vocabularies, and calibrates its bias to a 25% CTR.
+    pub fn new(seed: u64, profile: Profile) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut model = Self {
             seed,
@@ -81,8 +110,7 @@ impl PlantedModel {
                     0.0
                 }
             }),
-            zipf: VOCAB
-                .iter()
+            zipf: (profile.vocabulary().iter())
                 .map(|&n| Zipf::new(f64::from(n), ZIPF_EXPONENT).expect("valid Zipf constants"))
                 .collect(),
         };
@@ -247,6 +275,9 @@ pub struct SyntheticSpec {
     pub test_rows: u64,
     /// Seed of the planted model and of the rows.
     pub seed: u64,
+    /// The fields' vocabularies.
+    #[serde(default)]
+    pub profile: Profile,
 }
 
 /// Files and oracle figures of a generated data set.
@@ -295,7 +326,7 @@ impl SyntheticData {
     /// once (the ranks of an `mpirun` job) never read a partial file.
     fn write(spec: SyntheticSpec, dir: &Path) -> Result<Self> {
         crate::output::create_dir(dir)?;
-        let model = PlantedModel::new(spec.seed);
+        let model = PlantedModel::new(spec.seed, spec.profile);
         let write = |name: &str, rows: u64, stream: u64| -> Result<(PathBuf, Oracle)> {
             let path = dir.join(name);
             let partial = partial_path(&path);
@@ -380,14 +411,18 @@ mod tests {
 
     #[test]
     fn same_seed_same_bytes_and_rows_parse() {
-        let model = PlantedModel::new(3);
+        let model = PlantedModel::new(3, Profile::Compact);
         let (mut a, mut b) = (Vec::new(), Vec::new());
         let oa = model.write_tsv(&mut a, 500, 1).unwrap();
-        let ob = PlantedModel::new(3).write_tsv(&mut b, 500, 1).unwrap();
+        let ob = PlantedModel::new(3, Profile::Compact)
+            .write_tsv(&mut b, 500, 1)
+            .unwrap();
         assert_eq!(a, b);
         assert_eq!(oa, ob);
         let mut c = Vec::new();
-        PlantedModel::new(4).write_tsv(&mut c, 500, 1).unwrap();
+        PlantedModel::new(4, Profile::Compact)
+            .write_tsv(&mut c, 500, 1)
+            .unwrap();
         assert_ne!(a, c);
         for line in a.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
             parse_line(line).unwrap();
@@ -396,16 +431,55 @@ mod tests {
 
     #[test]
     fn base_ctr_is_near_a_quarter_and_the_oracle_beats_the_base_rate() {
-        let mut sink = std::io::sink();
-        let oracle = PlantedModel::new(11)
-            .write_tsv(&mut sink, 20_000, 1)
+        for profile in [Profile::Compact, Profile::Criteo] {
+            let mut sink = std::io::sink();
+            let oracle = PlantedModel::new(11, profile)
+                .write_tsv(&mut sink, 20_000, 1)
+                .unwrap();
+            assert!(
+                (oracle.ctr - 0.25).abs() < 0.02,
+                "{profile:?}: ctr {}",
+                oracle.ctr
+            );
+            assert!(
+                oracle.ne < 0.95 && oracle.ne > 0.3,
+                "{profile:?}: oracle NE {}",
+                oracle.ne
+            );
+        }
+    }
+
+    /// Under the Criteo profile a field of 10M tokens sees mostly tokens it
+    /// saw once, its most popular token in every few rows.
+    #[test]
+    fn the_criteo_profile_draws_rare_tokens_and_hot_ones() {
+        let model = PlantedModel::new(5, Profile::Criteo);
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut seen = std::collections::HashMap::<u64, u32>::new();
+        let rows = 20_000;
+        for _ in 0..rows {
+            let token = model.row(&mut rng).tokens[2];
+            *seen.entry(token).or_default() += 1;
+        }
+        let once = seen.values().filter(|&&n| n == 1).count();
+        let hottest = seen
+            .iter()
+            .filter(|(&t, _)| t != 0)
+            .map(|(_, &n)| n)
+            .max()
             .unwrap();
-        assert!((oracle.ctr - 0.25).abs() < 0.02, "ctr {}", oracle.ctr);
         assert!(
-            oracle.ne < 0.95 && oracle.ne > 0.3,
-            "oracle NE {}",
-            oracle.ne
+            once > seen.len() / 2,
+            "{once} of {} tokens seen once",
+            seen.len()
         );
+        assert!(hottest > rows / 50, "the hottest token in {hottest} rows");
+        let compact = Profile::Compact.vocabulary();
+        assert!(Profile::Criteo
+            .vocabulary()
+            .iter()
+            .zip(compact)
+            .all(|(c, s)| *c >= s / 2));
     }
 
     #[test]

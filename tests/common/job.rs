@@ -31,6 +31,11 @@ pub fn command(ranks: Option<usize>, args: &[&str]) -> Command {
 
 /// 400,000 synthetic rows (and 20,000 test rows) in `dir`.
 pub fn data(dir: &Path) -> (String, String) {
+    data_of_profile(dir, "compact")
+}
+
+/// [`data`] with the fields' vocabularies of `profile` (`gen-data --profile`).
+pub fn data_of_profile(dir: &Path, profile: &str) -> (String, String) {
     let out = dir.join("data");
     let made = shadowsync(
         None,
@@ -42,6 +47,8 @@ pub fn data(dir: &Path) -> (String, String) {
             "400000",
             "--test-rows",
             "20000",
+            "--profile",
+            profile,
         ],
     );
     assert!(made.status.success(), "{}", text(&made));

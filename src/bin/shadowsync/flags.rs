@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use shadowsync::config::{Config, ModelKind, OptimPreset, OptimizerKind};
-use shadowsync::data::BadLinePolicy;
+use shadowsync::data::{BadLinePolicy, Profile};
 use shadowsync::runtime::sync::{
     launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, WriteBack,
 };
@@ -241,6 +241,11 @@ pub(crate) struct GenDataArgs {
     /// Seed of the planted model and rows.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
+    /// The fields' vocabularies: compact (3 to 200,000 tokens a field) or
+    /// Criteo Kaggle's published cardinalities (up to 10,131,227: most
+    /// tokens rare, the hot ones colliding in small tables).
+    #[arg(long, value_enum, default_value_t = Profile::Compact)]
+    pub(crate) profile: Profile,
 }
 
 pub(crate) fn parse<T: std::str::FromStr<Err = shadowsync::runtime::Error>>(

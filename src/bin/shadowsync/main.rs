@@ -326,6 +326,7 @@ fn gen_data(args: &GenDataArgs) -> Result<()> {
         train_rows: args.rows,
         test_rows: args.test_rows,
         seed: args.seed,
+        profile: args.profile,
     };
     let data = SyntheticData::generate(spec, &args.out)?;
     println!("wrote {} and {}", data.train.display(), data.test.display());
