@@ -399,13 +399,13 @@ impl CheckpointStore {
     pub fn set_aside(&self, number: u64) -> Result<PathBuf> {
         let from = self.path(number);
         let name = format!("passed-over-{PREFIX}{number:06}");
-        let to = (1..)
-            .map(|k| match k {
-                1 => self.dir.join(&name),
-                k => self.dir.join(format!("{name}-{k}")),
-            })
-            .find(|to| !to.exists())
-            .unwrap_or_else(|| self.dir.join(name));
+        let mut to = self.dir.join(&name);
+        for k in 2.. {
+            if !to.exists() {
+                break;
+            }
+            to = self.dir.join(format!("{name}-{k}"));
+        }
         std::fs::rename(&from, &to).map_err(|e| Error::io(&from, e))?;
         Ok(to)
     }

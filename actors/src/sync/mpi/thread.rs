@@ -100,6 +100,8 @@ pub(super) fn communicate(
         });
         agreement_waiters.retain(|(point, waiter)| match post.agreement(*point) {
             Some(everyone) => {
+                // Into its own queue of one, sent once: it fails only when
+                // the asker is gone, and then nobody needs the answer.
                 let _ = waiter.send(everyone);
                 false
             }
