@@ -20,7 +20,7 @@ mod common;
 use anyhow::Result;
 use shadowsync::config::Config;
 use shadowsync::data::NUM_DENSE;
-use shadowsync::model::{DenseOptimizer, Dlrm, EmbeddingTable};
+use shadowsync::model::{DenseOptimizer, Dlrm, EmbeddingTable, RowRules};
 use shadowsync::train::load_batches;
 use shadowsync_actors::FlatParams;
 use std::time::Instant;
@@ -109,7 +109,8 @@ fn profile(config: &Config) -> Result<[f64; 7]> {
     let params = FlatParams::adopt(&vs)?;
     let (optim, dim) = (&config.optim, config.model.embedding_dim);
     let mut dense = DenseOptimizer::new(optim.dense, optim.dense_lr, &params)?;
-    let mut table = EmbeddingTable::new(&layout, dim, optim.sparse, optim.sparse_lr)?;
+    let rule = RowRules::default().build(optim)?;
+    let mut table = EmbeddingTable::new(&layout, dim, rule, optim.sparse_lr)?;
     let mut seconds = [0f64; 7];
     for batch in &batches {
         let mut clock = Instant::now();

@@ -23,6 +23,7 @@ use shadowsync::config::Config;
 use shadowsync::metrics::{evaluate, Metrics};
 use shadowsync::model::CtrLearner;
 use shadowsync::train::{load_batches, train};
+use shadowsync::Registry;
 use std::time::Instant;
 
 /// One optimizer setting's figures: examples/s and test metrics of each run.
@@ -43,7 +44,10 @@ fn pre_parsed(config: &Config) -> Result<(f64, Metrics)> {
     let (batches, _) = load_batches(train_path, &layout, policy, config.train.batch_size)?;
     let (test_batches, _) = load_batches(test_path, &layout, policy, 8192)?;
     tch::manual_seed(0);
-    let mut learner = CtrLearner::new(&config.model, &config.optim, &layout, None)?;
+    let registry = Registry::default();
+    let table = registry.local_table(config, &layout)?;
+    let mut learner =
+        CtrLearner::with_table(registry.models(), &config.model, &config.optim, table, None)?;
     let start = Instant::now();
     let mut examples = 0;
     for batch in &batches {

@@ -57,7 +57,7 @@ fn main() -> anyhow::Result<()> {
     config.data.synthetic.test_rows = 20_000;
     config.optim.dense = OptimizerKind::Adagrad;
     config.optim.dense_lr = 0.02;
-    config.optim.sparse = OptimizerKind::Adagrad;
+    config.optim.sparse = "adagrad".into();
     config.optim.sparse_lr = 0.05;
     config.train.trainers = 4;
     config.train.eval_every = 20_000;

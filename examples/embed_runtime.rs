@@ -12,6 +12,7 @@ use shadowsync::metrics::evaluate;
 use shadowsync::model::CtrLearner;
 use shadowsync::runtime::{Cluster, ClusterConfig, Learner};
 use shadowsync::train::load_batches;
+use shadowsync::Registry;
 use std::time::Duration;
 
 fn main() -> anyhow::Result<()> {
@@ -22,7 +23,7 @@ fn main() -> anyhow::Result<()> {
     // over several trainers barely leaves the base rate.
     config.optim.dense = OptimizerKind::Adagrad;
     config.optim.dense_lr = 0.02;
-    config.optim.sparse = OptimizerKind::Adagrad;
+    config.optim.sparse = "adagrad".into();
     config.optim.sparse_lr = 0.05;
     let data = SyntheticData::ensure(
         config.data.synthetic.spec(),
@@ -40,8 +41,10 @@ fn main() -> anyhow::Result<()> {
         skip: Vec::new(),
     };
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &pipeline_config)?;
-    let table = CtrLearner::new_table(&config.model, &config.optim, &layout)?;
+    let registry = Registry::default(); // the built-in models and row optimizers
+    let table = registry.local_table(&config, &layout)?;
     let learners = CtrLearner::replicas(
+        registry.models(),
         &config.model,
         &config.optim,
         &table,

@@ -89,7 +89,7 @@ fn main() -> anyhow::Result<()> {
     // over several trainers barely leaves the base rate.
     config.optim.dense = OptimizerKind::Adagrad;
     config.optim.dense_lr = 0.02;
-    config.optim.sparse = OptimizerKind::Adagrad;
+    config.optim.sparse = "adagrad".into();
     config.optim.sparse_lr = 0.05;
     config.train.trainers = 4;
     config.train.eval_every = 0;

@@ -10,7 +10,7 @@ use crate::data::{BadLinePolicy, Profile, SyntheticSpec, TableLayout, NUM_SPARSE
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::faults::Fault;
-use shadowsync_actors::sync::{Algorithm, GroupPlan, Rules, Schedule, SyncConfig};
+use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig};
 use std::path::{Path, PathBuf};
 
 mod ignored;
@@ -34,6 +34,16 @@ pub struct Config {
     pub checkpoint: CheckpointConfig,
     /// Faults to inject, for testing that the runtime contains them.
     pub faults: Vec<Fault>,
+}
+
+/// What each embedding row holds: its values, and beside them the row
+/// optimizer's state arrays of as many values each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowShape {
+    /// Values per row (the model's embedding width).
+    pub width: u64,
+    /// The row optimizer's state arrays (Adagrad 1, FTRL 2).
+    pub state_arrays: u64,
 }
 
 /// Where and how often a run saves its state (see [`crate::checkpoint`]).
@@ -146,24 +156,14 @@ impl SyntheticConfig {
     }
 }
 
-/// Model architectures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ModelKind {
-    /// Logistic regression over hashed features.
-    Lr,
-    /// DLRM (dot interactions).
-    Dlrm,
-    /// DeepFM.
-    Deepfm,
-}
-
 /// Model architecture and sizes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
-    /// Architecture.
-    pub kind: ModelKind,
+    /// The model, by its name in [`Models`](crate::model::Models): `lr`
+    /// (logistic regression), `dlrm` (DLRM, dot interactions), `deepfm`, or
+    /// one registered with [`Registry::model`](crate::Registry::model).
+    pub kind: String,
     /// Embedding dimension (DLRM, DeepFM).
     pub embedding_dim: i64,
     /// DLRM bottom MLP hidden widths (its output width is `embedding_dim`).
@@ -178,7 +178,7 @@ impl Default for ModelConfig {
     /// DLRM's Criteo Kaggle shape.
     fn default() -> Self {
         Self {
-            kind: ModelKind::Dlrm,
+            kind: "dlrm".into(),
             embedding_dim: 16,
             bottom_mlp: vec![512, 256, 64],
             top_mlp: vec![512, 256],
@@ -187,7 +187,7 @@ impl Default for ModelConfig {
     }
 }
 
-/// Optimizer algorithms.
+/// Optimizers of the dense parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
@@ -195,7 +195,7 @@ pub enum OptimizerKind {
     Sgd,
     /// Adagrad.
     Adagrad,
-    /// Adam (dense parameters only).
+    /// Adam.
     Adam,
 }
 
@@ -207,10 +207,38 @@ pub struct OptimConfig {
     pub dense: OptimizerKind,
     /// Dense learning rate.
     pub dense_lr: f64,
-    /// Embedding optimizer (sgd or adagrad).
-    pub sparse: OptimizerKind,
-    /// Embedding learning rate.
+    /// The embeddings' row optimizer, by its name in
+    /// [`RowRules`](crate::model::RowRules): `sgd`, `adagrad`, `ftrl`, or
+    /// one registered with [`Registry::row_rule`](crate::Registry::row_rule).
+    pub sparse: String,
+    /// Embedding learning rate (FTRL's α).
     pub sparse_lr: f64,
+    /// FTRL-Proximal's settings (with `sparse = "ftrl"`).
+    pub ftrl: FtrlConfig,
+}
+
+/// FTRL-Proximal's settings besides its learning rate α
+/// (`optim.sparse_lr`); see [`Ftrl`](shadowsync_actors::embedding::Ftrl).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FtrlConfig {
+    /// β, the learning rate's smoothing.
+    pub beta: f32,
+    /// λ₁: above 0, a value whose gradients' sum stays within it is exactly 0.
+    pub l1: f32,
+    /// λ₂, the L2 strength.
+    pub l2: f32,
+}
+
+impl Default for FtrlConfig {
+    /// The paper's β = 1, no regularization (tune λ₁ and λ₂ for sparsity).
+    fn default() -> Self {
+        Self {
+            beta: 1.0,
+            l1: 0.0,
+            l2: 0.0,
+        }
+    }
 }
 
 impl Default for OptimConfig {
@@ -220,8 +248,9 @@ impl Default for OptimConfig {
         Self {
             dense: OptimizerKind::Adagrad,
             dense_lr: 0.01,
-            sparse: OptimizerKind::Adagrad,
+            sparse: "adagrad".into(),
             sparse_lr: 0.05,
+            ftrl: FtrlConfig::default(),
         }
     }
 }
@@ -242,8 +271,9 @@ impl From<OptimPreset> for OptimConfig {
             OptimPreset::DlrmReference => Self {
                 dense: OptimizerKind::Sgd,
                 dense_lr: 0.1,
-                sparse: OptimizerKind::Sgd,
+                sparse: "sgd".into(),
                 sparse_lr: 0.1,
+                ftrl: FtrlConfig::default(),
             },
         }
     }
@@ -392,8 +422,18 @@ impl Config {
         };
         positive_lr("optim.dense_lr", self.optim.dense_lr)?;
         positive_lr("optim.sparse_lr", self.optim.sparse_lr)?;
-        if self.optim.sparse == OptimizerKind::Adam {
-            return Err(Error::config("optim.sparse", "must be sgd or adagrad"));
+        let ftrl = &self.optim.ftrl;
+        for (key, value) in [
+            ("optim.ftrl.beta", ftrl.beta),
+            ("optim.ftrl.l1", ftrl.l1),
+            ("optim.ftrl.l2", ftrl.l2),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(Error::config(
+                    key,
+                    format!("{value} must be finite and ≥ 0"),
+                ));
+            }
         }
         Ok(())
     }
@@ -432,7 +472,7 @@ impl Config {
                 "must be at least 1 (the batch being trained)",
             ));
         }
-        if self.train.audit_rows && self.optim.sparse != OptimizerKind::Sgd {
+        if self.train.audit_rows && self.optim.sparse != "sgd" {
             return Err(Error::config(
                 "train.audit_rows",
                 "audits plain SGD on the rows (whose steps add up whatever their order); \
@@ -471,9 +511,6 @@ impl Config {
     /// The sync settings, over the job's `processes` × `train.trainers` trainers.
     fn validate_sync(&self, processes: usize) -> Result<()> {
         self.sync.validate()?;
-        if let Some(rule) = self.sync.algorithm.rule() {
-            Rules::default().check(rule)?;
-        }
         let n = self.train.trainers;
         if let Some(fault) = self.faults.iter().find(|f| f.trainer >= n) {
             return Err(Error::config(
@@ -492,7 +529,10 @@ impl Config {
                 ),
             ));
         }
-        GroupPlan::new(self.sync.schedule, n, self.sync.group_size_for(n))?;
+        if let Schedule::Registered(_) = self.sync.schedule {
+            return Ok(()); // the registered schedule's own factory decides
+        }
+        GroupPlan::new(self.sync.schedule.clone(), n, self.sync.group_size_for(n))?;
         let group_size = self.sync.group_size_for(n);
         if self.sync.schedule == Schedule::Global && group_size != n {
             return Err(Error::config(
@@ -560,34 +600,21 @@ impl Config {
         self.table_layout().map(|_| ())
     }
 
-    /// Floats per embedding row: the model's embedding width.
-    pub fn embedding_width(&self) -> u64 {
-        match self.model.kind {
-            ModelKind::Lr => 1,
-            ModelKind::Dlrm => self.model.embedding_dim.max(0) as u64,
-            ModelKind::Deepfm => 1 + self.model.embedding_dim.max(0) as u64,
-        }
-    }
-
-    /// Bytes of the embedding table and its optimizer state (Adagrad keeps a
-    /// sum per value).
-    pub fn table_bytes(&self) -> Result<u64> {
+    /// Bytes of the embedding table and its optimizer state, for rows of
+    /// `shape`.
+    pub fn table_bytes(&self, shape: RowShape) -> Result<u64> {
         let rows = self.table_layout()?.total_rows().max(0) as u64;
-        let arrays = match self.optim.sparse {
-            OptimizerKind::Adagrad => 2,
-            _ => 1,
-        };
         Ok(rows
-            .saturating_mul(self.embedding_width())
-            .saturating_mul(4 * arrays))
+            .saturating_mul(shape.width)
+            .saturating_mul(4 * (1 + shape.state_arrays)))
     }
 
     /// Bytes of the embedding table and its optimizer state that each of
     /// `processes` processes keeps: about 1/`processes` of it when sharded;
     /// the whole table in one process; replicated across processes, the
     /// whole table and the common base its merges start from.
-    pub fn table_bytes_per_process(&self, processes: usize) -> Result<u64> {
-        let whole = self.table_bytes()?;
+    pub fn table_bytes_per_process(&self, shape: RowShape, processes: usize) -> Result<u64> {
+        let whole = self.table_bytes(shape)?;
         Ok(match (self.train.embeddings_for(processes), processes) {
             (EmbeddingsMode::Sharded, _) => whole.div_ceil(processes.max(1) as u64),
             (EmbeddingsMode::Replicated, 0 | 1) => whole,
@@ -598,8 +625,13 @@ impl Config {
     /// Refuses a table whose part in each of `processes` processes does not
     /// fit in `available` bytes of memory, naming the key that sizes it and
     /// the bytes it needs.
-    pub fn check_table_fits(&self, available: u64, processes: usize) -> Result<()> {
-        let needed = self.table_bytes_per_process(processes)?;
+    pub fn check_table_fits(
+        &self,
+        available: u64,
+        shape: RowShape,
+        processes: usize,
+    ) -> Result<()> {
+        let needed = self.table_bytes_per_process(shape, processes)?;
         if needed <= available {
             return Ok(());
         }
@@ -612,10 +644,10 @@ impl Config {
             key,
             format!(
                 "the embedding table ({rows} rows of {} floats{}) needs {}{}, more than the {} of memory available",
-                self.embedding_width(),
-                match self.optim.sparse {
-                    OptimizerKind::Adagrad => ", with Adagrad's sums",
-                    _ => "",
+                shape.width,
+                match shape.state_arrays {
+                    0 => String::new(),
+                    n => format!(", with {n} arrays of {}'s state", self.optim.sparse),
                 },
                 human_bytes(needed),
                 match (self.train.embeddings_for(processes), processes) {
@@ -689,7 +721,7 @@ mod tests {
     #[test]
     fn defaults_are_dlrm_kaggle_with_adagrad() {
         let c = parse("").unwrap();
-        assert_eq!(c.model.kind, ModelKind::Dlrm);
+        assert_eq!(c.model.kind, "dlrm");
         assert_eq!(c.model.bottom_mlp, vec![512, 256, 64]);
         assert_eq!(c.train.batch_size, 128);
         assert_eq!(c.optim, OptimConfig::from(OptimPreset::Default));
@@ -712,8 +744,12 @@ mod tests {
             e.contains("batch_size") && e.contains("invalid type"),
             "{e}"
         );
-        let e = parse("[model]\nkind = \"gpt\"\n").unwrap_err().to_string();
-        assert!(e.contains("kind") && e.contains("dlrm"), "{e}");
+        // Names of models and row optimizers are checked against the
+        // registry where the run starts (crate::Registry::check).
+        let e = parse("[model]\nkind = 7\n").unwrap_err().to_string();
+        assert!(e.contains("kind") && e.contains("line 2"), "{e}");
+        let e = parse("[optim.ftrl]\nl1 = -1.0\n").unwrap_err().to_string();
+        assert!(e.contains("optim.ftrl.l1"), "{e}");
     }
 
     #[test]
@@ -732,7 +768,7 @@ mod tests {
             (c.sync.link.latency_us, c.sync.link.bandwidth_gbps),
             (200.0, 1.0)
         );
-        let e = parse("[sync]\nschedule = \"ring\"")
+        let e = parse("[sync]\nschedule = \"ring of 3\"")
             .unwrap_err()
             .to_string();
         assert!(e.contains("schedule"), "{e}");
@@ -749,7 +785,6 @@ mod tests {
     fn out_of_range_values_name_the_key() {
         let cases = [
             ("[optim]\ndense_lr = -0.1", "optim.dense_lr"),
-            ("[optim]\nsparse = \"adam\"", "optim.sparse"),
             ("[train]\nbatch_size = 0", "train.batch_size"),
             ("[data]\ntable_size = 0", "data.table_size"),
             ("[data]\ntable_sizes = [1, 2]", "data.table_sizes"),
@@ -804,25 +839,32 @@ mod tests {
     #[test]
     fn a_sharded_table_needs_its_share_of_memory_in_each_process() {
         let mut c = Config::default();
-        c.model.kind = ModelKind::Dlrm;
-        c.model.embedding_dim = 16;
         c.data.table_size = 2_000_000;
-        c.optim.sparse = OptimizerKind::Sgd;
+        let sgd = RowShape {
+            width: 16,
+            state_arrays: 0,
+        };
         let whole = 26 * 2_000_000 * 16 * 4;
-        assert_eq!(c.table_bytes().unwrap(), whole);
-        assert_eq!(c.table_bytes_per_process(4).unwrap(), whole / 4);
+        assert_eq!(c.table_bytes(sgd).unwrap(), whole);
+        assert_eq!(c.table_bytes_per_process(sgd, 4).unwrap(), whole / 4);
         // 2 GB free: the whole table does not fit, a quarter of it does.
-        c.check_table_fits(2_000_000_000, 4).unwrap();
+        c.check_table_fits(2_000_000_000, sgd, 4).unwrap();
         let e = c
-            .check_table_fits(2_000_000_000, 1)
+            .check_table_fits(2_000_000_000, sgd, 1)
             .unwrap_err()
             .to_string();
         assert!(e.contains("data.table_size"), "{e}");
+        // FTRL's z and n triple it.
+        let ftrl = RowShape {
+            state_arrays: 2,
+            ..sgd
+        };
+        assert_eq!(c.table_bytes(ftrl).unwrap(), 3 * whole);
         // Replicated: the table and the base of its merges in each.
         c.train.embeddings = Some(EmbeddingsMode::Replicated);
-        assert_eq!(c.table_bytes_per_process(4).unwrap(), 2 * whole);
+        assert_eq!(c.table_bytes_per_process(sgd, 4).unwrap(), 2 * whole);
         let e = c
-            .check_table_fits(2_000_000_000, 4)
+            .check_table_fits(2_000_000_000, sgd, 4)
             .unwrap_err()
             .to_string();
         assert!(e.contains("in each of 4 processes"), "{e}");

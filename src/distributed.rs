@@ -61,7 +61,7 @@ impl TableSync {
         let done = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&done);
         table.written().track();
-        let base = common_base(fabric.as_ref(), &state_of(&table))?;
+        let base = common_base(fabric.as_ref(), &state_of(&table)?)?;
         let thread = std::thread::Builder::new()
             .name("table-sync".into())
             .spawn(move || {
@@ -93,10 +93,8 @@ fn runtime(error: RuntimeError) -> Error {
 
 /// The table's arrays (its rows, its optimizer's state), as one would write
 /// them.
-fn state_of(table: &EmbeddingTable) -> Vec<Tensor> {
-    (table.state().into_iter())
-        .map(|(_, t)| t.shallow_clone())
-        .collect()
+fn state_of(table: &EmbeddingTable) -> Result<Vec<Tensor>> {
+    Ok(table.state()?.into_iter().map(|(_, t)| t).collect())
 }
 
 /// Rounds from `base` until every process is done; the last one runs with
@@ -108,7 +106,7 @@ fn sync_rounds(
     every: Duration,
     done: &AtomicBool,
 ) -> Result<TableSyncReport> {
-    let state = state_of(table);
+    let state = state_of(table)?;
     let rows = table.weight().size().first().copied().unwrap_or(0) as usize;
     let shape = Shape {
         rows,

@@ -35,9 +35,11 @@
 
 use crate::config::{clear_ignored_in_grid, Config};
 use crate::train::{self, Observer, TrainReport};
-use crate::{output, Error, Result};
+use crate::{output, Error, Registry, Result};
 use serde::{Deserialize, Serialize};
+use shadowsync_actors::sync::InProcess;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use toml::{Table, Value};
 
 /// The experiments shipped with the project, by name.
@@ -427,10 +429,17 @@ pub fn run_file(directory: &Path, id: &str) -> PathBuf {
 }
 
 /// Runs every run of `experiment` whose finished results are not in `out`
-/// yet, writing each one's as it ends; stops at the first interruption.
+/// yet, writing each one's as it ends; stops at the first interruption. The
+/// names its runs give are looked up in `registry`.
+///
+/// # Errors
+///
+/// A results directory that cannot be written, or a run that cannot start
+/// (a run that fails while training is kept as failed, and the grid goes on).
 pub fn run_grid(
     experiment: &Experiment,
     out: &Path,
+    registry: &Registry,
     observer: &mut impl GridObserver,
 ) -> Result<GridOutcome> {
     let directory = experiment.directory(out);
@@ -453,7 +462,7 @@ pub fn run_grid(
             outcome.reused += 1;
             continue;
         }
-        let report = train::train(&run.config, observer)?;
+        let report = train::train_on(Arc::new(InProcess), &run.config, registry, observer)?;
         if report.interrupted {
             outcome.interrupted = true;
             return Ok(outcome);
@@ -631,7 +640,7 @@ mod tests {
             &format!("train.eval_every = 0\ndata.synthetic.dir = {data:?}\nmodel.kind = \"lr\""),
         );
         let e = Experiment::parse(&text, "test").unwrap();
-        let first = run_grid(&e, dir.path(), &mut ()).unwrap();
+        let first = run_grid(&e, dir.path(), &Registry::default(), &mut ()).unwrap();
         assert_eq!((first.trained, first.reused), (5, 0));
         assert!(!first.interrupted && first.failed.is_empty());
         for run in &e.runs {
@@ -644,7 +653,7 @@ mod tests {
         std::fs::remove_file(run_file(&first.directory, &e.runs[0].id)).unwrap();
         let mut changed = e.clone();
         changed.runs[1].config.train.seed += 1;
-        let again = run_grid(&changed, dir.path(), &mut ()).unwrap();
+        let again = run_grid(&changed, dir.path(), &Registry::default(), &mut ()).unwrap();
         assert_eq!((again.trained, again.reused), (2, 3));
         assert!(first.directory.join("experiment.toml").exists());
     }

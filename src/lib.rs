@@ -8,12 +8,16 @@
 //!   that shards batches across trainers;
 //! * [`model`] — logistic regression, DLRM and DeepFM, with dense parameters in
 //!   one flat buffer and one fused, sparsely updated embedding table;
+//! * [`Registry`] — the sync rules, schedules, models and row optimizers a
+//!   run may name: the built-in ones and one's own;
 //! * [`metrics`] — NE, exact AUC, logloss, calibration;
 //! * [`config`] — the TOML run configuration;
 //! * [`train`] — a training run from a configuration to a [`train::TrainReport`],
 //!   in this process or spread over processes ([`distributed`], through MPI);
 //! * [`experiment`] — a grid of runs, each one's results kept, resumable;
-//! * [`report`] — an experiment's results as Markdown tables and SVG plots.
+//! * [`report`] — an experiment's results as Markdown tables and SVG plots;
+//! * [`cli`] — the `shadowsync` command line, to run with a registry of
+//!   one's own ([`cli::main`]).
 //!
 //! ```no_run
 //! use shadowsync::{config::Config, train};
@@ -29,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
+pub mod cli;
 pub mod config;
 pub mod data;
 pub mod distributed;
@@ -37,10 +42,12 @@ pub mod experiment;
 pub mod metrics;
 pub mod model;
 pub mod output;
+mod registry;
 pub mod report;
 pub mod train;
 
 pub use error::{Error, Result};
+pub use registry::Registry;
 
 /// The book's chapters (docs/book), compiled as doc comments so that every Rust
 /// block in them is a doctest run by `cargo test --doc`.

@@ -19,7 +19,7 @@
 mod common;
 
 use common::{checkpoints, ctr};
-use shadowsync::config::{Config, ModelKind, OptimPreset, OptimizerKind};
+use shadowsync::config::{Config, OptimPreset, OptimizerKind};
 use shadowsync::report::mean_std;
 use shadowsync::runtime::faults::{Fault, FaultKind};
 use shadowsync::train::train;
@@ -328,9 +328,9 @@ fn easgd_sixteen_beats_no_sync(dir: &Path) -> Claim {
     c.data.synthetic.test_rows = 20_000;
     c.data.synthetic.dir = Some(dir.to_path_buf());
     c.data.table_size = 100_000;
-    c.model.kind = ModelKind::Dlrm;
+    c.model.kind = "dlrm".into();
     c.optim.dense = OptimizerKind::Adagrad;
-    c.optim.sparse = OptimizerKind::Adagrad;
+    c.optim.sparse = "adagrad".into();
     c.optim.dense_lr = 0.02;
     c.optim.sparse_lr = 0.05;
     c.train.trainers = 16;

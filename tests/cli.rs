@@ -150,3 +150,41 @@ fn gen_data_writes_files_and_reports_the_oracle() {
     assert_eq!(lines, 3000);
     assert!(out_dir.join("oracle.json").exists());
 }
+
+#[test]
+fn ftrl_rows_learn_and_an_unknown_row_optimizer_is_named_with_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ftrl.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[data.synthetic]\ntrain_rows = 20000\ntest_rows = 4000\ndir = {:?}\n\
+             [model]\nkind = \"lr\"\n[optim]\nsparse = \"ftrl\"\nsparse_lr = 1.0\n\
+             [optim.ftrl]\nbeta = 1.0\nl1 = 0.001\n[train]\neval_every = 0\n",
+            dir.path().join("data")
+        ),
+    )
+    .unwrap();
+    let results = dir.path().join("results.json");
+    let config = config.to_str().unwrap();
+    let out = shadowsync(&[
+        "train",
+        "--config",
+        config,
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    assert_eq!(json["config"]["optim"]["sparse"], "ftrl");
+    let ne = json["final_metrics"]["ne"].as_f64().unwrap();
+    assert!(ne < 0.95, "FTRL's rows did not learn: NE {ne}");
+    let out = shadowsync(&["train", "--config", config, "--sparse-optimizer", "adam"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("optim.sparse") && stderr.contains("adagrad, ftrl, sgd"),
+        "{stderr}"
+    );
+}

@@ -7,10 +7,16 @@ use std::process::{Command, Output};
 
 /// Runs the example `name`, built by `cargo test` next to this test.
 fn example(name: &str) -> Output {
+    example_with(name, &[])
+}
+
+/// Runs the example `name` with `args`.
+fn example_with(name: &str, args: &[&str]) -> Output {
     let deps = std::env::current_exe().unwrap();
     let profile = deps.parent().and_then(|d| d.parent()).unwrap();
     let path: PathBuf = profile.join("examples").join(name);
     let out = Command::new(&path)
+        .args(args)
         .env("RUST_LOG", "warn")
         .output()
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -92,4 +98,54 @@ fn custom_actor_stops_training_once_the_target_ne_is_reached() {
     assert!(trained < 400_000.0, "{out}");
     let ne = figure_after(&out, "final test NE ");
     assert!(ne < 0.87, "{out}");
+}
+
+#[test]
+fn a_rule_and_a_schedule_of_ones_own_train_a_ctr_model_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("run.toml");
+    let data = dir.path().join("data");
+    std::fs::write(
+        &config,
+        format!("[data.synthetic]\ntrain_rows = 40000\ntest_rows = 5000\ndir = {data:?}\n"),
+    )
+    .unwrap();
+    let results = dir.path().join("results.json");
+    let args = [
+        "train",
+        "--config",
+        config.to_str().unwrap(),
+        "--sync",
+        "shadow-median",
+        "--schedule",
+        "rotating",
+        "--group-size",
+        "2",
+        "--trainers",
+        "4",
+        "--model",
+        "lr",
+        "--eval-every",
+        "0",
+        "--results",
+        results.to_str().unwrap(),
+    ];
+    let out = String::from_utf8(example_with("ctr_custom_rule", &args).stdout).unwrap();
+    assert!(
+        out.contains("shadow-median") && out.contains("(rotating)"),
+        "{out}"
+    );
+    assert!(figure_after(&out, "(rotating), ") > 0.0, "no syncs: {out}");
+    assert!(figure_after(&out, "NE ") < 0.95, "{out}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    assert_eq!(json["config"]["sync"]["schedule"], "rotating");
+    assert_eq!(json["examples"], 40000);
+}
+
+#[test]
+fn a_model_of_ones_own_trains_from_the_command_line() {
+    let out = String::from_utf8(example("ctr_custom_model").stdout).unwrap();
+    assert!(out.contains("trained dcn"), "{out}");
+    assert!(figure_after(&out, "NE ") < 0.95, "{out}");
 }

@@ -39,8 +39,8 @@ use crate::shadow::{Pacing, ShadowActor, ShadowHub, ShadowHubActor, ShadowLoop};
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::{
     check_partitions, Algorithm, Endpoint, Exchange, Fabric, GroupPlan, GroupSchedule, InProcess,
-    LinkModel, ModelAveraging, PeerState, RuleContext, Rules, Schedule, ServerClient,
-    ShadowThreads, SharedPeer, SyncConfig, SyncPeer, SyncRule,
+    LinkModel, ModelAveraging, PeerState, RuleContext, Rules, Schedule, ScheduleContext, Schedules,
+    ServerClient, ShadowThreads, SharedPeer, SyncConfig, SyncPeer, SyncRule,
 };
 use crate::system::spawn_system;
 use crate::trainer::{Control, Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
@@ -83,10 +83,10 @@ pub struct ClusterConfig {
     /// those of one's own added with [`Rules::with`].
     #[serde(skip)]
     pub rules: Rules,
-    /// A group schedule of one's own, in place of `sync.schedule` and
-    /// `sync.group_size` (over every trainer of the job).
+    /// The group schedules of one's own `sync.schedule` may name, added with
+    /// [`Schedules::with`] (the built-in ones need no registering).
     #[serde(skip)]
-    pub schedule: Option<Arc<dyn GroupSchedule>>,
+    pub schedules: Schedules,
 }
 
 impl Default for ClusterConfig {
@@ -101,7 +101,7 @@ impl Default for ClusterConfig {
             checkpoint_every: 0,
             events: EventBus::default(),
             rules: Rules::default(),
-            schedule: None,
+            schedules: Schedules::default(),
         }
     }
 }
@@ -806,31 +806,30 @@ fn starting_point<L: Learner>(
 }
 
 /// The groups of the job's `job_trainers` trainers (`n` in this process):
-/// the config's own schedule, or the plan of `sync.schedule` (whose
-/// hierarchical blocks are the processes' trainers unless set).
+/// the plan of a built-in `sync.schedule` (whose hierarchical blocks are the
+/// processes' trainers unless set), or a registered one's.
 fn group_plan(
     config: &ClusterConfig,
     n: usize,
     job_trainers: usize,
 ) -> Result<Arc<dyn GroupSchedule>> {
     let sync = &config.sync;
-    let plan: Arc<dyn GroupSchedule> = match &config.schedule {
-        Some(own) if own.trainers() != job_trainers => {
-            return Err(Error::Config {
-                key: "schedule".into(),
-                reason: format!(
-                    "the schedule is for {} trainers, the job has {job_trainers}",
-                    own.trainers()
-                ),
-            })
+    let plan: Arc<dyn GroupSchedule> = match &sync.schedule {
+        Schedule::Registered(name) => {
+            let context = ScheduleContext {
+                trainers: job_trainers,
+                per_process: n,
+                config: sync,
+            };
+            config.schedules.make(name, &context)?
         }
-        Some(own) => Arc::clone(own),
-        None => {
-            let group_size = match (sync.schedule, sync.group_size) {
+        built_in => {
+            let group_size = match (built_in, sync.group_size) {
                 (Schedule::Hierarchical, 0) => n,
                 _ => sync.group_size_for(job_trainers),
             };
-            Arc::new(GroupPlan::new(sync.schedule, job_trainers, group_size)?.with_seed(sync.seed))
+            let plan = GroupPlan::new(built_in.clone(), job_trainers, group_size)?;
+            Arc::new(plan.with_seed(sync.seed))
         }
     };
     check_partitions(&*plan, 64)?;

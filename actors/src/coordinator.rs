@@ -372,7 +372,7 @@ mod tests {
     #[test]
     fn each_round_is_announced_once_and_groups_follow_the_plan() {
         let plan = GroupPlan::new(Schedule::Random, 4, 2).unwrap().with_seed(9);
-        let mut c = Coordinator::new(Arc::new(plan));
+        let mut c = Coordinator::new(Arc::new(plan.clone()));
         let answer = c.group_for(1, 0);
         assert_eq!(answer.assignment.group, plan.group_of(1, 0));
         assert_eq!(answer.announced, Some((0, plan.groups(0))));
@@ -392,7 +392,7 @@ mod tests {
     #[test]
     fn an_unresponsive_trainer_is_left_out_from_the_next_round_until_it_asks_again() {
         let plan = GroupPlan::new(Schedule::Random, 6, 3).unwrap().with_seed(4);
-        let mut c = Coordinator::new(Arc::new(plan));
+        let mut c = Coordinator::new(Arc::new(plan.clone()));
         for trainer in 0..6 {
             c.group_for(trainer, 0);
         }
@@ -432,7 +432,7 @@ mod tests {
         let plan = GroupPlan::new(Schedule::Random, 4, 2).unwrap().with_seed(3);
         let events = EventBus::default();
         let subscriber = events.subscribe();
-        let mut actor = GroupCoordinator::new(Arc::new(plan), events);
+        let mut actor = GroupCoordinator::new(Arc::new(plan.clone()), events);
         let failed = actor.contained(
             || "a test".into(),
             |actor| {
@@ -470,8 +470,9 @@ mod tests {
             every,
         };
         let faults = [fault(1, 2, 0), fault(2, 0, 1)];
+        let coordinated = Arc::new(plan.clone());
         let (sys, system, addr) = spawn_system("coordinator-fault-test", move || {
-            GroupCoordinator::new(Arc::new(plan), events)
+            GroupCoordinator::new(coordinated, events)
                 .with_faults(&faults)
                 .start()
         })
@@ -505,8 +506,9 @@ mod tests {
         let plan = GroupPlan::new(Schedule::Alternating, 4, 2).unwrap();
         let events = EventBus::default();
         let subscriber = events.subscribe();
+        let coordinated = Arc::new(plan.clone());
         let (sys, system, addr) = spawn_system("coordinator-test", move || {
-            GroupCoordinator::new(Arc::new(plan), events).start()
+            GroupCoordinator::new(coordinated, events).start()
         })
         .unwrap();
         let client = CoordinatorClient::new(addr, &plan);

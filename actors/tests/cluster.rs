@@ -3,7 +3,7 @@
 
 use shadowsync_actors::events::Event;
 use shadowsync_actors::sync::{
-    GroupSchedule, LinkModel, RuleState, Rules, Schedule, ShadowThreads, SyncRule,
+    GroupSchedule, LinkModel, RuleState, Rules, Schedule, Schedules, ShadowThreads, SyncRule,
 };
 use shadowsync_actors::Cluster;
 use std::sync::Arc;
@@ -432,7 +432,12 @@ impl SyncRule for MeanWithMomentum {
 fn a_schedule_and_a_rule_of_ones_own_run_like_built_in_ones() {
     let _serial = exclusive();
     let mut c = config("fr-momentum:2");
-    c.schedule = Some(Arc::new(ShiftingPairs { trainers: 4 }));
+    c.schedules = Schedules::default().with("shifting-pairs", |context| {
+        Ok(Arc::new(ShiftingPairs {
+            trainers: context.trainers,
+        }))
+    });
+    c.sync.schedule = "shifting-pairs".parse().unwrap();
     c.rules = Rules::default().with("momentum", |context| {
         Ok(Box::new(MeanWithMomentum {
             last: context.initial.to_vec(),
@@ -486,10 +491,17 @@ fn an_unknown_rule_or_a_schedule_that_is_no_partition_is_refused() {
         }
     }
     let mut c = config("shadow-ma");
-    c.schedule = Some(Arc::new(Overlapping));
-    let e = Cluster::start(c, learners(4, Some(5)))
+    c.schedules = Schedules::default().with("overlapping", |_| Ok(Arc::new(Overlapping)));
+    c.sync.schedule = "overlapping".parse().unwrap();
+    let e = Cluster::start(c.clone(), learners(4, Some(5)))
         .err()
         .unwrap()
         .to_string();
     assert!(e.contains("sync.schedule") && e.contains("round 3"), "{e}");
+    c.sync.schedule = "overlaping".parse().unwrap();
+    let e = Cluster::start(c, learners(4, Some(5)))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("unknown schedule \"overlaping\""), "{e}");
 }

@@ -103,7 +103,11 @@ fn plans(n: usize) -> Vec<GroupPlan> {
     let mut plans = Vec::new();
     for schedule in [Schedule::Alternating, Schedule::Random, Schedule::Hypercube] {
         for m in [2, n] {
-            plans.push(GroupPlan::new(schedule, n, m).unwrap().with_seed(11));
+            plans.push(
+                GroupPlan::new(schedule.clone(), n, m)
+                    .unwrap()
+                    .with_seed(11),
+            );
         }
     }
     plans.push(GroupPlan::new(Schedule::Hierarchical, n, PER_RANK).unwrap());

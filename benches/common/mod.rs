@@ -19,7 +19,7 @@ pub fn with_optimizer(config: &Config, setting: (&str, OptimizerKind, f64, f64))
     let mut config = config.clone();
     let (_, kind, dense_lr, sparse_lr) = setting;
     config.optim.dense = kind;
-    config.optim.sparse = kind;
+    config.optim.sparse = setting.0.into();
     config.optim.dense_lr = dense_lr;
     config.optim.sparse_lr = sparse_lr;
     config

@@ -12,7 +12,7 @@
 //! other cells; a key no cell reads, or one a cell's own values set, is still
 //! refused (that cell is skipped).
 
-use super::{Config, EmbeddingsMode, ModelKind};
+use super::{Config, EmbeddingsMode};
 use shadowsync_actors::faults::{Fault, FaultSite};
 use shadowsync_actors::sync::{Algorithm, Schedule};
 
@@ -80,14 +80,22 @@ fn not_sharded(c: &Config, processes: usize) -> Option<String> {
     })
 }
 
-/// Read by a model of `kind` only.
-fn not_model(c: &Config, kinds: &[ModelKind], what: &str) -> Option<String> {
-    (!kinds.contains(&c.model.kind)).then(|| {
-        format!(
-            "it sizes {what}; model.kind {} has none",
-            format!("{:?}", c.model.kind).to_lowercase()
-        )
-    })
+/// The built-in models; a model of one's own may read any `[model]` key.
+const BUILT_IN_MODELS: [&str; 3] = ["lr", "dlrm", "deepfm"];
+
+/// Read by the built-in models `kinds` only.
+fn not_model(c: &Config, kinds: &[&str], what: &str) -> Option<String> {
+    let kind = c.model.kind.as_str();
+    (BUILT_IN_MODELS.contains(&kind) && !kinds.contains(&kind))
+        .then(|| format!("it sizes {what}; model.kind {kind} has none"))
+}
+
+/// Read by FTRL only (or a row optimizer of one's own).
+fn not_ftrl(c: &Config, _: usize) -> Option<String> {
+    let sparse = c.optim.sparse.as_str();
+    ["sgd", "adagrad"]
+        .contains(&sparse)
+        .then(|| format!("it sets FTRL's β, λ₁ and λ₂; optim.sparse is {sparse}"))
 }
 
 /// Read when checkpoints are saved.
@@ -145,27 +153,24 @@ fn modal_keys() -> Vec<Modal> {
         modal!(
             "model.embedding_dim",
             model.embedding_dim,
-            |c, _| not_model(
-                c,
-                &[ModelKind::Dlrm, ModelKind::Deepfm],
-                "the embeddings of DLRM and DeepFM"
-            )
+            |c, _| not_model(c, &["dlrm", "deepfm"], "the embeddings of DLRM and DeepFM")
         ),
         modal!("model.bottom_mlp", model.bottom_mlp, |c, _| not_model(
             c,
-            &[ModelKind::Dlrm],
+            &["dlrm"],
             "DLRM's bottom MLP"
         )),
         modal!("model.top_mlp", model.top_mlp, |c, _| not_model(
             c,
-            &[ModelKind::Dlrm],
+            &["dlrm"],
             "DLRM's top MLP"
         )),
         modal!("model.deep_mlp", model.deep_mlp, |c, _| not_model(
             c,
-            &[ModelKind::Deepfm],
+            &["deepfm"],
             "DeepFM's deep MLP"
         )),
+        modal!("optim.ftrl", optim.ftrl, not_ftrl),
         // Tables across processes.
         modal!(
             "train.embedding_staleness",
@@ -282,12 +287,12 @@ mod tests {
     #[test]
     fn the_defaults_set_nothing_that_any_mode_ignores() {
         for algorithm in ["none", "sync-sgd", "fr-ma:4", "shadow-easgd", "shadow-bmuf"] {
-            for kind in [ModelKind::Lr, ModelKind::Dlrm, ModelKind::Deepfm] {
+            for kind in BUILT_IN_MODELS {
                 let mut c = Config::default();
                 c.sync.algorithm = algorithm.parse().unwrap();
-                c.model.kind = kind;
+                c.model.kind = kind.into();
                 for processes in [1, 4] {
-                    assert_eq!(c.ignored_keys(processes), vec![], "{algorithm} {kind:?}");
+                    assert_eq!(c.ignored_keys(processes), vec![], "{algorithm} {kind}");
                 }
             }
         }
@@ -298,7 +303,7 @@ mod tests {
         let mut c = shadow_ma();
         c.sync.server_shards = Some(2);
         c.sync.eta = Some(0.5);
-        c.model.kind = ModelKind::Lr;
+        c.model.kind = "lr".into();
         c.model.deep_mlp = vec![8];
         c.checkpoint.keep = 5;
         let keys: Vec<&str> = c.ignored_keys(1).into_iter().map(|(k, _)| k).collect();

@@ -1,31 +1,26 @@
-//! The three architectures. Each maps dense features `[B, 13]` and its looked-up
+//! The three built-in architectures (registered by name in
+//! [`Models`](super::Models)). Each maps dense features `[B, 13]` and its looked-up
 //! embedding rows `[B, 26, width]` to click logits `[B]`.
 //!
 //! Linear layers are initialized as PyTorch's `nn.Linear` (weights and biases from
 //! U(±1/√fan_in)), so a PyTorch model built the same way starts from the same
 //! distribution.
 
-use crate::config::{ModelConfig, ModelKind};
+use crate::config::ModelConfig;
 use crate::data::{NUM_DENSE, NUM_SPARSE};
 use crate::Result;
 use tch::nn;
 use tch::{Kind, Tensor};
 
-/// The dense part of a CTR model.
+/// The dense part of a CTR model: implement it for a model of one's own and
+/// register it by name with [`Models::with`](super::Models::with). Its
+/// variables live under the `nn::Path` it is built with; the runtime moves
+/// them into one flat buffer, which is what is trained and synchronized.
 pub trait CtrModel: Send + std::fmt::Debug {
     /// Width of an embedding row this model expects.
     fn embedding_width(&self) -> i64;
     /// Click logits `[B]`.
     fn forward(&self, dense: &Tensor, embedded: &Tensor) -> Result<Tensor>;
-}
-
-/// Builds the model `config` describes, with its variables under `root`.
-pub fn build(config: &ModelConfig, root: &nn::Path) -> Result<Box<dyn CtrModel>> {
-    Ok(match config.kind {
-        ModelKind::Lr => Box::new(LogisticRegression::new(root)),
-        ModelKind::Dlrm => Box::new(Dlrm::new(root, config)?),
-        ModelKind::Deepfm => Box::new(DeepFm::new(root, config)),
-    })
 }
 
 /// A fully connected layer `x·Wᵀ + b` (one fused `addmm`), initialized as
@@ -248,9 +243,9 @@ mod tests {
     use super::*;
     use tch::Device;
 
-    fn config(kind: ModelKind) -> ModelConfig {
+    fn config(kind: &str) -> ModelConfig {
         ModelConfig {
-            kind,
+            kind: kind.into(),
             embedding_dim: 4,
             bottom_mlp: vec![8],
             top_mlp: vec![6],
@@ -260,16 +255,18 @@ mod tests {
 
     #[test]
     fn every_model_maps_a_batch_to_logits() {
-        for kind in [ModelKind::Lr, ModelKind::Dlrm, ModelKind::Deepfm] {
+        for kind in ["lr", "dlrm", "deepfm"] {
             let vs = nn::VarStore::new(Device::Cpu);
-            let model = build(&config(kind), &vs.root()).unwrap();
+            let model = crate::model::Models::default()
+                .build(&config(kind), &vs.root())
+                .unwrap();
             let w = model.embedding_width();
             let dense = Tensor::rand([3, 13], (Kind::Float, Device::Cpu));
             let emb = Tensor::rand([3, 26, w], (Kind::Float, Device::Cpu));
             assert_eq!(
                 model.forward(&dense, &emb).unwrap().size(),
                 vec![3],
-                "{kind:?}"
+                "{kind}"
             );
         }
     }
@@ -277,7 +274,7 @@ mod tests {
     #[test]
     fn dlrm_interaction_is_the_lower_triangle_of_dot_products() {
         let vs = nn::VarStore::new(Device::Cpu);
-        let dlrm = Dlrm::new(&vs.root(), &config(ModelKind::Dlrm)).unwrap();
+        let dlrm = Dlrm::new(&vs.root(), &config("dlrm")).unwrap();
         assert_eq!(dlrm.pairs.size(), vec![27 * 26 / 2]);
         // Independent check of the index set: all (i, j) with j < i, row-major.
         let mut expected = Vec::new();
@@ -294,7 +291,7 @@ mod tests {
         // With zero first-order weights, zero dense weights and a zeroed deep MLP
         // output layer, DeepFM's logit is the FM term: Σ_{f<g} <v_f, v_g>.
         let vs = nn::VarStore::new(Device::Cpu);
-        let model = DeepFm::new(&vs.root(), &config(ModelKind::Deepfm));
+        let model = DeepFm::new(&vs.root(), &config("deepfm"));
         tch::no_grad(|| {
             for (name, mut t) in vs.variables() {
                 if name.starts_with("linear") || name.starts_with("deep.layer1") {

@@ -10,10 +10,9 @@
 //! lets many trainers share one table Hogwild-style.
 
 use super::audit::{AuditReport, RowAudit};
-use crate::config::OptimizerKind;
 use crate::data::TableLayout;
 use crate::{Error, Result};
-use shadowsync_actors::embedding::{Adagrad, RowRule, Sgd};
+use shadowsync_actors::embedding::{check_rule, update_row, RowRule};
 use shadowsync_actors::sync::Fabric;
 use shadowsync_actors::Error::Layout;
 use shadowsync_actors::{with_values, with_values_mut};
@@ -29,24 +28,13 @@ pub struct EmbeddingTable {
     lr: f64,
     written: Arc<WrittenRows>,
     rule: Arc<dyn RowRule>,
-    /// The rule's state beside the weights (Adagrad's sums), if it keeps one.
+    /// The rule's state arrays beside the weights (`[arrays, rows, width]`:
+    /// Adagrad's sums; FTRL's z and n), if it keeps any.
     state: Option<Tensor>,
     /// The rows' initial values.
     init: RowInit,
     /// Every update's sum, once audited.
     audit: Option<Arc<RowAudit>>,
-}
-
-/// The row rule of the embedding optimizer `kind` (SGD or Adagrad).
-pub fn row_rule(kind: OptimizerKind) -> Result<Box<dyn RowRule>> {
-    match kind {
-        OptimizerKind::Sgd => Ok(Box::new(Sgd)),
-        OptimizerKind::Adagrad => Ok(Box::new(Adagrad::default())),
-        OptimizerKind::Adam => Err(Error::config(
-            "optim.sparse",
-            "adam is not available for embeddings; use sgd or adagrad",
-        )),
-    }
 }
 
 /// Which rows of a table were written since they were last taken: one bit per
@@ -154,13 +142,15 @@ fn uniform(seed: u64, id: u64, column: u64) -> f32 {
 impl EmbeddingTable {
     /// A table of `layout.total_rows()` rows of `width`, initialized by
     /// [`RowInit`] from a seed drawn from libtorch's generator (so a run's
-    /// `train.seed` fixes it, and a sharded table starts from the same rows).
-    pub fn new(
-        layout: &TableLayout,
-        width: i64,
-        optimizer: OptimizerKind,
-        lr: f64,
-    ) -> Result<Self> {
+    /// `train.seed` fixes it, and a sharded table starts from the same rows),
+    /// updated by `rule` at learning rate `lr`.
+    ///
+    /// # Errors
+    ///
+    /// A layout or width libtorch cannot allocate, or a rule whose state
+    /// cannot be stored ([`check_rule`]).
+    pub fn new(layout: &TableLayout, width: i64, rule: Box<dyn RowRule>, lr: f64) -> Result<Self> {
+        check_rule(&*rule)?;
         let init = RowInit::new(layout)?;
         let rows = layout.total_rows();
         let weight = Tensor::f_empty([rows, width], (Kind::Float, Device::Cpu))?;
@@ -176,10 +166,13 @@ impl EmbeddingTable {
             weight.f_narrow(0, start, count)?.f_copy_(&block)?;
         }
         let written = Arc::new(WrittenRows::new(layout.total_rows() as usize));
-        let rule: Arc<dyn RowRule> = Arc::from(row_rule(optimizer)?);
-        let state = match rule.state_name() {
-            Some(_) => Some(weight.f_zeros_like()?),
-            None => None,
+        let rule: Arc<dyn RowRule> = Arc::from(rule);
+        let state = match rule.state_names().len() as i64 {
+            0 => None,
+            arrays => Some(Tensor::f_zeros(
+                [arrays, rows, width],
+                (Kind::Float, Device::Cpu),
+            )?),
         };
         Ok(Self {
             weight,
@@ -260,19 +253,29 @@ impl EmbeddingTable {
         &self.weight
     }
 
-    /// The table and its optimizer state, by name (`weight`, Adagrad's `sum`).
-    pub fn state(&self) -> Vec<(&'static str, &Tensor)> {
-        let mut state = vec![("weight", &self.weight)];
-        if let (Some(name), Some(values)) = (self.rule.state_name(), &self.state) {
-            state.push((name, values));
+    /// Bytes of the table and its optimizer's state.
+    pub fn bytes(&self) -> u64 {
+        let values = self.weight.numel() + self.state.as_ref().map_or(0, Tensor::numel);
+        (values * std::mem::size_of::<f32>()) as u64
+    }
+
+    /// The table and its optimizer's state arrays, by name (`weight`,
+    /// Adagrad's `sum`, ...), each `[rows, width]` (views: writing them
+    /// writes the table).
+    pub fn state(&self) -> Result<Vec<(&'static str, Tensor)>> {
+        let mut state = vec![("weight", self.weight.shallow_clone())];
+        if let Some(arrays) = &self.state {
+            for (i, &name) in self.rule.state_names().iter().enumerate() {
+                state.push((name, arrays.f_select(0, i as i64)?));
+            }
         }
-        state
+        Ok(state)
     }
 
     /// Overwrites the table and its optimizer state with `values` of the names
     /// [`EmbeddingTable::state`] gives (every handle sees them).
     pub fn load_state(&self, values: impl Fn(&str) -> Result<Vec<f32>>) -> Result<()> {
-        for (name, tensor) in self.state() {
+        for (name, tensor) in self.state()? {
             let values = values(name)?;
             if values.len() as i64 != tensor.numel() as i64 {
                 return Err(Error::config(
@@ -284,7 +287,7 @@ impl EmbeddingTable {
                     ),
                 ));
             }
-            let source = Tensor::f_from_slice(&values)?.f_view_as(tensor)?;
+            let source = Tensor::f_from_slice(&values)?.f_view_as(&tensor)?;
             let mut target = tensor.shallow_clone();
             tch::no_grad(|| target.f_copy_(&source))?;
         }
@@ -334,8 +337,9 @@ impl EmbeddingTable {
         }
         let written = with_values_mut(&self.weight, |weight: &mut [f32]| {
             let rows = weight.len() / width;
-            // `state` is empty for a rule without one.
+            // One slice per state array of the rule (none without state).
             let mut update = |state: &mut [f32]| -> Result<()> {
+                let mut arrays: Vec<&mut [f32]> = state.chunks_mut(weight.len().max(1)).collect();
                 for (&id, grad) in ids.iter().zip(grads.chunks_exact(width)) {
                     let row = usize::try_from(id).ok().filter(|&row| row < rows);
                     let Some(row) = row else {
@@ -344,11 +348,7 @@ impl EmbeddingTable {
                         return Err(Layout(reason).into());
                     };
                     let span = row * width..(row + 1) * width;
-                    let row_state = match state.is_empty() {
-                        true => &mut [][..],
-                        false => &mut state[span.clone()],
-                    };
-                    rule.update(&mut weight[span], row_state, grad, lr);
+                    update_row(rule, weight, &mut arrays, span, grad, lr);
                 }
                 Ok(())
             };
@@ -396,14 +396,12 @@ pub fn coalesce(ids: &[i64], grad: &[f32], width: usize) -> Result<(Vec<u64>, Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shadowsync_actors::embedding::{Adagrad, Sgd};
 
-    fn table(kind: OptimizerKind) -> EmbeddingTable {
+    fn table(rule: impl RowRule + 'static) -> EmbeddingTable {
         let layout = TableLayout::uniform(4).unwrap();
-        let mut t = EmbeddingTable::new(&layout, 2, kind, 0.5).unwrap();
-        t.weight = Tensor::zeros([104, 2], (Kind::Float, Device::Cpu));
-        if let Some(sum) = &mut t.state {
-            *sum = t.weight.zeros_like();
-        }
+        let t = EmbeddingTable::new(&layout, 2, Box::new(rule), 0.5).unwrap();
+        let _ = t.weight.shallow_clone().zero_();
         t
     }
 
@@ -413,7 +411,7 @@ mod tests {
 
     #[test]
     fn sgd_adds_every_occurrence() {
-        let mut t = table(OptimizerKind::Sgd);
+        let mut t = table(Sgd);
         let rows = Tensor::from_slice(&[3i64, 3, 7]).view([1, 3]);
         let grad = Tensor::from_slice(&[1f32, 2., 3., 4., 5., 6.]).view([1, 3, 2]);
         t.apply(&rows, &grad).unwrap();
@@ -424,7 +422,7 @@ mod tests {
 
     #[test]
     fn adagrad_coalesces_then_scales_by_accumulated_squares() {
-        let mut t = table(OptimizerKind::Adagrad);
+        let mut t = table(Adagrad::default());
         let rows = Tensor::from_slice(&[3i64, 3]).view([1, 2]);
         let grad = Tensor::from_slice(&[1f32, 2., 3., -4.]).view([1, 2, 2]);
         t.apply(&rows, &grad).unwrap();
@@ -446,7 +444,7 @@ mod tests {
 
     #[test]
     fn written_rows_are_recorded_once_tracked_and_taken_once() {
-        let mut a = table(OptimizerKind::Sgd);
+        let mut a = table(Sgd);
         let mut b = a.share();
         let grad = Tensor::from_slice(&[1f32, -1.]).view([1, 1, 2]);
         a.apply(&Tensor::from_slice(&[5i64]).view([1, 1]), &grad)
@@ -472,11 +470,7 @@ mod tests {
     }
 
     impl RowRule for PausedSgd {
-        fn state_name(&self) -> Option<&'static str> {
-            None
-        }
-
-        fn update(&self, row: &mut [f32], state: &mut [f32], grad: &[f32], lr: f32) {
+        fn update(&self, row: &mut [f32], state: &mut [&mut [f32]], grad: &[f32], lr: f32) {
             self.inside.lock().unwrap().send(()).unwrap();
             self.go_on.lock().unwrap().recv().unwrap();
             Sgd.update(row, state, grad, lr);
@@ -492,7 +486,7 @@ mod tests {
     fn a_merge_taking_marks_during_a_write_gets_the_row_at_its_next_take() {
         let (inside, entered) = std::sync::mpsc::channel();
         let (go_on, paused) = std::sync::mpsc::channel();
-        let mut writer = table(OptimizerKind::Sgd);
+        let mut writer = table(Sgd);
         writer.rule = Arc::new(PausedSgd {
             inside: inside.into(),
             go_on: paused.into(),
@@ -513,7 +507,7 @@ mod tests {
 
     #[test]
     fn shared_handles_update_one_table() {
-        let mut a = table(OptimizerKind::Sgd);
+        let mut a = table(Sgd);
         let mut b = a.share();
         let rows = Tensor::from_slice(&[5i64]).view([1, 1]);
         let grad = Tensor::from_slice(&[1f32, -1.]).view([1, 1, 2]);
@@ -524,10 +518,19 @@ mod tests {
     }
 
     #[test]
-    fn adam_is_refused_for_embeddings() {
-        let layout = TableLayout::uniform(4).unwrap();
-        let e = EmbeddingTable::new(&layout, 2, OptimizerKind::Adam, 0.1).unwrap_err();
-        assert!(e.to_string().contains("optim.sparse"));
+    fn every_state_array_is_a_named_view_of_the_table() {
+        let mut t = table(shadowsync_actors::embedding::Ftrl::default());
+        t.apply_rows(&[3], &[1.0, -2.0]).unwrap();
+        let state = t.state().unwrap();
+        let names: Vec<&str> = state.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["weight", "ftrl_z", "ftrl_n"]);
+        assert_eq!(Vec::<f32>::try_from(state[2].1.get(3)).unwrap(), [1.0, 4.0]);
+        t.load_state(|name| Ok(vec![if name == "ftrl_n" { 9.0 } else { 0.0 }; 208]))
+            .unwrap();
+        assert_eq!(
+            Vec::<f32>::try_from(t.state().unwrap()[2].1.get(0)).unwrap(),
+            [9.0, 9.0]
+        );
     }
 
     #[test]
@@ -544,7 +547,7 @@ mod tests {
     #[test]
     fn init_bound_follows_field_size() {
         let layout = TableLayout::uniform(100).unwrap();
-        let t = EmbeddingTable::new(&layout, 3, OptimizerKind::Sgd, 0.1).unwrap();
+        let t = EmbeddingTable::new(&layout, 3, Box::new(Sgd), 0.1).unwrap();
         let max = t.weight.abs().max().double_value(&[]);
         assert!(max <= 0.1 && max > 0.05, "{max}");
     }

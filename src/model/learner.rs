@@ -1,8 +1,8 @@
 //! A CTR model replica with its optimizers and its shard of the data.
 
 use crate::config::{ModelConfig, OptimConfig};
-use crate::data::{Batch, TableLayout};
-use crate::model::{build, CtrModel, DenseOptimizer, EmbeddingTable, Pending, Prefetch, Table};
+use crate::data::Batch;
+use crate::model::{CtrModel, DenseOptimizer, Models, Pending, Prefetch, Table};
 use crate::{Error, Result};
 use crossbeam_channel::Receiver;
 use shadowsync_actors::{FlatParams, Learner, LearnerState, SharedGradients, StepOutcome};
@@ -30,35 +30,6 @@ pub struct CtrLearner {
 }
 
 impl CtrLearner {
-    /// A fresh model with its own embedding table; `data` is its shard (or `None`
-    /// for evaluation only).
-    pub fn new(
-        model: &ModelConfig,
-        optim: &OptimConfig,
-        layout: &TableLayout,
-        data: Option<Receiver<Result<Batch>>>,
-    ) -> Result<Self> {
-        let table = Self::new_table(model, optim, layout)?;
-        Self::with_table(model, optim, table, data)
-    }
-
-    /// A fresh embedding table of the width `model` needs, for trainers to share.
-    pub fn new_table(
-        model: &ModelConfig,
-        optim: &OptimConfig,
-        layout: &TableLayout,
-    ) -> Result<Table> {
-        let width = Self::embedding_width(model)?;
-        let table = EmbeddingTable::new(layout, width, optim.sparse, optim.sparse_lr)?;
-        Ok(Table::Local(table))
-    }
-
-    /// The width of an embedding row `model` needs.
-    pub fn embedding_width(model: &ModelConfig) -> Result<i64> {
-        let vars = nn::VarStore::new(Device::Cpu);
-        Ok(build(model, &vars.root())?.embedding_width())
-    }
-
     /// One learner per data shard, all sharing `table` (updated
     /// Hogwild-style): the replicas of a multi-trainer run. With `workers > 1`,
     /// every `workers` consecutive shards make one trainer whose learners also
@@ -67,7 +38,12 @@ impl CtrLearner {
     /// process it runs (as data-parallel training starts from one model):
     /// replicas drawn apart are networks that averaging cannot merge and
     /// EASGD's weak pull never brings together.
+    ///
+    /// # Errors
+    ///
+    /// A model `models` cannot build from `model`, or libtorch's.
     pub fn replicas(
+        models: &Models,
         model: &ModelConfig,
         optim: &OptimConfig,
         table: &Table,
@@ -82,25 +58,33 @@ impl CtrLearner {
             if owner.is_none() {
                 tch::manual_seed(seed.wrapping_mul(0x9E37_79B9) as i64);
             }
-            let learner = Self::build(model, optim, table.share(), Some(shard), owner)?;
+            let learner = Self::build(models, model, optim, table.share(), Some(shard), owner)?;
             learners.push(learner);
         }
         Ok(learners)
     }
 
-    /// A fresh model using `table` (for example one shared with other trainers).
+    /// A fresh model that `models` builds from `model`, using `table` (for
+    /// example one shared with other trainers); `data` is its shard (or
+    /// `None` for evaluation only).
+    ///
+    /// # Errors
+    ///
+    /// As [`CtrLearner::replicas`].
     pub fn with_table(
+        models: &Models,
         model: &ModelConfig,
         optim: &OptimConfig,
         table: Table,
         data: Option<Receiver<Result<Batch>>>,
     ) -> Result<Self> {
-        Self::build(model, optim, table, data, None)
+        Self::build(models, model, optim, table, data, None)
     }
 
     /// A fresh model using `table`, with its own dense parameters or, given an
     /// `owner`, stepping the owner's (a Hogwild worker).
     fn build(
+        models: &Models,
         model: &ModelConfig,
         optim: &OptimConfig,
         table: Table,
@@ -108,7 +92,7 @@ impl CtrLearner {
         owner: Option<&FlatParams>,
     ) -> Result<Self> {
         let vars = nn::VarStore::new(Device::Cpu);
-        let net = build(model, &vars.root())?;
+        let net = models.build(model, &vars.root())?;
         let dense = match owner {
             Some(owner) => FlatParams::adopt_shared(&vars, owner)?,
             None => FlatParams::adopt(&vars)?,
@@ -317,8 +301,9 @@ impl Learner for CtrLearner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ModelKind, OptimPreset};
-    use crate::data::Example;
+    use crate::config::OptimPreset;
+    use crate::data::{Example, TableLayout};
+    use crate::model::RowRules;
 
     #[test]
     fn an_embedding_shard_that_does_not_answer_ends_the_trainer() {
@@ -334,9 +319,10 @@ mod tests {
     #[test]
     fn taken_shared_gradients_update_the_table_as_the_learner_would() {
         let model = ModelConfig {
-            kind: ModelKind::Lr,
+            kind: "lr".into(),
             ..ModelConfig::default()
         };
+        let models = Models::default();
         let optim = OptimConfig::from(OptimPreset::DlrmReference); // plain SGD
         let layout = TableLayout::uniform(50).unwrap();
         let example = Example {
@@ -345,9 +331,10 @@ mod tests {
             sparse: std::array::from_fn(|i| (i % 3) as u32),
         };
         let batch = Batch::from_examples(&[example, example], &layout).unwrap();
-        let table = CtrLearner::new_table(&model, &optim, &layout).unwrap();
-        let mut own = CtrLearner::with_table(&model, &optim, table.share(), None).unwrap();
-        let mut taken = CtrLearner::with_table(&model, &optim, table.share(), None).unwrap();
+        let rule = RowRules::default().build(&optim).unwrap();
+        let table = Table::local(&layout, 1, rule, optim.sparse_lr).unwrap();
+        let learner = || CtrLearner::with_table(&models, &model, &optim, table.share(), None);
+        let (mut own, mut taken) = (learner().unwrap(), learner().unwrap());
         let mut dense = vec![0f32; own.dense.numel()];
         own.dense.copy_to(&mut dense).unwrap();
         taken.dense.load_from(&dense).unwrap();

@@ -1,4 +1,4 @@
-//! CTR models on tch: logistic regression, DLRM and DeepFM.
+//! CTR models on tch: logistic regression, DLRM and DeepFM, and one's own.
 //!
 //! A model is split the way the runtime needs it:
 //! * its **dense part** ([`CtrModel`]) is ordinary tch modules whose variables are
@@ -10,17 +10,22 @@
 //!   [`Table`].
 //!
 //! [`CtrLearner`] puts both together with their optimizers and a data shard.
+//! Which model and which row optimizer a run uses are names (`model.kind`,
+//! `optim.sparse`) looked up in [`Models`] and [`RowRules`], where one's own
+//! register beside the built-in ones.
 
 mod audit;
 mod ctr;
 mod embedding;
 mod learner;
 mod optim;
+mod registry;
 mod rows;
 
 pub use audit::{AuditReport, JobSums, RowAudit};
-pub use ctr::{build, CtrModel, DeepFm, Dlrm, LogisticRegression};
+pub use ctr::{CtrModel, DeepFm, Dlrm, LogisticRegression};
 pub use embedding::{EmbeddingTable, RowInit};
 pub use learner::CtrLearner;
 pub use optim::DenseOptimizer;
+pub use registry::{ModelFactory, Models, RowRuleFactory, RowRules};
 pub use rows::{Pending, Prefetch, ShardedTable, Table};

@@ -150,7 +150,7 @@ impl DenseOptimizer {
                     Ok(())
                 }
                 Self::Adagrad { lr, sum } => with_values_mut(sum, |s: &mut [f32]| {
-                    Adagrad::default().update(w, s, g, *lr as f32)
+                    Adagrad::default().update(w, &mut [s], g, *lr as f32)
                 }),
                 Self::Adam { lr, m, v, t } => {
                     *t += 1;

@@ -10,13 +10,13 @@
 //! rows' update (pushed to their owners, not waited for).
 
 use super::audit::{AuditReport, RowAudit};
-use super::embedding::{coalesce, row_rule};
+use super::embedding::coalesce;
 use super::{EmbeddingTable, RowInit};
-use crate::config::{OptimConfig, TrainConfig};
+use crate::config::TrainConfig;
 use crate::data::TableLayout;
 use crate::{Error, Result};
 use shadowsync_actors::embedding::{
-    Fetch, Pushes, RowClient, RowServer, RowSharding, RowStats, RowStore,
+    Fetch, Pushes, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore,
 };
 use shadowsync_actors::sync::Fabric;
 use shadowsync_actors::with_values;
@@ -67,6 +67,21 @@ enum PendingRows {
 }
 
 impl Table {
+    /// A table of this process's own ([`EmbeddingTable::new`]), for trainers
+    /// to share.
+    ///
+    /// # Errors
+    ///
+    /// As [`EmbeddingTable::new`].
+    pub fn local(
+        layout: &TableLayout,
+        width: i64,
+        rule: Box<dyn RowRule>,
+        lr: f64,
+    ) -> Result<Self> {
+        Ok(Self::Local(EmbeddingTable::new(layout, width, rule, lr)?))
+    }
+
     /// Another handle on the same rows, for another trainer or an evaluator.
     pub fn share(&self) -> Self {
         match self {
@@ -224,11 +239,7 @@ impl Table {
     /// whole table, or this process's shard.
     pub fn bytes(&self) -> u64 {
         match self {
-            Self::Local(table) => table
-                .state()
-                .iter()
-                .map(|(_, t)| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
-                .sum(),
+            Self::Local(table) => table.bytes(),
             Self::Sharded(table) => table.server.with_store(|store| store.bytes()),
         }
     }
@@ -238,7 +249,7 @@ impl Table {
     pub fn arrays(&self) -> Result<Vec<(String, Vec<f32>)>> {
         match self {
             Self::Local(table) => table
-                .state()
+                .state()?
                 .into_iter()
                 .map(|(name, t)| Ok((name.to_string(), Vec::<f32>::try_from(t.f_flatten(0, -1)?)?)))
                 .collect(),
@@ -353,15 +364,19 @@ impl ShardedTable {
     /// `width` over `fabric`'s processes; its rows start as
     /// [`EmbeddingTable::new`]'s would ([`RowInit`]), whatever the number of
     /// processes.
+    ///
+    /// # Errors
+    ///
+    /// A rule whose state cannot be stored, or a fabric that cannot serve
+    /// the rows.
     pub fn start(
         layout: &TableLayout,
         width: i64,
-        optim: &OptimConfig,
+        (rule, lr): (Box<dyn RowRule>, f64),
         train: &TrainConfig,
         fabric: &dyn Fabric,
     ) -> Result<Self> {
         let sharding = RowSharding::new(layout.total_rows() as u64, fabric.processes())?;
-        let rule = row_rule(optim.sparse)?;
         let init = RowInit::new(layout)?;
         let fill = |id: u64, row: &mut [f32]| init.fill(id, row);
         let store = RowStore::new(sharding, fabric.process(), width as usize, rule, fill)?;
@@ -379,7 +394,7 @@ impl ShardedTable {
             server,
             client,
             width,
-            lr: optim.sparse_lr,
+            lr,
             init,
             audit: None,
         })
@@ -434,36 +449,46 @@ impl ShardedTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, OptimizerKind};
+    use crate::config::Config;
+    use crate::model::RowRules;
     use shadowsync_actors::sync::InProcess;
 
     fn sharded(config: &Config) -> Table {
         let layout = config.table_layout().unwrap();
-        let table = ShardedTable::start(&layout, 4, &config.optim, &config.train, &InProcess);
+        let rule = RowRules::default().build(&config.optim).unwrap();
+        let rule = (rule, config.optim.sparse_lr);
+        let table = ShardedTable::start(&layout, 4, rule, &config.train, &InProcess);
         Table::Sharded(table.unwrap())
     }
 
     #[test]
-    fn a_sharded_table_saves_and_restores_its_rows_and_sums_exactly() {
-        let mut config = Config::default();
-        config.data.table_size = 50;
-        config.optim.sparse = OptimizerKind::Adagrad;
-        let mut table = sharded(&config);
-        // One step on a few rows, so that rows and sums are not initial.
-        let sparse = Tensor::from_slice(&[3i64, 3, 70, 1299]).view([2, 2]);
-        let prefetch = table.begin(&sparse).unwrap();
-        let (embedded, pending) = table.gather(prefetch).unwrap();
-        embedded.sum(tch::Kind::Float).backward();
-        table.apply(pending).unwrap();
-        let saved = table.arrays().unwrap();
-        assert_eq!(saved.len(), 2, "rows and Adagrad's sums");
-        let restored = sharded(&config);
-        assert_ne!(restored.arrays().unwrap(), saved, "a fresh table differs");
-        restored
-            .load_arrays(|name| Ok(saved.iter().find(|(n, _)| n == name).unwrap().1.clone()))
-            .unwrap();
-        assert_eq!(restored.arrays().unwrap(), saved);
-        let e = restored.load_arrays(|_| Ok(vec![0.0; 3])).unwrap_err();
-        assert!(e.to_string().contains("has 3 values to load"), "{e}");
+    fn a_sharded_table_saves_and_restores_its_rows_and_every_state_array_exactly() {
+        for (rule, arrays) in [("adagrad", 2), ("ftrl", 3)] {
+            let mut config = Config::default();
+            config.data.table_size = 50;
+            config.optim.sparse = rule.into();
+            let mut table = sharded(&config);
+            // One step on a few rows, so that rows and state are not initial.
+            let sparse = Tensor::from_slice(&[3i64, 3, 70, 1299]).view([2, 2]);
+            let prefetch = table.begin(&sparse).unwrap();
+            let (embedded, pending) = table.gather(prefetch).unwrap();
+            embedded.sum(tch::Kind::Float).backward();
+            table.apply(pending).unwrap();
+            table.flush().unwrap();
+            let saved = table.arrays().unwrap();
+            assert_eq!(saved.len(), arrays, "{rule}: the rows and each state array");
+            let restored = sharded(&config);
+            assert_ne!(
+                restored.arrays().unwrap(),
+                saved,
+                "{rule}: a fresh table differs"
+            );
+            restored
+                .load_arrays(|name| Ok(saved.iter().find(|(n, _)| n == name).unwrap().1.clone()))
+                .unwrap();
+            assert_eq!(restored.arrays().unwrap(), saved, "{rule}");
+            let e = restored.load_arrays(|_| Ok(vec![0.0; 3])).unwrap_err();
+            assert!(e.to_string().contains("has 3 values to load"), "{e}");
+        }
     }
 }

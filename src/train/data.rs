@@ -6,7 +6,7 @@
 use super::memory::available_memory;
 use super::{load_batches, EVAL_BATCH};
 use crate::checkpoint::{Checkpoint, DataFile};
-use crate::config::Config;
+use crate::config::{Config, RowShape};
 use crate::data::{Batch, Oracle, ReadStats, SyntheticData, TableLayout};
 use crate::{Error, Result};
 use shadowsync_actors::sync::Fabric;
@@ -37,6 +37,7 @@ impl RunData {
         fabric: &dyn Fabric,
         config: &Config,
         layout: &TableLayout,
+        row_shape: RowShape,
         resumed: Option<&Checkpoint>,
     ) -> Result<Self> {
         let (train, test, test_oracle, total) = match (&config.data.train, &config.data.test) {
@@ -60,7 +61,7 @@ impl RunData {
             return Err(no_examples(&test, &test_read));
         }
         if let Some(available) = available_memory() {
-            config.check_table_fits(available, fabric.processes())?;
+            config.check_table_fits(available, row_shape, fabric.processes())?;
         }
         Ok(Self {
             train,

@@ -25,6 +25,11 @@
 //! trainer's data goes on from the batches it had trained, so that over both
 //! runs every example is trained exactly once.
 //!
+//! The names a configuration gives (sync rule, schedule, model, row
+//! optimizer) are looked up in a [`Registry`]: [`train`] and [`resume`] know
+//! the built-in ones; [`train_on`] and [`resume_on`] take a registry with
+//! one's own added.
+//!
 //! A run goes through named phases, each in a function of its own: the data
 //! (`data.rs`: files resolved and checked, the test set loaded), the learners
 //! (on the [`Pipeline`]'s shards), the session (`session.rs`: the cluster
@@ -39,7 +44,7 @@ use crate::data::{
 use crate::distributed::{every_process_u64s, TableSyncReport};
 use crate::metrics::{EvalPoint, Metrics};
 use crate::model::{AuditReport, CtrLearner, RowAudit, ShardedTable, Table};
-use crate::{Error, Result};
+use crate::{Error, Registry, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::embedding::{unaccounted_in_job, RowTraffic};
 use shadowsync_actors::events::Event;
@@ -237,8 +242,14 @@ pub fn load_batches(
 
 /// Trains `config.train.trainers` replicas for one pass over the data (each on
 /// its shard, synchronized by `config.sync`) and evaluates the result.
+///
+/// # Errors
+///
+/// A configuration that cannot run (naming its key), data that cannot be
+/// read, or the runtime's failure to start; a failure during training is in
+/// the report instead ([`TrainReport::error`]).
 pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport> {
-    run(Arc::new(InProcess), config, None, observer)
+    train_on(Arc::new(InProcess), config, &Registry::default(), observer)
 }
 
 /// This process's part of a run spread over `fabric`'s processes (each runs
@@ -246,13 +257,20 @@ pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport
 /// process's part of the data; see [`crate::distributed`]. Every process gets
 /// the report of the same final model (the mean over all trainers). Each
 /// process writes its checkpoints to its own directory under
-/// `checkpoint.dir` ([`process_dir`]).
+/// `checkpoint.dir` ([`process_dir`]). The names `config` gives are looked
+/// up in `registry` (one's own rules, schedules, models, row optimizers);
+/// `Arc::new(InProcess)` as `fabric` trains in this process alone.
+///
+/// # Errors
+///
+/// As [`train`]; a name `registry` does not know is an error naming its key.
 pub fn train_on(
     fabric: Arc<dyn Fabric>,
     config: &Config,
+    registry: &Registry,
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
-    run(fabric, config, None, observer)
+    run(fabric, config, registry, None, observer)
 }
 
 /// Where a process of a job keeps its checkpoints: `dir` itself in one
@@ -266,17 +284,29 @@ pub fn process_dir(dir: &Path, fabric: &dyn Fabric) -> PathBuf {
 
 /// Continues the run whose checkpoints are in `dir` from the newest whole one,
 /// with that run's configuration (writing further checkpoints to `dir`).
+///
+/// # Errors
+///
+/// No whole checkpoint in `dir` (each one passed over says why), or as
+/// [`train`].
 pub fn resume(dir: &Path, observer: &mut dyn Observer) -> Result<TrainReport> {
-    resume_on(Arc::new(InProcess), dir, observer)
+    resume_on(Arc::new(InProcess), dir, &Registry::default(), observer)
 }
 
 /// This process's part of resuming a job of `fabric`'s processes (as many as
 /// the job that wrote the checkpoints): each continues from the newest whole
 /// checkpoint in its [`process_dir`]; the sync rounds of all trainers go on
-/// from the furthest any of them had come to.
+/// from the furthest any of them had come to. The checkpoint's names are
+/// looked up in `registry` (the one the run was started with).
+///
+/// # Errors
+///
+/// As [`resume`]; a process whose checkpoints are missing names its
+/// directory.
 pub fn resume_on(
     fabric: Arc<dyn Fabric>,
     dir: &Path,
+    registry: &Registry,
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
     let own = process_dir(dir, fabric.as_ref());
@@ -348,7 +378,13 @@ pub fn resume_on(
             .map(|r| format!("{}: {}", r.path.display(), r.reason))
             .collect(),
     };
-    run(fabric, &config, Some((resumed, checkpoint)), observer)
+    run(
+        fabric,
+        &config,
+        registry,
+        Some((resumed, checkpoint)),
+        observer,
+    )
 }
 
 /// The newest checkpoint that every process of the job has whole, from
@@ -403,24 +439,32 @@ fn load_job_checkpoint(
 fn run(
     fabric: Arc<dyn Fabric>,
     config: &Config,
+    registry: &Registry,
     resumed: Option<(Resumed, Checkpoint)>,
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
     config.validate_for(fabric.processes())?;
+    let row_shape = registry.check(config)?;
     tch::set_num_threads(config.train.threads as i32);
     tch::manual_seed(config.train.seed as i64);
     let layout = config.table_layout()?;
     let checkpoint = resumed.as_ref().map(|(_, c)| c);
-    let mut data = RunData::prepare(fabric.as_ref(), config, &layout, checkpoint)?;
+    let mut data = RunData::prepare(fabric.as_ref(), config, &layout, row_shape, checkpoint)?;
     if let Some((resumed, checkpoint)) = &resumed {
         refuse_finished(resumed, checkpoint)?;
     }
     let mut pipeline = spawn_pipeline(&data.train, &layout, config, fabric.as_ref(), checkpoint)?;
-    let learners = build_learners(config, &layout, &mut pipeline, fabric.as_ref(), checkpoint)?;
+    let learners = build_learners(
+        (config, registry),
+        &layout,
+        &mut pipeline,
+        fabric.as_ref(),
+        checkpoint,
+    )?;
     let table_bytes = learners.1.bytes();
     let mut session = Session::start(
         Arc::clone(&fabric),
-        config,
+        (config, registry),
         learners,
         &mut data,
         checkpoint,
@@ -518,30 +562,28 @@ fn spawn_pipeline(
 /// checkpoint's, when resumed): this process's, or one sharded over
 /// `fabric`'s processes. The table is returned too.
 fn build_learners(
-    config: &Config,
+    (config, registry): (&Config, &Registry),
     layout: &TableLayout,
     pipeline: &mut Pipeline,
     fabric: &dyn Fabric,
     resumed: Option<&Checkpoint>,
 ) -> Result<(Vec<CtrLearner>, Table)> {
-    let table = match config.train.embeddings_for(fabric.processes()) {
-        EmbeddingsMode::Replicated => CtrLearner::new_table(&config.model, &config.optim, layout)?,
-        EmbeddingsMode::Sharded => {
-            let width = CtrLearner::embedding_width(&config.model)?;
-            Table::Sharded(ShardedTable::start(
-                layout,
-                width,
-                &config.optim,
-                &config.train,
-                fabric,
-            )?)
-        }
+    let width = registry.models().embedding_width(&config.model)?;
+    let rule = registry.row_rules().build(&config.optim)?;
+    let lr = config.optim.sparse_lr;
+    let mut table = match config.train.embeddings_for(fabric.processes()) {
+        EmbeddingsMode::Replicated => Table::local(layout, width, rule, lr)?,
+        EmbeddingsMode::Sharded => Table::Sharded(ShardedTable::start(
+            layout,
+            width,
+            (rule, lr),
+            &config.train,
+            fabric,
+        )?),
     };
-    let mut table = table;
     if config.train.audit_rows && resumed.is_none() {
         let rows = layout.total_rows() as usize;
-        let width = CtrLearner::embedding_width(&config.model)? as usize;
-        table.audit_with(Arc::new(RowAudit::new(rows, width)));
+        table.audit_with(Arc::new(RowAudit::new(rows, width as usize)));
     }
     if let Some(checkpoint) = resumed {
         table.load_arrays(|name| {
@@ -560,6 +602,7 @@ fn build_learners(
         table.resume_pushes(checkpoint.pushes.clone());
     }
     let learners = CtrLearner::replicas(
+        registry.models(),
         &config.model,
         &config.optim,
         &table,

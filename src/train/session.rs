@@ -16,7 +16,7 @@ use crate::data::{Batch, PipelineHalt};
 use crate::distributed::{TableSync, TableSyncReport};
 use crate::metrics::{evaluate, EvalPoint, Metrics};
 use crate::model::{AuditReport, CtrLearner, Table};
-use crate::{Error, Result};
+use crate::{Error, Registry, Result};
 use crossbeam_channel::Receiver;
 use shadowsync_actors::embedding::{Pushes, RowTraffic};
 use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
@@ -216,7 +216,7 @@ impl<'a> Session<'a> {
     /// `resumed` if given.
     pub fn start(
         fabric: Arc<dyn Fabric>,
-        config: &'a Config,
+        (config, registry): (&'a Config, &Registry),
         (learners, table): (Vec<CtrLearner>, Table),
         data: &mut RunData,
         resumed: Option<&Checkpoint>,
@@ -242,7 +242,13 @@ impl<'a> Session<'a> {
             _ => None,
         };
         let evaluator = Evaluator::start(CtrScorer {
-            model: CtrLearner::with_table(&config.model, &config.optim, table.share(), None)?,
+            model: CtrLearner::with_table(
+                registry.models(),
+                &config.model,
+                &config.optim,
+                table.share(),
+                None,
+            )?,
             test,
         })?;
         let replicas = Replicas {
@@ -266,6 +272,8 @@ impl<'a> Session<'a> {
                 Some(_) => config.checkpoint.every_steps,
                 None => 0,
             },
+            rules: registry.rules().clone(),
+            schedules: registry.schedules().clone(),
             ..ClusterConfig::default()
         };
         // Subscribed before the start: a trainer failing at once is seen.

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use shadowsync::config::{Config, ModelKind, OptimizerKind};
+use shadowsync::config::{Config, OptimizerKind};
 use shadowsync::train::{train, TrainReport};
 use std::path::Path;
 
@@ -21,12 +21,12 @@ pub fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     c.data.synthetic.seed = 3;
     c.data.synthetic.dir = Some(dir.to_path_buf());
     c.data.table_size = 20_000;
-    c.model.kind = ModelKind::Deepfm;
+    c.model.kind = "deepfm".into();
     c.model.embedding_dim = 8;
     c.model.deep_mlp = vec![64, 64];
     c.optim.dense = OptimizerKind::Adagrad;
     c.optim.dense_lr = 0.02;
-    c.optim.sparse = OptimizerKind::Adagrad;
+    c.optim.sparse = "adagrad".into();
     c.optim.sparse_lr = 0.05;
     c.train.eval_every = 0;
     c.train.trainers = trainers;

@@ -9,8 +9,8 @@
 //!   ids evenly over the processes; it needs no lookup table and does not
 //!   depend on the data.
 //! - **A shard**: [`RowStore`], the rows a process owns with the state of its
-//!   [`RowRule`] (the update from a row's gradient: [`Sgd`], [`Adagrad`], or a
-//!   rule of one's own).
+//!   [`RowRule`] (the update from a row's gradient: [`Sgd`], [`Adagrad`],
+//!   [`Ftrl`], or a rule of one's own).
 //! - **Its server**: [`RowServer`], an actor on a thread of its own that
 //!   answers the other processes' fetches and applies their pushes; the
 //!   fabric's communication thread hands it their requests
@@ -34,15 +34,17 @@
 
 mod client;
 mod ledger;
+mod rule;
 mod server;
 mod store;
 
 pub use client::{Fetch, RowClient, RowStats, RowTraffic};
 pub use ledger::{unaccounted, unaccounted_in_job, PushCounts, Pushes, Unaccounted};
+pub use rule::{check_rule, update_row, Adagrad, Ftrl, RowRule, Sgd, MAX_STATE_ARRAYS};
 #[cfg(feature = "mpi")]
 pub(crate) use server::serve_rows;
 pub use server::{RemoteRows, RowRequest, RowServer, RowServerActor};
-pub use store::{Adagrad, RowRule, RowStore, Sgd};
+pub use store::RowStore;
 
 use crate::{Error, Result};
 

@@ -1,67 +1,12 @@
 //! One rank's shard of a table: its rows, their optimizer state, and the rule
 //! that turns a row's gradient into its update.
 
+use super::rule::{check_rule, update_row, RowRule};
 use super::{PushCounts, RowSharding};
 use crate::{Error, Result};
-use std::fmt::Debug;
-
-/// How a row is updated from its gradient (coalesced: one gradient per row
-/// and push). Implement it for an optimizer of one's own; [`Sgd`] and
-/// [`Adagrad`] are built in.
-pub trait RowRule: Send + Sync + Debug {
-    /// The name of the state array kept beside the rows (as long as the rows),
-    /// or `None` for a rule without state.
-    fn state_name(&self) -> Option<&'static str>;
-
-    /// Updates `row` (and its `state`, empty without one) by `grad` at
-    /// learning rate `lr`.
-    fn update(&self, row: &mut [f32], state: &mut [f32], grad: &[f32], lr: f32);
-}
-
-/// `w −= lr·g`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Sgd;
-
-impl RowRule for Sgd {
-    fn state_name(&self) -> Option<&'static str> {
-        None
-    }
-
-    fn update(&self, row: &mut [f32], _state: &mut [f32], grad: &[f32], lr: f32) {
-        for (w, g) in row.iter_mut().zip(grad) {
-            *w -= lr * g;
-        }
-    }
-}
-
-/// Element-wise Adagrad, as PyTorch's: `s += g²; w −= lr·g / (√s + ε)`.
-#[derive(Debug, Clone, Copy)]
-pub struct Adagrad {
-    /// ε (PyTorch's default is 1e-10).
-    pub eps: f32,
-}
-
-impl Default for Adagrad {
-    fn default() -> Self {
-        Self { eps: 1e-10 }
-    }
-}
-
-impl RowRule for Adagrad {
-    fn state_name(&self) -> Option<&'static str> {
-        Some("sum")
-    }
-
-    fn update(&self, row: &mut [f32], state: &mut [f32], grad: &[f32], lr: f32) {
-        for ((w, s), g) in row.iter_mut().zip(state.iter_mut()).zip(grad) {
-            *s += g * g;
-            *w -= lr * g / (s.sqrt() + self.eps);
-        }
-    }
-}
 
 /// The rows of one shard, stored contiguously by local index, with their
-/// rule's state.
+/// rule's state arrays (one after another, each as long as the rows).
 #[derive(Debug)]
 pub struct RowStore {
     sharding: RowSharding,
@@ -90,15 +35,13 @@ impl RowStore {
                 sharding.ranks()
             )));
         }
+        check_rule(&*rule)?;
         let rows = sharding.rows_of(rank);
         let mut weight = vec![0f32; rows * width];
         for (local, row) in weight.chunks_mut(width).enumerate() {
             init(sharding.global(rank, local), row);
         }
-        let state = match rule.state_name() {
-            Some(_) => vec![0f32; weight.len()],
-            None => Vec::new(),
-        };
+        let state = vec![0f32; weight.len() * rule.state_names().len()];
         Ok(Self {
             sharding,
             rank,
@@ -168,14 +111,15 @@ impl RowStore {
                 ids.len()
             )));
         }
-        for (&id, grad) in ids.iter().zip(grads.chunks(w)) {
-            let at = self.local(id)? * w;
-            let state = match self.state.is_empty() {
-                true => &mut [][..],
-                false => &mut self.state[at..at + w],
-            };
-            self.rule
-                .update(&mut self.weight[at..at + w], state, grad, lr);
+        // Every id checked before any row is written: a push applies whole or not at all.
+        let locals = ids
+            .iter()
+            .map(|&id| self.local(id))
+            .collect::<Result<Vec<_>>>()?;
+        let mut state: Vec<&mut [f32]> = self.state.chunks_mut(self.weight.len().max(1)).collect();
+        for (local, grad) in locals.into_iter().zip(grads.chunks(w)) {
+            let span = local * w..(local + 1) * w;
+            update_row(&*self.rule, &mut self.weight, &mut state, span, grad, lr);
         }
         self.applied.record(from, ids.len());
         Ok(())
@@ -198,20 +142,22 @@ impl RowStore {
         self.applied = applied;
     }
 
-    /// The rows (`weight`) and the rule's state array, by name.
+    /// The rows (`weight`) and the rule's state arrays, by name.
     pub fn arrays(&self) -> Vec<(&'static str, &[f32])> {
         let mut arrays = vec![("weight", &self.weight[..])];
-        if let Some(name) = self.rule.state_name() {
-            arrays.push((name, &self.state[..]));
-        }
+        let len = self.weight.len();
+        let names = self.rule.state_names().iter().enumerate();
+        arrays.extend(names.map(|(i, &name)| (name, &self.state[i * len..(i + 1) * len])));
         arrays
     }
 
     /// Overwrites the array `name` of [`RowStore::arrays`] with `values`.
     pub fn load(&mut self, name: &str, values: &[f32]) -> Result<()> {
-        let target = match name {
-            "weight" => &mut self.weight,
-            _ if self.rule.state_name() == Some(name) => &mut self.state,
+        let len = self.weight.len();
+        let state = self.rule.state_names().iter().position(|n| *n == name);
+        let target = match (name, state) {
+            ("weight", _) => &mut self.weight[..],
+            (_, Some(array)) => &mut self.state[array * len..(array + 1) * len],
             _ => {
                 return Err(Error::EmbeddingShard {
                     rank: self.rank,
@@ -237,6 +183,7 @@ impl RowStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embedding::{Adagrad, Ftrl, Sgd};
 
     fn store(rule: Box<dyn RowRule>, rank: usize) -> RowStore {
         let sharding = RowSharding::new(10, 3).unwrap();
@@ -278,6 +225,20 @@ mod tests {
             a.arrays()[1],
             ("sum", &[1.0, 1.0, 8.0, 16.0, 0.0, 0.0, 0.0, 0.0][..])
         );
+    }
+
+    #[test]
+    fn every_state_array_of_a_rule_is_kept_named_and_loaded_apart() {
+        let mut f = store(Box::new(Ftrl::default()), 1); // ids 1, 4, 7
+        f.apply(0, &[4], &[1.0, -1.0], 0.1).unwrap();
+        let arrays = f.arrays();
+        let names: Vec<&str> = arrays.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["weight", "ftrl_z", "ftrl_n"]);
+        // Only row 4 (local 1) moved; n holds g².
+        assert_eq!(arrays[2].1, &[0.0, 0.0, 1.0, 1.0, 0.0, 0.0]);
+        f.load("ftrl_n", &[2.0; 6]).unwrap();
+        assert_eq!(f.arrays()[2].1, &[2.0; 6]);
+        assert_eq!(f.arrays()[1].1[..2], [0.0, 0.0]);
     }
 
     #[test]

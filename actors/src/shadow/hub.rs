@@ -600,8 +600,9 @@ mod tests {
     fn group_of(values: &[Vec<f32>], link: LinkModel) -> Group {
         let n = values.len();
         let plan = GroupPlan::new(Schedule::Global, n, n).unwrap();
+        let coordinated = Arc::new(plan.clone());
         let (system, _thread, addr) = spawn_system("hub-test", move || {
-            GroupCoordinator::new(Arc::new(plan), EventBus::default()).start()
+            GroupCoordinator::new(coordinated, EventBus::default()).start()
         })
         .unwrap();
         let client = CoordinatorClient::new(addr, &plan);

@@ -28,7 +28,10 @@ pub use rule::{
     BlockMomentum, Elastic, Exchange, ModelAveraging, RuleContext, RuleFactory, RuleState, Rules,
     SyncRule,
 };
-pub use schedule::{check_partitions, GroupPlan, GroupSchedule, Schedule};
+pub use schedule::{
+    check_partitions, GroupPlan, GroupSchedule, Schedule, ScheduleContext, ScheduleFactory,
+    Schedules,
+};
 pub use server::{
     serve, shard_process, shard_ranges, RemoteShards, ServerClient, ServerShard, ServerShardActor,
     ShardReply, ShardRequest,

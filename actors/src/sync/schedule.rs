@@ -4,7 +4,8 @@
 //! number, a partition of the trainers. The built-in ones ([`Schedule`], made
 //! into a [`GroupPlan`] for `n` trainers in groups of `m`) derive each
 //! partition from `(schedule, n, m, seed, round)` alone; a schedule of one's
-//! own goes in `ClusterConfig::schedule`.
+//! own is registered by name in [`Schedules`] (`ClusterConfig::schedules`)
+//! and chosen as any other, `sync.schedule = "NAME"`.
 //!
 //! | schedule | groups in round `r` |
 //! |---|---|
@@ -20,7 +21,9 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// Which trainers sync together in each round.
 pub trait GroupSchedule: Send + Sync + fmt::Debug {
@@ -75,9 +78,9 @@ pub fn check_partitions(schedule: &dyn GroupSchedule, rounds: u64) -> Result<()>
     Ok(())
 }
 
-/// A built-in group schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// Which group schedule runs: a built-in one, or one of one's own by its
+/// name in [`Schedules`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
     /// All trainers in one group.
     Global,
@@ -91,31 +94,158 @@ pub enum Schedule {
     Hypercube,
     /// Within blocks of `m`, then across them (groups of `n/m` on odd rounds).
     Hierarchical,
+    /// A schedule of one's own, made by its factory in [`Schedules`].
+    Registered(String),
 }
+
+const BUILT_IN: [(&str, Schedule); 6] = [
+    ("global", Schedule::Global),
+    ("fixed", Schedule::Fixed),
+    ("alternating", Schedule::Alternating),
+    ("random", Schedule::Random),
+    ("hypercube", Schedule::Hypercube),
+    ("hierarchical", Schedule::Hierarchical),
+];
 
 impl std::str::FromStr for Schedule {
     type Err = Error;
 
+    /// A built-in schedule's name, or any other name of letters, digits,
+    /// `-` and `_` (which [`Schedules`] knows is checked where the cluster
+    /// starts).
     fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "global" => Schedule::Global,
-            "fixed" => Schedule::Fixed,
-            "alternating" => Schedule::Alternating,
-            "random" => Schedule::Random,
-            "hypercube" => Schedule::Hypercube,
-            "hierarchical" => Schedule::Hierarchical,
-            _ => {
-                return Err(Error::Config {
-                    key: "sync.schedule".into(),
-                    reason: format!("unknown schedule {s:?}; expected global, fixed, alternating, random, hypercube or hierarchical"),
-                })
-            }
-        })
+        if let Some((_, schedule)) = BUILT_IN.iter().find(|(name, _)| *name == s) {
+            return Ok(schedule.clone());
+        }
+        let valid = !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        match valid {
+            true => Ok(Schedule::Registered(s.to_string())),
+            false => Err(Error::Config {
+                key: "sync.schedule".into(),
+                reason: format!(
+                    "{s:?} is not a schedule name: global, fixed, alternating, random, \
+                     hypercube, hierarchical, or a registered one (letters, digits, - and _)"
+                ),
+            }),
+        }
     }
 }
 
-/// A validated schedule for `n` trainers in groups of `m`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schedule::Registered(name) => f.write_str(name),
+            built_in => {
+                let name = BUILT_IN.iter().find(|(_, s)| s == built_in);
+                f.write_str(name.map_or("?", |(name, _)| name))
+            }
+        }
+    }
+}
+
+impl Serialize for Schedule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Schedule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What a schedule of one's own is made for.
+#[derive(Debug, Clone, Copy)]
+pub struct ScheduleContext<'a> {
+    /// Trainers in the job (every process's).
+    pub trainers: usize,
+    /// Trainers in each process.
+    pub per_process: usize,
+    /// The `[sync]` settings (`group_size`, `seed`, ...).
+    pub config: &'a crate::sync::SyncConfig,
+}
+
+/// Makes a schedule of one's own.
+pub type ScheduleFactory =
+    Arc<dyn Fn(&ScheduleContext<'_>) -> Result<Arc<dyn GroupSchedule>> + Send + Sync>;
+
+/// Group schedules of one's own, by the name `sync.schedule` gives them
+/// (the built-in ones are [`Schedule`]'s other variants).
+#[derive(Clone, Default)]
+pub struct Schedules {
+    by_name: BTreeMap<String, ScheduleFactory>,
+}
+
+impl fmt::Debug for Schedules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.by_name.keys()).finish()
+    }
+}
+
+impl Schedules {
+    /// These schedules and `name`, made by `make`.
+    pub fn with(
+        mut self,
+        name: &str,
+        make: impl Fn(&ScheduleContext<'_>) -> Result<Arc<dyn GroupSchedule>> + Send + Sync + 'static,
+    ) -> Self {
+        self.by_name.insert(name.to_string(), Arc::new(make));
+        self
+    }
+
+    /// An error naming `sync.schedule` unless `schedule` is built in or
+    /// registered here.
+    ///
+    /// # Errors
+    ///
+    /// A name registered nowhere.
+    pub fn check(&self, schedule: &Schedule) -> Result<()> {
+        match schedule {
+            Schedule::Registered(name) if !self.by_name.contains_key(name) => {
+                let mut known: Vec<&str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
+                known.extend(self.by_name.keys().map(String::as_str));
+                Err(Error::Config {
+                    key: "sync.schedule".into(),
+                    reason: format!("unknown schedule {name:?}; known: {}", known.join(", ")),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The schedule of one's own called `name`, for `context`'s trainers.
+    ///
+    /// # Errors
+    ///
+    /// An unknown name, a factory's error, or a schedule for another number
+    /// of trainers.
+    pub fn make(
+        &self,
+        name: &str,
+        context: &ScheduleContext<'_>,
+    ) -> Result<Arc<dyn GroupSchedule>> {
+        self.check(&Schedule::Registered(name.to_string()))?;
+        let schedule = (self.by_name[name])(context)?;
+        if schedule.trainers() != context.trainers {
+            return Err(Error::Config {
+                key: "sync.schedule".into(),
+                reason: format!(
+                    "the schedule {name:?} is for {} trainers, the job has {}",
+                    schedule.trainers(),
+                    context.trainers
+                ),
+            });
+        }
+        Ok(schedule)
+    }
+}
+
+/// A validated built-in schedule for `n` trainers in groups of `m`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupPlan {
     schedule: Schedule,
     seed: u64,
@@ -127,7 +257,18 @@ pub struct GroupPlan {
 
 impl GroupPlan {
     /// Checks that `schedule` can split `trainers` into groups of `group_size`.
+    ///
+    /// # Errors
+    ///
+    /// A schedule that cannot (naming `trainers` or `sync.group_size`), or
+    /// one of one's own (made by [`Schedules::make`], not planned here).
     pub fn new(schedule: Schedule, trainers: usize, group_size: usize) -> Result<Self> {
+        if let Schedule::Registered(name) = &schedule {
+            return Err(Error::Config {
+                key: "sync.schedule".into(),
+                reason: format!("{name:?} is not a built-in schedule"),
+            });
+        }
         let bad = |reason: String| {
             Err(Error::Config {
                 key: "sync.group_size".into(),
@@ -214,8 +355,9 @@ impl GroupSchedule for GroupPlan {
 
     fn groups(&self, round: u64) -> Vec<Vec<usize>> {
         let (n, m) = (self.trainers, self.group_size);
-        let order: Vec<usize> = match self.schedule {
-            Schedule::Global | Schedule::Fixed => (0..n).collect(),
+        let order: Vec<usize> = match &self.schedule {
+            // Never `Registered`: `GroupPlan::new` refuses it.
+            Schedule::Global | Schedule::Fixed | Schedule::Registered(_) => (0..n).collect(),
             Schedule::Alternating if round % 2 == 1 => (1..=n).map(|i| i % n).collect(),
             Schedule::Alternating => (0..n).collect(),
             Schedule::Random => {
@@ -308,6 +450,22 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn names_parse_to_built_in_or_registered_schedules_and_back() {
+        for (name, _) in BUILT_IN {
+            assert_eq!(name.parse::<Schedule>().unwrap().to_string(), name);
+        }
+        let ring: Schedule = "ring-3".parse().unwrap();
+        assert_eq!(ring, Schedule::Registered("ring-3".into()));
+        assert!("ring of 3".parse::<Schedule>().is_err());
+        let e = Schedules::default().check(&ring).unwrap_err().to_string();
+        assert!(
+            e.contains("sync.schedule") && e.contains("\"ring-3\""),
+            "{e}"
+        );
+        assert!(GroupPlan::new(ring, 4, 2).is_err());
+    }
+
     /// `(n, m)` with m dividing n; powers for the hypercube.
     fn sizes(schedule: Schedule) -> BoxedStrategy<(usize, usize)> {
         match schedule {
@@ -323,10 +481,10 @@ mod tests {
     proptest! {
         #[test]
         fn every_round_partitions_the_trainers_into_groups_of_m(
-            (schedule, (n, m)) in schedules().prop_flat_map(|s| (Just(s), sizes(s))),
+            (schedule, (n, m)) in schedules().prop_flat_map(|s| (Just(s.clone()), sizes(s))),
             round in 0u64..1000,
         ) {
-            let plan = GroupPlan::new(schedule, n, m).unwrap();
+            let plan = GroupPlan::new(schedule.clone(), n, m).unwrap();
             let groups = plan.groups(round);
             let size = match schedule {
                 Schedule::Hierarchical if round % 2 == 1 => n / m,

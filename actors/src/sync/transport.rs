@@ -738,6 +738,7 @@ mod tests {
             let handles: Vec<_> = endpoints
                 .into_iter()
                 .map(|mut ep| {
+                    let plan = &plan;
                     s.spawn(move || {
                         (0..20u64)
                             .map(|round| {

@@ -1,11 +1,11 @@
 //! What a person sees while a run goes: a progress bar on a terminal (log lines
 //! otherwise), evaluations as they come, and what SIGINT and SIGTERM do.
 
+use crate::experiment::{GridObserver, Run};
+use crate::metrics::EvalPoint;
+use crate::train::{Observer, TrainReport};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use shadowsync::experiment::{GridObserver, Run};
-use shadowsync::metrics::EvalPoint;
-use shadowsync::train::{Observer, TrainReport};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,14 +1,13 @@
 //! The command line: subcommands, their flags, and a run's configuration from
 //! a config file and the flags that override it.
 
-use anyhow::Result;
-use clap::builder::TypedValueParser as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use shadowsync::config::{Config, ModelKind, OptimPreset, OptimizerKind};
-use shadowsync::data::{BadLinePolicy, Profile};
-use shadowsync::runtime::sync::{
+use crate::config::{Config, OptimPreset, OptimizerKind};
+use crate::data::{BadLinePolicy, Profile};
+use crate::runtime::sync::{
     launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, WriteBack,
 };
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::sync::Arc;
 #[cfg(feature = "mpi")]
@@ -52,9 +51,9 @@ pub(crate) struct TrainArgs {
     /// Test file (Criteo TSV, plain or gzip).
     #[arg(long, requires = "train", group = "setup")]
     pub(crate) test: Option<PathBuf>,
-    /// Model architecture.
-    #[arg(long, value_enum, group = "setup")]
-    pub(crate) model: Option<ModelKind>,
+    /// Model: lr, dlrm, deepfm, or one the binary registered.
+    #[arg(long, group = "setup")]
+    pub(crate) model: Option<String>,
     /// Examples per step.
     #[arg(long, group = "setup")]
     pub(crate) batch_size: Option<usize>,
@@ -68,9 +67,10 @@ pub(crate) struct TrainArgs {
     /// Dense learning rate.
     #[arg(long, group = "setup", allow_negative_numbers = true)]
     pub(crate) lr: Option<f64>,
-    /// Embedding optimizer.
-    #[arg(long, group = "setup", value_parser = sparse_optimizer())]
-    pub(crate) sparse_optimizer: Option<OptimizerKind>,
+    /// Embedding row optimizer: sgd, adagrad, ftrl (settings in
+    /// [optim.ftrl]), or one the binary registered.
+    #[arg(long, group = "setup")]
+    pub(crate) sparse_optimizer: Option<String>,
     /// Embedding learning rate.
     #[arg(long, group = "setup", allow_negative_numbers = true)]
     pub(crate) sparse_lr: Option<f64>,
@@ -95,14 +95,15 @@ pub(crate) struct TrainArgs {
     /// Hogwild worker threads per trainer (with none and shadow-*).
     #[arg(long, group = "setup")]
     pub(crate) workers: Option<usize>,
-    /// Synchronization: none, sync-sgd, fr-ma:K, fr-easgd:K, fr-bmuf:K, shadow-ma,
-    /// shadow-easgd, shadow-bmuf.
+    /// Synchronization: none, sync-sgd, fr-RULE:K or shadow-RULE, the rule ma,
+    /// easgd, bmuf or one the binary registered.
     #[arg(long, value_parser = parse::<Algorithm>, group = "setup")]
     pub(crate) sync: Option<Algorithm>,
     /// Trainers per DS-Sync group (0 = all).
     #[arg(long, group = "setup")]
     pub(crate) group_size: Option<usize>,
-    /// Group schedule: global, fixed, alternating, random, hypercube, hierarchical.
+    /// Group schedule: global, fixed, alternating, random, hypercube,
+    /// hierarchical, or one the binary registered.
     #[arg(long, value_parser = parse::<Schedule>, group = "setup")]
     pub(crate) schedule: Option<Schedule>,
     /// Write-back of an average: overwrite or delta.
@@ -190,7 +191,7 @@ impl Backend {
             return Ok(Arc::new(InProcess));
         }
         #[cfg(feature = "mpi")]
-        return Ok(Arc::new(shadowsync::runtime::sync::mpi::MpiNode::start(
+        return Ok(Arc::new(crate::runtime::sync::mpi::MpiNode::start(
             (watchdog_s > 0).then(|| Duration::from_secs(watchdog_s)),
         )?));
         #[cfg(not(feature = "mpi"))]
@@ -248,19 +249,11 @@ pub(crate) struct GenDataArgs {
     pub(crate) profile: Profile,
 }
 
-pub(crate) fn parse<T: std::str::FromStr<Err = shadowsync::runtime::Error>>(
+pub(crate) fn parse<T: std::str::FromStr<Err = crate::runtime::Error>>(
     text: &str,
 ) -> Result<T, String> {
     text.parse()
-        .map_err(|e: shadowsync::runtime::Error| e.to_string())
-}
-
-/// The embedding optimizers (Adam is for dense parameters only).
-pub(crate) fn sparse_optimizer() -> impl clap::builder::TypedValueParser<Value = OptimizerKind> {
-    clap::builder::PossibleValuesParser::new(["sgd", "adagrad"]).map(|name| match name.as_str() {
-        "adagrad" => OptimizerKind::Adagrad,
-        _ => OptimizerKind::Sgd,
-    })
+        .map_err(|e: crate::runtime::Error| e.to_string())
 }
 
 /// Parses a config value the way the config file spells it (an error naming

@@ -1,9 +1,9 @@
 //! What a finished run prints, and how an error reads.
 
-use shadowsync::metrics::Metrics;
-use shadowsync::report::mean_std;
-use shadowsync::runtime::sync::Algorithm;
-use shadowsync::train::{DistributedReport, TrainReport};
+use crate::metrics::Metrics;
+use crate::report::mean_std;
+use crate::runtime::sync::Algorithm;
+use crate::train::{DistributedReport, TrainReport};
 
 pub(crate) fn print_summary(report: &TrainReport) {
     let m = &report.final_metrics;
@@ -13,7 +13,7 @@ pub(crate) fn print_summary(report: &TrainReport) {
         .as_ref()
         .map_or(cluster.trainers, |d| d.job_trainers);
     println!(
-        "trained {:?} on {} examples in {:.1} s: {:.0} examples/s ({} trainer{}{}, {})",
+        "trained {} on {} examples in {:.1} s: {:.0} examples/s ({} trainer{}{}, {})",
         report.config.model.kind,
         report.examples,
         report.train_seconds,
@@ -31,11 +31,11 @@ pub(crate) fn print_summary(report: &TrainReport) {
     }
     if trainers > 1 && cluster.algorithm != Algorithm::None {
         let n = cluster.trainer_stats.len() as f64;
-        let mean = |f: fn(&shadowsync::runtime::stats::TrainerStats) -> f64| {
+        let mean = |f: fn(&crate::runtime::stats::TrainerStats) -> f64| {
             cluster.trainer_stats.iter().map(f).sum::<f64>() / n
         };
         println!(
-            "sync: groups of {} ({:?}), {:.0} syncs per trainer, sync gap {:.1} steps, staleness {:.1} steps{}",
+            "sync: groups of {} ({}), {:.0} syncs per trainer, sync gap {:.1} steps, staleness {:.1} steps{}",
             cluster.group_size,
             report.config.sync.schedule,
             mean(|s| s.syncs as f64),
@@ -157,13 +157,13 @@ fn mib(bytes: u64) -> String {
 /// where shadowsync already said them plainly.
 pub(crate) fn error_text(error: &anyhow::Error) -> String {
     let mut lines = vec![error.to_string()];
-    let mut said_plainly = error.downcast_ref::<shadowsync::Error>().is_some();
+    let mut said_plainly = error.downcast_ref::<crate::Error>().is_some();
     for cause in error.chain().skip(1) {
         let repeat = said_plainly && cause.downcast_ref::<std::io::Error>().is_some();
         if !repeat {
             lines.push(format!("  caused by: {cause}"));
         }
-        said_plainly = cause.downcast_ref::<shadowsync::Error>().is_some();
+        said_plainly = cause.downcast_ref::<crate::Error>().is_some();
     }
     lines.join("\n")
 }
