@@ -379,7 +379,7 @@ mod mpi {
                                   and the same trainers over ranks; the runs vary by thread \
                                   timing alone by ~0.004-0.01 NE.";
 
-    pub fn two_by_two_as_good_as_one_process(dir: &Path) -> Claim {
+    pub(crate) fn two_by_two_as_good_as_one_process(dir: &Path) -> Claim {
         data(dir);
         let (ranks, one): (Vec<f64>, Vec<f64>) = SEEDS
             .iter()
@@ -400,7 +400,7 @@ mod mpi {
         }
     }
 
-    pub fn dlrm_sharded_as_good_as_one_process(dir: &Path) -> Claim {
+    pub(crate) fn dlrm_sharded_as_good_as_one_process(dir: &Path) -> Claim {
         data(dir);
         let dlrm = [
             "--model",
@@ -437,7 +437,7 @@ mod mpi {
         }
     }
 
-    pub fn easgd_sharded_as_good_as_one_process(dir: &Path) -> Claim {
+    pub(crate) fn easgd_sharded_as_good_as_one_process(dir: &Path) -> Claim {
         data(dir);
         let replicated = ("embeddings = \"replicated\"", &[][..]);
         let (ranks, one): (Vec<f64>, Vec<f64>) = SEEDS

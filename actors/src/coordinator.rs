@@ -42,7 +42,7 @@ pub struct Assignment {
 
 /// What [`Coordinator::group_for`] answers, and what the cluster should hear.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The requester's group.
     pub assignment: Assignment,
     /// The partition of a round handed out for the first time.
@@ -54,7 +54,7 @@ pub struct Answer {
 /// Hands out the groups of a [`GroupSchedule`], round by round, leaving out the
 /// trainers that stopped answering.
 #[derive(Debug, Clone)]
-pub struct Coordinator {
+pub(crate) struct Coordinator {
     plan: Arc<dyn GroupSchedule>,
     /// The latest round whose partition was handed out.
     announced: Option<u64>,
@@ -64,7 +64,7 @@ pub struct Coordinator {
 
 impl Coordinator {
     /// A coordinator following `plan`.
-    pub fn new(plan: Arc<dyn GroupSchedule>) -> Self {
+    pub(crate) fn new(plan: Arc<dyn GroupSchedule>) -> Self {
         Self {
             plan,
             announced: None,
@@ -113,7 +113,7 @@ impl Coordinator {
     /// first round not handed out yet, where it is back), with the round's
     /// whole partition the first time a round later than every one before is
     /// asked about.
-    pub fn group_for(&mut self, trainer: usize, round: u64) -> Answer {
+    pub(crate) fn group_for(&mut self, trainer: usize, round: u64) -> Answer {
         let mut round = round;
         let mut rejoined = None;
         if self.left_out_of(round).contains(&trainer) {
@@ -143,7 +143,7 @@ impl Coordinator {
     /// `trainer` did not answer its group in `round`: it is left out from the
     /// first round not handed out yet; returns that round, or `None` if it is
     /// left out already.
-    pub fn report_unresponsive(&mut self, trainer: usize, round: u64) -> Option<u64> {
+    pub(crate) fn report_unresponsive(&mut self, trainer: usize, round: u64) -> Option<u64> {
         let from = self.next_round().max(round + 1);
         if self.left_out_of(from).contains(&trainer) {
             return None;

@@ -11,7 +11,13 @@
 //! [`with_values`] and [`with_values_mut`] hand a tensor's memory to plain Rust
 //! loops (the one-pass optimizers), under the same Hogwild contract.
 //!
-//! This is the only module of the project with `unsafe` code.
+//! This is the runtime's only module with `unsafe` code (the workspace denies
+//! it elsewhere): making tensors over raw memory and slices over tensors is
+//! what lets the sync threads and the one-pass optimizers touch parameters
+//! without copies. [`with_values_mut`] is itself `unsafe`: its caller
+//! promises that no other slice of the memory is alive in its thread.
+
+#![allow(unsafe_code)]
 
 use crate::recovery::copy_all_finite;
 use crate::sync::WriteBack;
@@ -108,20 +114,26 @@ impl ParamAlias {
                 snapshot.len()
             )));
         }
-        with_values_mut(&self.alias, |replica: &mut [f32]| {
-            blocks(&mut |offset, target| {
-                let span = offset..offset.saturating_add(target.len());
-                match (replica.get_mut(span.clone()), snapshot.get(span.clone())) {
-                    (Some(replica), Some(snapshot)) => {
-                        mode.apply(replica, target, snapshot);
-                        Ok(())
+        // SAFETY: the snapshot and the blocks are the round's own buffers
+        // (copies and combinations of snapshots), never slices of the
+        // replica's memory, and nothing else in this thread holds one.
+        let written = unsafe {
+            with_values_mut(&self.alias, |replica: &mut [f32]| {
+                blocks(&mut |offset, target| {
+                    let span = offset..offset.saturating_add(target.len());
+                    match (replica.get_mut(span.clone()), snapshot.get(span.clone())) {
+                        (Some(replica), Some(snapshot)) => {
+                            mode.apply(replica, target, snapshot);
+                            Ok(())
+                        }
+                        _ => Err(Error::Layout(format!(
+                            "write-back of values {span:?} into a replica of {len}"
+                        ))),
                     }
-                    _ => Err(Error::Layout(format!(
-                        "write-back of values {span:?} into a replica of {len}"
-                    ))),
-                }
+                })
             })
-        })?
+        };
+        written?
     }
 }
 
@@ -161,6 +173,10 @@ fn plain_len<T: Element>(tensor: &Tensor) -> Result<usize> {
 
 /// Runs `f` on the values of `tensor`, a contiguous CPU tensor of `T`s, as a
 /// slice (no copy). Another thread may be writing them meanwhile (Hogwild).
+///
+/// # Errors
+///
+/// A tensor that is not contiguous, on the CPU and of `T`s.
 pub fn with_values<T: Element, R>(tensor: &Tensor, f: impl FnOnce(&[T]) -> R) -> Result<R> {
     let len = plain_len::<T>(tensor)?;
     if len == 0 {
@@ -177,14 +193,31 @@ pub fn with_values<T: Element, R>(tensor: &Tensor, f: impl FnOnce(&[T]) -> R) ->
 /// Runs `f` on the values of `tensor`, a contiguous CPU tensor of `T`s, as a
 /// mutable slice (no copy): writes land in the tensor and in every handle on
 /// its memory. Other threads may be reading or writing them meanwhile
-/// (Hogwild); the caller must not hold another slice of the same tensor.
-pub fn with_values_mut<T: Element, R>(tensor: &Tensor, f: impl FnOnce(&mut [T]) -> R) -> Result<R> {
+/// (Hogwild).
+///
+/// # Errors
+///
+/// A tensor that is not contiguous, on the CPU and of `T`s.
+///
+/// # Safety
+///
+/// While `f` runs, the calling thread must hold no other slice of the
+/// tensor's memory: none from [`with_values`] or from this function on the
+/// same tensor or on another over the same memory (a `shallow_clone`, a view,
+/// a [`ParamAlias`]). A shared and a mutable slice of the same memory alive
+/// at once in one thread is undefined behaviour. Other threads' concurrent
+/// reads and writes of the values are Hogwild's races on plain numbers,
+/// accepted by design (the module docs), never on the tensor's metadata.
+pub unsafe fn with_values_mut<T: Element, R>(
+    tensor: &Tensor,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> Result<R> {
     let len = plain_len::<T>(tensor)?;
     if len == 0 {
         return Ok(f(&mut []));
     }
     // SAFETY: as in `with_values`; within this thread the slice is the only
-    // access to the memory while `f` runs (the caller's contract above).
+    // access to the memory while `f` runs (the caller's promise above).
     let values = unsafe { std::slice::from_raw_parts_mut(tensor.data_ptr() as *mut T, len) };
     Ok(f(values))
 }
@@ -249,7 +282,8 @@ mod tests {
     #[test]
     fn value_slices_write_through_and_refuse_other_kinds_and_layouts() {
         let t = Tensor::from_slice(&[1f32, 2.0, 3.0]);
-        with_values_mut(&t, |v: &mut [f32]| v[1] = 5.0).unwrap();
+        // SAFETY: no other slice of `t` is held.
+        unsafe { with_values_mut(&t, |v: &mut [f32]| v[1] = 5.0) }.unwrap();
         assert_eq!(
             with_values(&t, |v: &[f32]| v.to_vec()).unwrap(),
             [1.0, 5.0, 3.0]

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 /// Runs `work`, turning a panic into its message. Whoever calls it restores
 /// what the work may have left half-done.
-pub fn unpanicked<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+pub(crate) fn unpanicked<T>(work: impl FnOnce() -> T) -> Result<T, String> {
     catch_unwind(AssertUnwindSafe(work)).map_err(|panic| {
         panic
             .downcast_ref::<String>()
@@ -41,7 +41,7 @@ pub fn unpanicked<T>(work: impl FnOnce() -> T) -> Result<T, String> {
 
 /// The newest good state a trainer can restart from.
 #[derive(Debug)]
-pub struct RecoveryPoint {
+pub(crate) struct RecoveryPoint {
     latest: Mutex<Arc<[f32]>>,
 }
 
@@ -49,7 +49,7 @@ pub struct RecoveryPoint {
 /// exponent of all ones is NaN or infinite), which vectorizes: 4× faster than
 /// `iter().all(is_finite)`, whose early exit keeps it scalar. A non-finite
 /// value still ends the scan at its block.
-pub fn all_finite(values: &[f32]) -> bool {
+pub(crate) fn all_finite(values: &[f32]) -> bool {
     values
         .chunks(FINITE_BLOCK)
         .all(|block| !block.iter().fold(false, |bad, &x| bad | not_finite(x)))
@@ -61,7 +61,7 @@ pub fn all_finite(values: &[f32]) -> bool {
 /// (The copy stays `memcpy`'s, whose string moves write without first reading
 /// the destination: a plain loop copying and checking at once measured
 /// slower in training runs.)
-pub fn copy_all_finite(from: &[f32], to: &mut [f32]) -> bool {
+pub(crate) fn copy_all_finite(from: &[f32], to: &mut [f32]) -> bool {
     const COPY_BLOCK: usize = 16 * FINITE_BLOCK;
     let blocks = from.chunks(COPY_BLOCK).zip(to.chunks_mut(COPY_BLOCK));
     blocks.fold(true, |finite, (from, to)| {
@@ -83,13 +83,13 @@ fn not_finite(x: f32) -> bool {
 
 impl RecoveryPoint {
     /// Sync rounds between two group averages offered to the recovery point.
-    pub const OFFER_EVERY: u64 = 8;
+    pub(crate) const OFFER_EVERY: u64 = 8;
     /// Trainer steps between two copies of its own parameters, for algorithms
     /// that never average.
-    pub const SELF_EVERY: u64 = 100;
+    pub(crate) const SELF_EVERY: u64 = 100;
 
     /// Starts from the initial parameters.
-    pub fn new(initial: &[f32]) -> Self {
+    pub(crate) fn new(initial: &[f32]) -> Self {
         Self {
             latest: Mutex::new(Arc::from(initial)),
         }
@@ -97,7 +97,7 @@ impl RecoveryPoint {
 
     /// Offers `values` as the newest good state; refused (false) unless every
     /// value is finite.
-    pub fn offer(&self, values: &[f32]) -> bool {
+    pub(crate) fn offer(&self, values: &[f32]) -> bool {
         if !all_finite(values) {
             return false;
         }
@@ -112,7 +112,7 @@ impl RecoveryPoint {
     }
 
     /// The newest good state.
-    pub fn latest(&self) -> Arc<[f32]> {
+    pub(crate) fn latest(&self) -> Arc<[f32]> {
         Arc::clone(&self.latest.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }

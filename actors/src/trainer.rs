@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// What the trainer itself does to synchronize.
 #[derive(Debug)]
-pub enum Foreground {
+pub(crate) enum Foreground {
     /// Nothing (no sync, or a shadow loop does it).
     Nothing,
     /// All-reduce the gradients with the group before every update.
@@ -43,7 +43,7 @@ pub enum Foreground {
 
 /// What one [`TrainerCore::step`] did.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Stepped {
+pub(crate) enum Stepped {
     /// A step was taken.
     Trained,
     /// The data is exhausted.
@@ -80,7 +80,7 @@ impl From<Error> for Failure {
 
 /// A learner plus its in-line synchronization, counters and recovery.
 #[derive(Debug)]
-pub struct TrainerCore<L> {
+pub(crate) struct TrainerCore<L> {
     learner: L,
     foreground: Foreground,
     counters: Arc<TrainerCounters>,
@@ -102,10 +102,14 @@ pub struct TrainerCore<L> {
 
 impl<L: Learner> TrainerCore<L> {
     /// Failures in a row after which a trainer is given up.
-    pub const MAX_CONSECUTIVE_FAULTS: u32 = 5;
+    pub(crate) const MAX_CONSECUTIVE_FAULTS: u32 = 5;
 
     /// A trainer around `learner`, recovering from its current parameters.
-    pub fn new(learner: L, foreground: Foreground, counters: Arc<TrainerCounters>) -> Result<Self> {
+    pub(crate) fn new(
+        learner: L,
+        foreground: Foreground,
+        counters: Arc<TrainerCounters>,
+    ) -> Result<Self> {
         let params = learner.dense_params();
         let mut initial = vec![0f32; params.numel()];
         params.copy_to(&mut initial)?;
@@ -127,7 +131,11 @@ impl<L: Learner> TrainerCore<L> {
     /// Recovers from `recovery`, which a sync loop beside the trainer keeps
     /// refreshed with group averages (`keeps_own_state`: the core refreshes it
     /// with its own parameters too).
-    pub fn with_recovery(mut self, recovery: Arc<RecoveryPoint>, keeps_own_state: bool) -> Self {
+    pub(crate) fn with_recovery(
+        mut self,
+        recovery: Arc<RecoveryPoint>,
+        keeps_own_state: bool,
+    ) -> Self {
         self.recovery = recovery;
         self.keeps_own_state = keeps_own_state;
         self
@@ -139,13 +147,13 @@ impl<L: Learner> TrainerCore<L> {
     /// trainers by count, so they start once all of them are past the furthest
     /// one, at the same step counts for everyone, and none waits for a round
     /// another has already taken.
-    pub fn catching_up_to(mut self, steps: u64) -> Self {
+    pub(crate) fn catching_up_to(mut self, steps: u64) -> Self {
         self.catch_up = steps;
         self
     }
 
     /// Injects `faults` (those naming this trainer).
-    pub fn with_faults(mut self, faults: &[Fault]) -> Self {
+    pub(crate) fn with_faults(mut self, faults: &[Fault]) -> Self {
         let trainer = self.counters.trainer();
         self.faults = faults
             .iter()
@@ -156,28 +164,28 @@ impl<L: Learner> TrainerCore<L> {
     }
 
     /// The learner.
-    pub fn learner(&self) -> &L {
+    pub(crate) fn learner(&self) -> &L {
         &self.learner
     }
 
     /// Mutable access to the learner (learning rate changes).
-    pub fn learner_mut(&mut self) -> &mut L {
+    pub(crate) fn learner_mut(&mut self) -> &mut L {
         &mut self.learner
     }
 
     /// Gives the learner back.
-    pub fn into_learner(self) -> L {
+    pub(crate) fn into_learner(self) -> L {
         self.learner
     }
 
     /// The counters.
-    pub fn counters(&self) -> &Arc<TrainerCounters> {
+    pub(crate) fn counters(&self) -> &Arc<TrainerCounters> {
         &self.counters
     }
 
     /// One step (plus any in-line sync), recovering from a failed or diverged
     /// one; an error only when the trainer cannot go on.
-    pub fn step(&mut self) -> Result<Stepped> {
+    pub(crate) fn step(&mut self) -> Result<Stepped> {
         let attempt = unpanicked(|| self.try_step());
         let cause = match attempt {
             Ok(Ok(false)) => return Ok(Stepped::Exhausted),
@@ -374,7 +382,7 @@ impl<L: Learner> TrainerCore<L> {
 
 /// How a trainer actor ended: its learner back, and an error if it failed.
 #[derive(Debug)]
-pub struct TrainerExit<L> {
+pub(crate) struct TrainerExit<L> {
     /// Trainer index.
     pub trainer: usize,
     /// The learner's position among all the cluster's learners (a trainer's
@@ -389,7 +397,7 @@ pub struct TrainerExit<L> {
 /// Control messages a trainer answers within one chunk of steps.
 #[derive(Debug, Clone, Copy, PartialEq, Message)]
 #[rtype(result = "()")]
-pub enum Control {
+pub(crate) enum Control {
     /// Stop stepping until [`Control::Resume`].
     Pause,
     /// Resume stepping.
@@ -446,11 +454,11 @@ impl Parking {
 /// is parked or between chunks.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct SaveState(pub Sender<WorkerState>);
+pub(crate) struct SaveState(pub Sender<WorkerState>);
 
 /// A worker's part of a checkpoint.
 #[derive(Debug)]
-pub struct WorkerState {
+pub(crate) struct WorkerState {
     /// The worker's position among the cluster's learners.
     pub worker: usize,
     /// Its learner's state.
@@ -462,7 +470,7 @@ pub struct WorkerState {
 struct Chunk;
 
 /// The actor running a [`TrainerCore`] on its own arbiter.
-pub struct TrainerActor<L: Learner> {
+pub(crate) struct TrainerActor<L: Learner> {
     core: Option<TrainerCore<L>>,
     worker: usize,
     counters: Arc<TrainerCounters>,
@@ -481,7 +489,7 @@ impl<L: Learner> TrainerActor<L> {
     /// An actor that steps `core` (learner number `worker` of the cluster) in
     /// chunks of about `chunk`, parks as `parking` says, and reports its end on
     /// `exits`.
-    pub fn new(
+    pub(crate) fn new(
         worker: usize,
         core: TrainerCore<L>,
         chunk: Duration,

@@ -9,13 +9,13 @@ use std::process::Command;
 
 /// The optimizer settings compared: plain SGD 0.1 (the DLRM reference) and
 /// Adagrad (dense 0.02, embeddings 0.05: the experiments' setting).
-pub const OPTIMIZERS: [(&str, OptimizerKind, f64, f64); 2] = [
+pub(crate) const OPTIMIZERS: [(&str, OptimizerKind, f64, f64); 2] = [
     ("sgd", OptimizerKind::Sgd, 0.1, 0.1),
     ("adagrad", OptimizerKind::Adagrad, 0.02, 0.05),
 ];
 
 /// `config` with the optimizer setting `(name, kind, dense lr, sparse lr)`.
-pub fn with_optimizer(config: &Config, setting: (&str, OptimizerKind, f64, f64)) -> Config {
+pub(crate) fn with_optimizer(config: &Config, setting: (&str, OptimizerKind, f64, f64)) -> Config {
     let mut config = config.clone();
     let (_, kind, dense_lr, sparse_lr) = setting;
     config.optim.dense = kind;
@@ -26,7 +26,7 @@ pub fn with_optimizer(config: &Config, setting: (&str, OptimizerKind, f64, f64))
 }
 
 /// `$name` as a number, else `default`.
-pub fn env_u64(name: &str, default: u64) -> Result<u64> {
+pub(crate) fn env_u64(name: &str, default: u64) -> Result<u64> {
     std::env::var(name).map_or(Ok(default), |v| {
         v.parse()
             .with_context(|| format!("{name}={v} is not a number"))
@@ -37,7 +37,7 @@ pub fn env_u64(name: &str, default: u64) -> Result<u64> {
 /// `$SHADOWSYNC_BENCH_TRAIN` and `$SHADOWSYNC_BENCH_TEST`, else synthetic
 /// data of `$SHADOWSYNC_BENCH_ROWS` rows (`rows` unless set), made once and
 /// cached.
-pub fn bench_config(rows: u64) -> Result<Config> {
+pub(crate) fn bench_config(rows: u64) -> Result<Config> {
     let mut config = Config::default();
     config.train.eval_every = 0;
     let (train, test) = match (
@@ -82,7 +82,7 @@ fn torch_python() -> Option<PathBuf> {
 /// PyTorch's eager loop on `config`'s data with its optimizer setting (and
 /// `extra` flags), as the JSON the script prints; `None`, with a message,
 /// where no Python imports `torch`.
-pub fn pytorch_reference(
+pub(crate) fn pytorch_reference(
     config: &Config,
     setting: (&str, OptimizerKind, f64, f64),
     extra: &[&str],

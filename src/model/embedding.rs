@@ -325,6 +325,9 @@ impl EmbeddingTable {
         }
     }
 
+    // Unsafe: the one-pass row update over the table's memory (see
+    // `with_values_mut`).
+    #[allow(unsafe_code)]
     fn write_rows(&self, ids: &[u64], grads: &[f32]) -> Result<()> {
         let (width, lr, rule) = (self.width as usize, self.lr as f32, &*self.rule);
         if grads.len() != ids.len() * width {
@@ -335,28 +338,33 @@ impl EmbeddingTable {
             ))
             .into());
         }
-        let written = with_values_mut(&self.weight, |weight: &mut [f32]| {
-            let rows = weight.len() / width;
-            // One slice per state array of the rule (none without state).
-            let mut update = |state: &mut [f32]| -> Result<()> {
-                let mut arrays: Vec<&mut [f32]> = state.chunks_mut(weight.len().max(1)).collect();
-                for (&id, grad) in ids.iter().zip(grads.chunks_exact(width)) {
-                    let row = usize::try_from(id).ok().filter(|&row| row < rows);
-                    let Some(row) = row else {
-                        let reason =
-                            format!("embedding row {id} is outside the table's {rows} rows");
-                        return Err(Layout(reason).into());
-                    };
-                    let span = row * width..(row + 1) * width;
-                    update_row(rule, weight, &mut arrays, span, grad, lr);
+        // SAFETY: the rows and the state arrays are distinct tensors, and this
+        // thread holds no other slice of either while they are written.
+        let written = unsafe {
+            with_values_mut(&self.weight, |weight: &mut [f32]| {
+                let rows = weight.len() / width;
+                // One slice per state array of the rule (none without state).
+                let mut update = |state: &mut [f32]| -> Result<()> {
+                    let mut arrays: Vec<&mut [f32]> =
+                        state.chunks_mut(weight.len().max(1)).collect();
+                    for (&id, grad) in ids.iter().zip(grads.chunks_exact(width)) {
+                        let row = usize::try_from(id).ok().filter(|&row| row < rows);
+                        let Some(row) = row else {
+                            let reason =
+                                format!("embedding row {id} is outside the table's {rows} rows");
+                            return Err(Layout(reason).into());
+                        };
+                        let span = row * width..(row + 1) * width;
+                        update_row(rule, weight, &mut arrays, span, grad, lr);
+                    }
+                    Ok(())
+                };
+                match &self.state {
+                    Some(state) => with_values_mut(state, |state: &mut [f32]| update(state))?,
+                    None => update(&mut []),
                 }
-                Ok(())
-            };
-            match &self.state {
-                Some(state) => with_values_mut(state, |state: &mut [f32]| update(state))?,
-                None => update(&mut []),
-            }
-        });
+            })
+        };
         // Marked once written, never before: a merge that takes the marks in
         // between would read the rows unchanged and clear their marks, and
         // the update would never cross to the other ranks.
@@ -367,7 +375,7 @@ impl EmbeddingTable {
 
 /// `grad` (a row of `width` values per id of `ids`) coalesced: each id once,
 /// in increasing order, with the sum of its rows in the order they come.
-pub fn coalesce(ids: &[i64], grad: &[f32], width: usize) -> Result<(Vec<u64>, Vec<f32>)> {
+pub(super) fn coalesce(ids: &[i64], grad: &[f32], width: usize) -> Result<(Vec<u64>, Vec<f32>)> {
     if grad.len() != ids.len() * width {
         return Err(Layout(format!(
             "{} gradient values for {} rows of width {width}",

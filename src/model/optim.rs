@@ -142,8 +142,17 @@ impl DenseOptimizer {
     /// Applies the gradient in `params.grad()` to `params.values()`, in one
     /// pass over the buffers (no intermediate tensors). SGD and Adagrad are
     /// the embeddings' element-wise rules, over the whole buffer as one row.
+    ///
+    /// # Errors
+    ///
+    /// Buffers that are not contiguous CPU `f32` tensors.
+    // Unsafe: the one-pass step over the buffers' memory (`with_values_mut`).
+    #[allow(unsafe_code)]
     pub fn step(&mut self, params: &FlatParams) -> Result<()> {
-        with_values(params.grad(), |g: &[f32]| {
+        // SAFETY: the values, the gradient and each optimizer state are
+        // distinct buffers, each sliced once here; the trainer's sync thread
+        // writes the values concurrently, Hogwild's race by design.
+        with_values(params.grad(), |g: &[f32]| unsafe {
             with_values_mut(params.values(), |w: &mut [f32]| match self {
                 Self::Sgd { lr } => {
                     Sgd.update(w, &mut [], g, *lr as f32);

@@ -33,7 +33,7 @@ pub(super) struct RunData {
 impl RunData {
     /// Resolves, checks and loads what `config` trains on; `resumed`, the
     /// checkpoint a resumed run goes on from, must have read the same files.
-    pub fn prepare(
+    pub(super) fn prepare(
         fabric: &dyn Fabric,
         config: &Config,
         layout: &TableLayout,

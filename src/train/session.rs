@@ -214,7 +214,7 @@ impl<'a> Session<'a> {
     /// Starts `learners` (sharing `table`) on `fabric`'s cluster, with an
     /// evaluator over `data`'s test set (taken from it), going on from
     /// `resumed` if given.
-    pub fn start(
+    pub(super) fn start(
         fabric: Arc<dyn Fabric>,
         (config, registry): (&'a Config, &Registry),
         (learners, table): (Vec<CtrLearner>, Table),
@@ -325,7 +325,7 @@ impl<'a> Session<'a> {
     /// Watches the run until every trainer is done (see the module doc). Once
     /// the cluster is stopped (an interrupt, a failure, a monitor), `data` is
     /// halted: a trainer waiting for a batch must not wait on one that stopped.
-    pub fn supervise(
+    pub(super) fn supervise(
         &mut self,
         observer: &mut dyn Observer,
         total: Option<u64>,
@@ -486,7 +486,7 @@ impl<'a> Session<'a> {
     /// failed: the last checkpoint stays the one to resume from then) and
     /// scores the final model: EASGD's centre, the mean of the replicas (of
     /// the whole job), or under `none` each replica.
-    pub fn end(mut self, observer: &mut dyn Observer) -> Result<Ended> {
+    pub(super) fn end(mut self, observer: &mut dyn Observer) -> Result<Ended> {
         let outcome = self.cluster.wait()?;
         let table_sync = self.table_sync.take().map(TableSync::finish).transpose()?;
         let done = self.evaluator.wait_all()?;

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 /// The longest one run may take (seconds to a minute each): a run that hangs
 /// fails, showing where.
-pub const LIMIT: Duration = Duration::from_secs(600);
+pub(crate) const LIMIT: Duration = Duration::from_secs(600);
 
 /// `config` written as the TOML file `dir/name.toml`, as a user would pass it.
-pub fn config_file(config: &Config, dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn config_file(config: &Config, dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     let text = toml::to_string(config).expect("a configuration is TOML");
     std::fs::write(&path, text).expect("a writable test directory");
@@ -23,16 +23,16 @@ pub fn config_file(config: &Config, dir: &Path, name: &str) -> PathBuf {
 }
 
 /// The results a run wrote at `path`.
-pub fn results(path: &Path) -> Value {
+pub(crate) fn results(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-pub fn ne(results: &Value) -> f64 {
+pub(crate) fn ne(results: &Value) -> f64 {
     results["final_metrics"]["ne"].as_f64().unwrap()
 }
 
 /// Runs `config` to the end, checkpointing into `checkpoints`.
-pub fn uninterrupted(config: &Path, checkpoints: &Path, results: &Path) -> Value {
+pub(crate) fn uninterrupted(config: &Path, checkpoints: &Path, results: &Path) -> Value {
     let out = run_within(
         shadowsync(&["train", "--config", config.to_str().unwrap()])
             .args(["--checkpoint-dir", checkpoints.to_str().unwrap()])
@@ -44,7 +44,7 @@ pub fn uninterrupted(config: &Path, checkpoints: &Path, results: &Path) -> Value
 }
 
 /// Starts `config` in the background, checkpointing into `checkpoints`.
-pub fn start(config: &Path, checkpoints: &Path) -> Child {
+pub(crate) fn start(config: &Path, checkpoints: &Path) -> Child {
     shadowsync(&["train", "--config", config.to_str().unwrap()])
         .args(["--checkpoint-dir", checkpoints.to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -54,7 +54,7 @@ pub fn start(config: &Path, checkpoints: &Path) -> Child {
 }
 
 /// The checkpoint directories in `dir`, oldest first.
-pub fn checkpoints_in(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn checkpoints_in(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -71,7 +71,7 @@ pub fn checkpoints_in(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Waits (two minutes at most) until `dir` holds `count` checkpoints.
-pub fn wait_for_checkpoints(dir: &Path, count: usize) {
+pub(crate) fn wait_for_checkpoints(dir: &Path, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while checkpoints_in(dir).len() < count {
         assert!(
@@ -84,7 +84,7 @@ pub fn wait_for_checkpoints(dir: &Path, count: usize) {
 
 /// Starts `config`, kills it (SIGKILL) at a random moment within `window`
 /// once `dir/killed` holds `count` checkpoints, and returns that directory.
-pub fn killed_after(config: &Path, dir: &Path, count: usize, window: Duration) -> PathBuf {
+pub(crate) fn killed_after(config: &Path, dir: &Path, count: usize, window: Duration) -> PathBuf {
     let checkpoints = dir.join("killed");
     let mut child = start(config, &checkpoints);
     wait_for_checkpoints(&checkpoints, count);
@@ -94,18 +94,18 @@ pub fn killed_after(config: &Path, dir: &Path, count: usize, window: Duration) -
     checkpoints
 }
 
-pub fn manifest(checkpoint: &Path) -> Value {
+pub(crate) fn manifest(checkpoint: &Path) -> Value {
     results(&checkpoint.join("manifest.json"))
 }
 
 /// The newest checkpoint's manifest in `dir`.
-pub fn newest_manifest(dir: &Path) -> Value {
+pub(crate) fn newest_manifest(dir: &Path) -> Value {
     manifest(checkpoints_in(dir).last().expect("a checkpoint"))
 }
 
 /// Resumes the run checkpointed in `checkpoints` to its end: its results and
 /// what it said.
-pub fn resume(checkpoints: &Path, results: &Path) -> (Value, String) {
+pub(crate) fn resume(checkpoints: &Path, results: &Path) -> (Value, String) {
     let out = run_within(
         shadowsync(&["train", "--resume", checkpoints.to_str().unwrap()])
             .args(["--results", results.to_str().unwrap()]),

@@ -9,12 +9,12 @@ use std::path::Path;
 
 /// Enough data for the replicas' dense layers to settle: at 160k–320k rows the
 /// averaged replicas varied from run to run as much as they trailed one trainer.
-pub const ROWS: u64 = 640_000;
+pub(crate) const ROWS: u64 = 640_000;
 
 /// One trainer's batch; four trainers take a quarter of it each.
-pub const BATCH: usize = 128;
+pub(crate) const BATCH: usize = 128;
 
-pub fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
+pub(crate) fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     let mut c = Config::default();
     c.data.synthetic.train_rows = ROWS;
     c.data.synthetic.test_rows = 20_000;
@@ -37,7 +37,7 @@ pub fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     c
 }
 
-pub fn run(config: &Config) -> TrainReport {
+pub(crate) fn run(config: &Config) -> TrainReport {
     let report = train(config, &mut ()).unwrap();
     let algorithm = &config.sync.algorithm;
     assert!(report.error.is_none(), "{algorithm}: {:?}", report.error);
@@ -52,7 +52,7 @@ pub fn run(config: &Config) -> TrainReport {
 /// add up to the same global batch (the comparison DDP makes): at a 4× larger
 /// global batch even averaging every step (`fr-ma:1`) trailed one trainer by
 /// 0.0034 NE.
-pub fn same_global_batch(dir: &Path, trainers: usize, algorithm: &str) -> Config {
+pub(crate) fn same_global_batch(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     let mut c = config(dir, trainers, algorithm);
     c.train.batch_size = BATCH / trainers;
     c

@@ -11,14 +11,14 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// The binary, under `mpirun` on `ranks` ranks when given; run to its end.
-pub fn shadowsync(ranks: Option<usize>, args: &[&str]) -> Output {
+pub(crate) fn shadowsync(ranks: Option<usize>, args: &[&str]) -> Output {
     command(ranks, args)
         .output()
         .expect("mpirun (Open MPI) is needed: scripts/setup.sh --with-mpi installs it")
 }
 
 /// The binary with `args`, under `mpirun` on `ranks` ranks when given.
-pub fn command(ranks: Option<usize>, args: &[&str]) -> Command {
+pub(crate) fn command(ranks: Option<usize>, args: &[&str]) -> Command {
     match ranks {
         Some(ranks) => {
             let mut command = mpirun(ranks);
@@ -30,12 +30,12 @@ pub fn command(ranks: Option<usize>, args: &[&str]) -> Command {
 }
 
 /// 400,000 synthetic rows (and 20,000 test rows) in `dir`.
-pub fn data(dir: &Path) -> (String, String) {
+pub(crate) fn data(dir: &Path) -> (String, String) {
     data_of_profile(dir, "compact")
 }
 
 /// [`data`] with the fields' vocabularies of `profile` (`gen-data --profile`).
-pub fn data_of_profile(dir: &Path, profile: &str) -> (String, String) {
+pub(crate) fn data_of_profile(dir: &Path, profile: &str) -> (String, String) {
     let out = dir.join("data");
     let made = shadowsync(
         None,
@@ -59,7 +59,7 @@ pub fn data_of_profile(dir: &Path, profile: &str) -> (String, String) {
 /// model) on `dir`'s data with
 /// the configuration file `config`, `trainers` per rank under `sync`, without
 /// evaluations on the way, writing `results`; then `more`.
-pub fn lr_run(
+pub(crate) fn lr_run(
     dir: &Path,
     config: &Path,
     trainers: usize,
@@ -103,12 +103,12 @@ pub fn lr_run(
         .collect()
 }
 
-pub fn strs(args: &[String]) -> Vec<&str> {
+pub(crate) fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
 /// The test NE and the results of a run of logistic regression under `sync`.
-pub fn train(
+pub(crate) fn train(
     dir: &Path,
     ranks: Option<usize>,
     trainers: usize,
@@ -120,7 +120,7 @@ pub fn train(
 
 /// [`train`] with `train_keys` added to the configuration's `[train]`, then
 /// `more` arguments.
-pub fn train_with(
+pub(crate) fn train_with(
     dir: &Path,
     ranks: Option<usize>,
     trainers: usize,
@@ -156,17 +156,17 @@ pub fn train_with(
     (report["final_metrics"]["ne"].as_f64().unwrap(), report)
 }
 
-pub fn data_paths(dir: &Path) -> (String, String) {
+pub(crate) fn data_paths(dir: &Path) -> (String, String) {
     let path = |name: &str| dir.join("data").join(name).display().to_string();
     (path("train.tsv"), path("test.tsv"))
 }
 
-pub fn mean(values: &[f64]) -> f64 {
+pub(crate) fn mean(values: &[f64]) -> f64 {
     mean_std(values).0
 }
 
 /// The standard error of the difference of the means of `a` and `b` (Welch).
-pub fn difference_standard_error(a: &[f64], b: &[f64]) -> f64 {
+pub(crate) fn difference_standard_error(a: &[f64], b: &[f64]) -> f64 {
     let variance_of_mean = |v: &[f64]| mean_std(v).1.powi(2) / v.len() as f64;
     (variance_of_mean(a) + variance_of_mean(b)).sqrt()
 }

@@ -4,19 +4,19 @@
 
 #![allow(dead_code, unused_imports)] // each test binary uses its own part
 
-pub mod checkpoints;
-pub mod ctr;
-pub mod job;
+pub(crate) mod checkpoints;
+pub(crate) mod ctr;
+pub(crate) mod job;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-pub use shadowsync_testkit::exclusive;
-pub use shadowsync_testkit::process::{output_within, run_within, text};
+pub(crate) use shadowsync_testkit::exclusive;
+pub(crate) use shadowsync_testkit::process::{output_within, run_within, text};
 
 /// A real Criteo sample file shipped with the tests (`tests/data/README.md` says
 /// where each comes from).
-pub fn sample(name: &str) -> PathBuf {
+pub(crate) fn sample(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(name)
@@ -24,7 +24,7 @@ pub fn sample(name: &str) -> PathBuf {
 
 /// The `shadowsync` binary with `args`, logging warnings only, its standard
 /// input closed.
-pub fn shadowsync(args: &[&str]) -> Command {
+pub(crate) fn shadowsync(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_shadowsync"));
     command
         .args(args)

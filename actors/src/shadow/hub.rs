@@ -19,7 +19,7 @@
 //! thread's CPU time to the trainers in equal shares.
 
 use super::trainer_loop::Landing;
-use super::{caught, report, Pacing, RoundOutcome, ShadowLoop};
+use super::{catching_panics, report, Pacing, RoundOutcome, ShadowLoop};
 use crate::events::EventBus;
 use crate::recovery::unpanicked;
 use crate::sync::LinkModel;
@@ -37,7 +37,7 @@ const CHUNK: usize = 4096;
 
 /// Every local trainer's shadow rounds, run by one thread.
 #[derive(Debug)]
-pub struct ShadowHub {
+pub(crate) struct ShadowHub {
     /// Trainer `t`'s at index `t`.
     members: Vec<Member>,
     pacing: Pacing,
@@ -85,7 +85,7 @@ struct Flight {
 
 /// What a trainer's round came to.
 #[derive(Debug)]
-pub struct MemberReport {
+pub(crate) struct MemberReport {
     /// The trainer.
     pub trainer: usize,
     /// Its round.
@@ -97,7 +97,7 @@ pub struct MemberReport {
 impl ShadowHub {
     /// A hub running `shadows`, trainer `t`'s at index `t`, as `pacing`
     /// allows, over `link` (see [`ShadowHub::serves`]).
-    pub fn new(shadows: Vec<ShadowLoop>, pacing: Pacing, link: LinkModel) -> Result<Self> {
+    pub(crate) fn new(shadows: Vec<ShadowLoop>, pacing: Pacing, link: LinkModel) -> Result<Self> {
         if !Self::serves(&shadows) {
             return Err(Error::Internal(
                 "a shadow hub serves trainers 0..n of a job of one process",
@@ -125,17 +125,17 @@ impl ShadowHub {
     }
 
     /// Whether a hub can run `shadows`: trainers `0..n`, the whole job.
-    pub fn serves(shadows: &[ShadowLoop]) -> bool {
+    pub(crate) fn serves(shadows: &[ShadowLoop]) -> bool {
         shadows.iter().enumerate().all(|(t, s)| s.peer.id() == t)
     }
 
     /// The trainers it serves.
-    pub fn trainers(&self) -> usize {
+    pub(crate) fn trainers(&self) -> usize {
         self.members.len()
     }
 
     /// Charges `spent` CPU time to its trainers' sync, in equal shares.
-    pub fn charge(&self, spent: Duration) {
+    pub(crate) fn charge(&self, spent: Duration) {
         let share = spent / u32::try_from(self.members.len().max(1)).unwrap_or(u32::MAX);
         for member in &self.members {
             member.shadow.counters().add_sync_cpu(share);
@@ -145,7 +145,7 @@ impl ShadowHub {
     /// Moves every trainer's rounds on as far as they can go now, reporting
     /// what each round came to in `reports`; how long until there may be more
     /// to do, or `None` once syncing has stopped.
-    pub fn tick(&mut self, reports: &mut Vec<MemberReport>) -> Option<Duration> {
+    pub(crate) fn tick(&mut self, reports: &mut Vec<MemberReport>) -> Option<Duration> {
         if self.members.iter().any(|m| m.shadow.stopped()) {
             return None;
         }
@@ -153,7 +153,7 @@ impl ShadowHub {
         // Twice: a round on an ideal link lands as soon as it starts, and its
         // members are assigned their next round and paced at once.
         for _ in 0..2 {
-            self.land_due(reports);
+            self.write_back_due_flights(reports);
             if !self.assign(reports) {
                 return None;
             }
@@ -167,15 +167,15 @@ impl ShadowHub {
         Some(landing.fold(wait, Duration::min))
     }
 
-    /// Lands the flights that are due.
-    fn land_due(&mut self, reports: &mut Vec<MemberReport>) {
+    /// Writes back the flights that are due.
+    fn write_back_due_flights(&mut self, reports: &mut Vec<MemberReport>) {
         let now = Instant::now();
         let (due, pending) = std::mem::take(&mut self.flights)
             .into_iter()
             .partition(|f| f.due <= now);
         self.flights = pending;
         for flight in due {
-            self.land(flight, reports);
+            self.write_back_flight(flight, reports);
         }
     }
 
@@ -200,7 +200,7 @@ impl ShadowHub {
                 };
                 continue;
             }
-            let assignment = match caught(|| member.shadow.peer.next_assignment()) {
+            let assignment = match catching_panics(|| member.shadow.peer.next_assignment()) {
                 Ok(Some(assignment)) => assignment,
                 Ok(None) => return false,
                 Err(cause) => {
@@ -285,7 +285,7 @@ impl ShadowHub {
     ) -> bool {
         let member = &mut self.members[t];
         let shadow = &mut member.shadow;
-        let attempt = caught(|| match shadow.injected_hang() {
+        let attempt = catching_panics(|| match shadow.injected_hang() {
             hang if hang.is_zero() => shadow.take_snapshot().map(Ok),
             hang => Ok(Err(hang)),
         });
@@ -360,14 +360,14 @@ impl ShadowHub {
         });
     }
 
-    /// Lands a trainer's elastic step against the centre: the server's
+    /// Writes back a trainer's elastic step against the centre: the server's
     /// shards answer, and the target is written back.
-    fn land_centre(&mut self, flight: Flight, reports: &mut Vec<MemberReport>) {
+    fn write_back_centre_flight(&mut self, flight: Flight, reports: &mut Vec<MemberReport>) {
         for (t, contributed) in flight.members {
             let member = &mut self.members[t];
             member.state = State::Idle;
             let shadow = &mut member.shadow;
-            let result = match caught(|| shadow.centre_round(flight.round, contributed)) {
+            let result = match catching_panics(|| shadow.centre_round(flight.round, contributed)) {
                 Ok(Some(outcome)) => Ok(outcome),
                 Ok(None) => continue,
                 Err(cause) => Err(cause),
@@ -387,13 +387,13 @@ impl ShadowHub {
             .map_or(0, |m| m.shadow.snapshot().len())
     }
 
-    /// Lands `flight`: chunk by chunk, the mean of the finite snapshots, and
+    /// Writes back `flight`: chunk by chunk, the mean of the finite snapshots, and
     /// each member's target written back (nothing when none was finite).
-    fn land(&mut self, flight: Flight, reports: &mut Vec<MemberReport>) {
+    fn write_back_flight(&mut self, flight: Flight, reports: &mut Vec<MemberReport>) {
         // A trainer's elastic step against EASGD's centre, not a group's mean.
         let first = flight.members.first().map(|&(t, _)| t);
         if first.is_some_and(|t| !self.members[t].shadow.peer.meets_group()) {
-            return self.land_centre(flight, reports);
+            return self.write_back_centre_flight(flight, reports);
         }
         let Flight { round, members, .. } = flight;
         let contributors: Vec<usize> = members.iter().filter(|m| m.1).map(|m| m.0).collect();
@@ -429,7 +429,9 @@ impl ShadowHub {
                     continue;
                 };
                 let l = *l;
-                if let Err(cause) = caught(|| all[*t].shadow.land_span(&l, offset, mean)) {
+                if let Err(cause) =
+                    catching_panics(|| all[*t].shadow.write_back_span(&l, offset, mean))
+                {
                     *landing = Err(cause);
                 }
             }
@@ -484,7 +486,7 @@ impl MemberReport {
 struct Tick;
 
 /// The actor running a [`ShadowHub`].
-pub struct ShadowHubActor {
+pub(crate) struct ShadowHubActor {
     hub: ShadowHub,
     events: EventBus,
     exits: Sender<(usize, Option<String>)>,
@@ -499,7 +501,7 @@ impl ShadowHubActor {
     /// An actor running `hub`; reports each trainer's end on `exits` and, if
     /// a trainer's rounds keep failing, ends syncing for everyone through
     /// `stop`.
-    pub fn new(
+    pub(crate) fn new(
         hub: ShadowHub,
         events: EventBus,
         exits: Sender<(usize, Option<String>)>,

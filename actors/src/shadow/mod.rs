@@ -25,19 +25,19 @@
 mod hub;
 mod trainer_loop;
 
-pub use hub::{ShadowHub, ShadowHubActor};
-pub use trainer_loop::{ShadowActor, ShadowLoop};
+pub(crate) use hub::{ShadowHub, ShadowHubActor};
+pub(crate) use trainer_loop::{ShadowActor, ShadowLoop};
 
 use crate::events::{Event, EventBus};
 use crate::recovery::unpanicked;
 use std::time::Duration;
 
 /// Failed rounds of one trainer in a row after which syncing ends.
-pub const MAX_CONSECUTIVE_FAILURES: u32 = 5;
+pub(crate) const MAX_CONSECUTIVE_FAILURES: u32 = 5;
 
 /// What a completed round did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RoundOutcome {
+pub(crate) struct RoundOutcome {
     /// The peer's round number.
     pub round: u64,
     /// Trainer steps between the snapshot and the write-back.
@@ -49,8 +49,8 @@ pub struct RoundOutcome {
     pub written_back: bool,
 }
 
-/// Runs a step of a round with panics caught: its value, or why it failed.
-fn caught<T>(step: impl FnOnce() -> crate::Result<T>) -> Result<T, String> {
+/// Runs a step of a round with panics catching_panics: its value, or why it failed.
+fn catching_panics<T>(step: impl FnOnce() -> crate::Result<T>) -> Result<T, String> {
     match unpanicked(step) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(e.to_string()),
@@ -111,7 +111,7 @@ fn report(
 /// trainer that stops stepping (hung) holds its rounds back
 /// [`Pacing::STALLED`] at most, so its group never waits on it for longer.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Pacing {
+pub(crate) struct Pacing {
     /// Least time between two snapshots.
     pub min_interval: Duration,
     /// Least trainer steps between two snapshots.
@@ -127,7 +127,7 @@ impl Pacing {
     /// How long a loop waits for missing steps at most: a trainer that has not
     /// taken them by then is stalled (or hung), and its group goes on syncing
     /// its parameters as they are rather than wait for it.
-    pub const STALLED: Duration = Duration::from_secs(1);
+    pub(crate) const STALLED: Duration = Duration::from_secs(1);
 
     /// How long to wait before the next round, `elapsed` and `steps` after the
     /// last snapshot, with the trainer owing `cpu_debt` of training CPU time
@@ -136,7 +136,12 @@ impl Pacing {
     /// least as long (a trainer's CPU time grows no faster than the clock).
     /// Once the trainer has finished (`steps` is `None`) its final parameters
     /// are still averaged with the group, every recheck period at most.
-    pub fn wait(&self, elapsed: Duration, steps: Option<u64>, cpu_debt: Duration) -> Duration {
+    pub(crate) fn wait(
+        &self,
+        elapsed: Duration,
+        steps: Option<u64>,
+        cpu_debt: Duration,
+    ) -> Duration {
         let for_interval = self.min_interval.saturating_sub(elapsed);
         let Some(steps) = steps else {
             return for_interval.max(Self::RECHECK.saturating_sub(elapsed));

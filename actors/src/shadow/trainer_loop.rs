@@ -5,7 +5,7 @@
 //! [`ShadowHub`](super::ShadowHub) runs the same loops' snapshots and
 //! write-backs for a whole process on one thread.
 
-use super::{caught, report, Pacing, RoundOutcome};
+use super::{catching_panics, report, Pacing, RoundOutcome};
 use crate::events::EventBus;
 use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::hogwild::ParamAlias;
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 /// One trainer's background synchronization.
 #[derive(Debug)]
-pub struct ShadowLoop {
+pub(crate) struct ShadowLoop {
     replica: ParamAlias,
     pub(super) peer: SyncPeer,
     write_back: WriteBack,
@@ -50,7 +50,7 @@ pub(super) struct Landing {
 impl ShadowLoop {
     /// A loop syncing `replica` (an alias of the trainer's parameters), handing
     /// group averages to the trainer's `recovery` point.
-    pub fn new(
+    pub(crate) fn new(
         replica: ParamAlias,
         peer: SyncPeer,
         write_back: WriteBack,
@@ -75,7 +75,7 @@ impl ShadowLoop {
     }
 
     /// Injects the `sync-*` faults of `faults` that name this loop's trainer.
-    pub fn with_faults(mut self, faults: &[Fault]) -> Self {
+    pub(crate) fn with_faults(mut self, faults: &[Fault]) -> Self {
         let trainer = self.counters.trainer();
         self.faults = faults_at(faults, FaultSite::SyncLoop);
         self.faults.retain(|f| f.trainer == trainer);
@@ -99,12 +99,12 @@ impl ShadowLoop {
     }
 
     /// The number of the next round.
-    pub fn next_round(&self) -> u64 {
+    pub(crate) fn next_round(&self) -> u64 {
         self.peer.round()
     }
 
     /// True once syncing has stopped for everyone.
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.peer.stopped()
     }
 
@@ -163,7 +163,7 @@ impl ShadowLoop {
     /// Writes the rule's target for the `combined` values from `offset` on
     /// back into the replica, block by block while each is in cache (a
     /// diverged replica takes the group's values outright).
-    pub(super) fn land_span(
+    pub(super) fn write_back_span(
         &mut self,
         landing: &Landing,
         offset: usize,
@@ -202,13 +202,13 @@ impl ShadowLoop {
     }
 
     /// One round through the transport; `Ok(None)` once syncing has stopped.
-    pub fn round(&mut self) -> Result<Option<RoundOutcome>> {
+    pub(crate) fn round(&mut self) -> Result<Option<RoundOutcome>> {
         std::thread::sleep(self.injected_hang());
         let contributed = self.take_snapshot()?;
         let combined = self.peer.combine(&self.snapshot, contributed);
         // The round just taken (the coordinator may have moved the peer on).
         let round = self.peer.round().saturating_sub(1);
-        self.land_combined(round, contributed, combined)
+        self.write_back_combined(round, contributed, combined)
     }
 
     /// The landing of a round against the centre, once its elastic step is
@@ -223,28 +223,28 @@ impl ShadowLoop {
     ) -> Result<Option<RoundOutcome>> {
         let Some((server, alpha)) = self.peer.centre_here() else {
             let combined = self.peer.centre_step(&self.snapshot, contributed, round);
-            return self.land_combined(round, contributed, combined);
+            return self.write_back_combined(round, contributed, combined);
         };
         match self.peer.centre_ready(contributed) {
             Ok(true) => {}
             Ok(false) => return Ok(None),
-            Err(e) => return self.land_combined(round, contributed, Err(e)),
+            Err(e) => return self.write_back_combined(round, contributed, Err(e)),
         }
         let landing = self.landing(round, contributed);
         let (snapshot, trainer) = (self.snapshot.clone(), self.peer.id());
-        server.elastic_here(
+        server.elastic_on_this_thread(
             snapshot.values(),
             alpha,
             trainer,
             round,
-            |offset, target| self.land_span(&landing, offset, target),
+            |offset, target| self.write_back_span(&landing, offset, target),
         )?;
         Ok(Some(self.landed(landing)))
     }
 
     /// Writes back the target of `round`'s `combined` values (none when
     /// nobody had finite values).
-    fn land_combined(
+    fn write_back_combined(
         &mut self,
         round: u64,
         contributed: bool,
@@ -265,7 +265,7 @@ impl ShadowLoop {
         };
         let landing = self.landing(round, contributed);
         for (offset, part) in combined.parts() {
-            self.land_span(&landing, offset, part)?;
+            self.write_back_span(&landing, offset, part)?;
         }
         if let Some(spare) = combined.into_spare() {
             self.peer.recycle(spare);
@@ -279,7 +279,7 @@ impl ShadowLoop {
 struct Round;
 
 /// The actor running a [`ShadowLoop`].
-pub struct ShadowActor {
+pub(crate) struct ShadowActor {
     shadow: ShadowLoop,
     pacing: Pacing,
     events: EventBus,
@@ -293,7 +293,7 @@ pub struct ShadowActor {
 impl ShadowActor {
     /// An actor looping `shadow` for `trainer` as `pacing` allows; reports its
     /// end on `exits` and, if it fails, ends syncing for everyone through `stop`.
-    pub fn new(
+    pub(crate) fn new(
         trainer: usize,
         shadow: ShadowLoop,
         pacing: Pacing,
@@ -345,7 +345,7 @@ impl Handler<Round> for ShadowActor {
             return;
         }
         let round = self.shadow.next_round();
-        let result = match caught(|| self.shadow.round()) {
+        let result = match catching_panics(|| self.shadow.round()) {
             Ok(None) => return self.end(ctx, None),
             Ok(Some(outcome)) => Ok(outcome),
             Err(cause) => Err(cause),

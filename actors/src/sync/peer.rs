@@ -53,7 +53,7 @@ impl LivePeer {
 }
 
 /// Values of a target made and written back at a time (here and in
-/// [`ServerClient::elastic_here`]).
+/// [`ServerClient::elastic_on_this_thread`]).
 pub(crate) const TARGET_BLOCK: usize = 2048;
 
 /// A peer's live state, shared.
@@ -116,7 +116,7 @@ impl SyncPeer {
 
     fn lock(&self) -> MutexGuard<'_, LivePeer> {
         // Poisoning is ignored: the rule's methods do not fail, and a panic
-        // in one is caught by the loop that runs the round.
+        // in one is catching_panics by the loop that runs the round.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -349,7 +349,7 @@ impl SyncPeer {
             return Ok(None);
         };
         let stopped = || endpoint.stopped();
-        if !sleep_until(server.off_the_wire(self.id()), stopped) {
+        if !sleep_until(server.simulated_arrival(self.id()), stopped) {
             return Ok(None);
         }
         server.elastic(snapshot.shared(), alpha, self.id(), round, stopped)
@@ -372,7 +372,7 @@ impl SyncPeer {
 
     /// For a rule that meets a centre whose every shard this process
     /// serves: the server and the elasticity, to make its steps here
-    /// ([`ServerClient::elastic_here`]).
+    /// ([`ServerClient::elastic_on_this_thread`]).
     pub(crate) fn centre_here(&self) -> Option<(ServerClient, f32)> {
         let Exchange::Centre { alpha } = self.lock().rule.exchange() else {
             return None;
@@ -385,7 +385,7 @@ impl SyncPeer {
     /// off the simulated wire (the server's links are reserved meanwhile).
     pub(crate) fn centre_due(&self) -> Instant {
         match &self.server {
-            Some(server) => server.off_the_wire(self.id()),
+            Some(server) => server.simulated_arrival(self.id()),
             None => Instant::now(),
         }
     }

@@ -14,7 +14,7 @@
 //! trainer's sync round fails and it goes on with the next one.
 //!
 //! In a job of one process, the shadow hub makes its trainers' elastic steps
-//! itself ([`ServerClient::elastic_here`]): against each shard's centre under
+//! itself ([`ServerClient::elastic_on_this_thread`]): against each shard's centre under
 //! its lock, block by block, each block of the target written back into the
 //! replica while it is in cache. That is 5 passes over the vector a round
 //! instead of 8 (the shard's read of the snapshot, its answer written and
@@ -165,7 +165,7 @@ pub trait RemoteShards: Send + Sync + std::fmt::Debug {
 /// A shard this process serves: its centre and the `server-panic` faults
 /// injected into it. Its actor serves requests on it; in a job of one process
 /// the shadow hub makes elastic steps against it directly
-/// ([`ServerClient::elastic_here`]).
+/// ([`ServerClient::elastic_on_this_thread`]).
 #[derive(Debug)]
 struct HostedShard {
     index: usize,
@@ -208,7 +208,7 @@ impl HostedShard {
     }
 }
 
-/// Locks a hosted shard (poisoning ignored: a step's panic is caught inside).
+/// Locks a hosted shard (poisoning ignored: a step's panic is catching_panics inside).
 fn lock(shard: &SharedShard) -> std::sync::MutexGuard<'_, HostedShard> {
     shard.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -397,7 +397,7 @@ impl ServerClient {
 
     /// When `trainer`'s elastic step, sent now, is off the simulated wire
     /// (now on an ideal link); reserves the shards' links meanwhile.
-    pub fn off_the_wire(&self, trainer: usize) -> Instant {
+    pub fn simulated_arrival(&self, trainer: usize) -> Instant {
         let now = Instant::now();
         match &self.links {
             Some(links) => {
@@ -409,7 +409,7 @@ impl ServerClient {
     }
 
     /// The elastic step of `trainer`'s `snapshot` in its `round` on every
-    /// shard at once, once it is off the wire ([`ServerClient::off_the_wire`]);
+    /// shard at once, once it is off the wire ([`ServerClient::simulated_arrival`]);
     /// returns the replica's target, in the shards' parts, or `None` if
     /// `stopped()` turns true while waiting for their answers.
     pub fn elastic(
@@ -453,7 +453,7 @@ impl ServerClient {
     }
 
     /// Whether this process serves every shard (then
-    /// [`ServerClient::elastic_here`] can make the elastic steps).
+    /// [`ServerClient::elastic_on_this_thread`] can make the elastic steps).
     pub fn all_here(&self) -> bool {
         self.shards
             .iter()
@@ -466,7 +466,7 @@ impl ServerClient {
     /// while it is in cache (no answer assembled, no message). Every shard
     /// must be served here ([`ServerClient::all_here`]); an injected
     /// `server-panic` fails the step on every shard, as it fails requests.
-    pub fn elastic_here(
+    pub fn elastic_on_this_thread(
         &self,
         snapshot: &[f32],
         alpha: f32,
@@ -617,7 +617,7 @@ mod tests {
             assert!(asked.unwrap().is_some());
             let mut target = vec![f32::NAN; len];
             server
-                .elastic_here(&snapshot, 0.25, 1, 3, |at, block| {
+                .elastic_on_this_thread(&snapshot, 0.25, 1, 3, |at, block| {
                     target[at..at + block.len()].copy_from_slice(block);
                     Ok(())
                 })
@@ -627,7 +627,7 @@ mod tests {
             // Trainer 1's round 2 fails on every shard, and nothing moves.
             let mut written = 0;
             let e = server
-                .elastic_here(&snapshot, 0.25, 1, 2, |_, block| {
+                .elastic_on_this_thread(&snapshot, 0.25, 1, 2, |_, block| {
                     written += block.len();
                     Ok(())
                 })
@@ -635,7 +635,7 @@ mod tests {
             assert!(matches!(e, Error::ShardFailed { shard: 0, .. }), "{e}");
             assert_eq!(written, 0);
             assert_eq!(server.center().unwrap(), expected_center);
-            let short = server.elastic_here(&snapshot[..3], 0.25, 1, 4, |_, _| Ok(()));
+            let short = server.elastic_on_this_thread(&snapshot[..3], 0.25, 1, 4, |_, _| Ok(()));
             assert!(short.is_err());
             system.stop();
             thread.join().unwrap();
