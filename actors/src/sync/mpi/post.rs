@@ -3,9 +3,9 @@
 //! delivered yet, in order), keeps what the control words said, and watches how
 //! long the rank waits.
 
-use super::thread::{send_all, Envelope};
 use super::wire::{
-    decode, encode, AGREED, ARRIVED, CONTROL_TAG, ROWS_TAG, SERVER_TAG, STOP, TAG, WITHDRAWN,
+    decode, encode, Envelope, AGREED, ARRIVED, CONTROL_TAG, ROWS_TAG, SERVER_TAG, STOP, TAG,
+    WITHDRAWN,
 };
 use crate::embedding::{RowRequest, RowServerActor};
 use crate::sync::transport::{Message, Outgoing};
@@ -254,6 +254,41 @@ impl PostOffice {
             self.deliver(to, message);
         }
     }
+}
+
+/// Sends every envelope of `batch` without blocking, receiving meanwhile (two
+/// ranks sending each other large messages must both be receiving).
+fn send_all(world: &SimpleCommunicator, batch: &[Envelope], post: &mut PostOffice) {
+    if batch.is_empty() {
+        return;
+    }
+    ::mpi::request::scope(|scope| {
+        let mut pending: Vec<_> = batch
+            .iter()
+            .map(|envelope| {
+                let counter = match envelope.tag {
+                    ROWS_TAG => &post.row_bytes_sent,
+                    _ => &post.bytes_sent,
+                };
+                counter.fetch_add(4 * envelope.words.len() as u64, Ordering::Relaxed);
+                world
+                    .process_at_rank(envelope.rank)
+                    .immediate_send_with_tag(scope, &envelope.words[..], envelope.tag)
+            })
+            .collect();
+        let started = Instant::now();
+        while !pending.is_empty() {
+            pending = pending
+                .into_iter()
+                .filter_map(|request| request.test().err())
+                .collect();
+            post.receive(world);
+            if !pending.is_empty() {
+                post.watch(started, || format!("{} sends to other ranks", batch.len()));
+                std::thread::yield_now();
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use super::post::PostOffice;
 use super::post::Serving;
-use super::thread::Envelope;
+use super::wire::Envelope;
 use super::wire::{ShardWire, ROWS_TAG, SERVER_TAG};
 use super::Ask;
 use crate::embedding::{serve_rows, RemoteRows, RowRequest, RowServerActor};

@@ -3,7 +3,7 @@
 //! on a collective.
 
 use super::post::PostOffice;
-use super::wire::{AGREED, ARRIVED, CONTROL_TAG, ROWS_TAG, STOP, WITHDRAWN};
+use super::wire::{Envelope, AGREED, ARRIVED, STOP, WITHDRAWN};
 use super::{Ask, Sums};
 use crate::sync::transport::Outgoing;
 use crate::{Error, Result};
@@ -12,7 +12,7 @@ use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use ::mpi::Count;
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -173,58 +173,6 @@ impl Asked {
             collective => self.collectives.push(collective),
         }
     }
-}
-
-/// One buffer for one rank.
-pub(super) struct Envelope {
-    pub(super) rank: i32,
-    pub(super) tag: i32,
-    pub(super) words: Vec<u32>,
-}
-
-impl Envelope {
-    fn control(rank: usize, words: &[u32]) -> Self {
-        Self {
-            rank: rank as i32,
-            tag: CONTROL_TAG,
-            words: words.to_vec(),
-        }
-    }
-}
-
-/// Sends every envelope of `batch` without blocking, receiving meanwhile (two
-/// ranks sending each other large messages must both be receiving).
-pub(super) fn send_all(world: &SimpleCommunicator, batch: &[Envelope], post: &mut PostOffice) {
-    if batch.is_empty() {
-        return;
-    }
-    ::mpi::request::scope(|scope| {
-        let mut pending: Vec<_> = batch
-            .iter()
-            .map(|envelope| {
-                let counter = match envelope.tag {
-                    ROWS_TAG => &post.row_bytes_sent,
-                    _ => &post.bytes_sent,
-                };
-                counter.fetch_add(4 * envelope.words.len() as u64, Ordering::Relaxed);
-                world
-                    .process_at_rank(envelope.rank)
-                    .immediate_send_with_tag(scope, &envelope.words[..], envelope.tag)
-            })
-            .collect();
-        let started = Instant::now();
-        while !pending.is_empty() {
-            pending = pending
-                .into_iter()
-                .filter_map(|request| request.test().err())
-                .collect();
-            post.receive(world);
-            if !pending.is_empty() {
-                post.watch(started, || format!("{} sends to other ranks", batch.len()));
-                std::thread::yield_now();
-            }
-        }
-    });
 }
 
 /// The sums of `values` over all ranks, receiving meanwhile.

@@ -7,6 +7,24 @@ use crate::sync::ShardRequest;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// One buffer for one rank.
+pub(super) struct Envelope {
+    pub(super) rank: i32,
+    pub(super) tag: i32,
+    pub(super) words: Vec<u32>,
+}
+
+impl Envelope {
+    /// A control message (`words`, one of the control words) to `rank`.
+    pub(super) fn control(rank: usize, words: &[u32]) -> Self {
+        Self {
+            rank: rank as i32,
+            tag: CONTROL_TAG,
+            words: words.to_vec(),
+        }
+    }
+}
+
 /// The MPI tag of parameter messages.
 pub(super) const TAG: i32 = 17;
 /// The MPI tag of control messages: [`ARRIVED`], [`STOP`], [`AGREED`] (and
