@@ -15,6 +15,22 @@
 //! [`monitor::Monitor`]; where trainers live (one process, MPI ranks) a
 //! [`sync::Fabric`].
 //!
+//! The public surface, all of it:
+//!
+//! | where | what a user needs it for |
+//! |---|---|
+//! | crate root | [`Learner`] and [`FlatParams`] (what is trained), [`Cluster`], [`ClusterBuilder`], [`ClusterConfig`] (running it), [`ClusterOutcome`], [`ClusterReport`] (what comes back), [`Error`], [`Result`], [`ParamAlias`], [`with_values`] and `unsafe` [`with_values_mut`] (a tensor's memory as a slice) |
+//! | [`sync`] | the algorithm ([`sync::Algorithm`], [`sync::SyncConfig`]); rules ([`sync::SyncRule`], [`sync::Rules`], the built-in ones and their math); schedules ([`sync::GroupSchedule`], [`sync::Schedule`], [`sync::Schedules`], [`sync::GroupPlan`]); where trainers live ([`sync::Fabric`], [`sync::InProcess`], `sync::mpi` with feature `mpi`) |
+//! | [`embedding`] | tables sharded over processes: their rows' rules ([`embedding::RowRule`]: SGD, Adagrad, FTRL), shards, server, clients, the push ledger |
+//! | [`monitor`], [`events`], [`stats`], [`evaluator`] | watching and steering a run, live evaluation |
+//! | [`checkpoint`], [`faults`] | saving and resuming a cluster; faults injected on purpose |
+//! | [`system`] | the actix system threads the runtime's actors run on |
+//!
+//! Open in name only: a [`sync::Fabric`] hands out endpoints that only the
+//! runtime's transports make ([`sync::mesh`] in one process, MPI's across
+//! processes), so a new placement of trainers is a transport of its own, in
+//! this crate; the two fabrics cover one process and any number of hosts.
+//!
 //! Four trainers fitting `y = 3x − 1`, averaged in the background:
 //!
 //! ```

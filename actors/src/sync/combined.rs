@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// A slice of a combined vector as it arrived: `data[span]`, at `offset` in
 /// the vector.
-pub type SharedSlice = (usize, Arc<[f32]>, Range<usize>);
+pub(crate) type SharedSlice = (usize, Arc<[f32]>, Range<usize>);
 
 /// A vector of `len` values in parts that tile `0..len`, in order.
 #[derive(Debug, Clone)]

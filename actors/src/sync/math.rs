@@ -77,7 +77,7 @@ pub fn elastic(snapshot: &[f32], center: &mut [f32], alpha: f32) -> Vec<f32> {
 }
 
 /// [`elastic`] into `target` (as long as `snapshot`), not a new vector.
-pub fn elastic_into(snapshot: &[f32], center: &mut [f32], alpha: f32, target: &mut [f32]) {
+pub(crate) fn elastic_into(snapshot: &[f32], center: &mut [f32], alpha: f32, target: &mut [f32]) {
     for ((&w, c), t) in snapshot.iter().zip(center.iter_mut()).zip(target) {
         *t = elastic_value(w, c, alpha);
     }
@@ -95,7 +95,7 @@ fn elastic_value(w: f32, c: &mut f32, alpha: f32) -> f32 {
 /// buffer made that way was faulted in by its first round, on the sync
 /// thread, while the trainers train (about 80 ms of the hub's time for 16
 /// trainers' BMUF state and recovery copies on the E1 setting).
-pub fn resident_zeros(len: usize) -> Vec<f32> {
+pub(crate) fn resident_zeros(len: usize) -> Vec<f32> {
     const PAGE: usize = 4096 / std::mem::size_of::<f32>();
     let mut zeros = vec![0f32; len];
     for page in zeros.chunks_mut(PAGE) {

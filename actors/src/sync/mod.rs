@@ -17,11 +17,10 @@ mod shared;
 mod transport;
 
 pub use algorithm::{Algorithm, ShadowThreads, SyncConfig};
-pub use combined::{Combined, SharedSlice};
+pub(crate) use combined::{Combined, SharedSlice};
 pub use fabric::{launched_by_mpirun, Fabric, InProcess};
-pub use math::{
-    elastic, elastic_into, mean_into, resident_zeros, BmufParams, BmufState, WriteBack,
-};
+pub use math::{elastic, mean_into, BmufParams, BmufState, WriteBack};
+pub(crate) use math::{elastic_into, resident_zeros};
 pub(crate) use peer::SharedPeer;
 pub use peer::{PeerState, SyncPeer};
 pub use rule::{
@@ -32,8 +31,9 @@ pub use schedule::{
     check_partitions, GroupPlan, GroupSchedule, Schedule, ScheduleContext, ScheduleFactory,
     Schedules,
 };
-pub use server::{
-    serve, shard_process, shard_ranges, RemoteShards, ServerClient, ServerShard, ServerShardActor,
-    ShardReply, ShardRequest,
-};
-pub use transport::{mesh, Endpoint, GroupMean, GroupReduced, LinkModel, Payload, Reduce};
+pub(crate) use server::ShardReply;
+#[cfg(feature = "mpi")]
+pub(crate) use server::{serve, ShardRequest};
+pub use server::{RemoteShards, ServerClient, ServerShard, ServerShardActor};
+pub use transport::{mesh, Endpoint, LinkModel};
+pub(crate) use transport::{Payload, Reduce};

@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// `shards` (≥ 1) near-equal contiguous ranges covering `0..len`.
-pub fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>>> {
+pub(super) fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>>> {
     if shards == 0 {
         return Err(Error::Config {
             key: "sync.server_shards".into(),
@@ -62,7 +62,7 @@ pub fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>>> {
 }
 
 /// The process serving shard `shard` of the centre among `processes`.
-pub fn shard_process(shard: usize, processes: usize) -> usize {
+pub(super) fn shard_process(shard: usize, processes: usize) -> usize {
     shard % processes.max(1)
 }
 
@@ -109,7 +109,7 @@ impl ServerShard {
 }
 
 /// What a shard answers: its index and its part of the result.
-pub type ShardReply = (usize, Result<Vec<f32>>);
+pub(crate) type ShardReply = (usize, Result<Vec<f32>>);
 
 /// What a shard is asked.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,7 +141,7 @@ struct Serve {
 }
 
 /// Asks the shard actor `shard` to serve `request`, answering on `reply`.
-pub fn serve(
+pub(crate) fn serve(
     shard: &Addr<ServerShardActor>,
     request: ShardRequest,
     reply: Sender<ShardReply>,

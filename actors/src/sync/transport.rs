@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 /// A reduction, element by element, of a group's contributions into `out`:
 /// `reduce(out, contributions)` (see [`SyncRule::reduce`](crate::sync::SyncRule::reduce)).
-pub type Reduce = dyn Fn(&mut [f32], &[&[f32]]);
+pub(crate) type Reduce = dyn Fn(&mut [f32], &[&[f32]]);
 
 /// A simulated network link between every pair of trainers.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
