@@ -44,7 +44,7 @@ use crate::sync::{
 };
 use crate::system::spawn_system;
 use crate::trainer::{Control, Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
-use crate::{Error, Learner, Result};
+use crate::{with_causes, Error, Learner, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde::{Deserialize, Serialize};
@@ -195,7 +195,7 @@ impl<L: Learner> ClusterOutcome<L> {
 pub(crate) struct Running<L: Learner> {
     pub(crate) trainers: Vec<Addr<TrainerActor<L>>>,
     trainer_exits: Receiver<TrainerExit<L>>,
-    shadow_exits: Receiver<(usize, Option<String>)>,
+    shadow_exits: Receiver<(usize, Option<Error>)>,
     system: System,
     system_thread: JoinHandle<()>,
     monitor: Option<JoinHandle<Vec<ConsensusPoint>>>,
@@ -733,13 +733,14 @@ impl Wiring {
     }
 }
 
-/// Waits for the `n` shadow loops to end; the errors they ended with.
-fn shadow_errors(exits: &Receiver<(usize, Option<String>)>, n: usize) -> Vec<String> {
+/// Waits for the `n` shadow loops to end; the errors they ended with, each
+/// with its causes, for the report.
+fn shadow_errors(exits: &Receiver<(usize, Option<Error>)>, n: usize) -> Vec<String> {
     exits
         .iter()
         .take(n)
         .filter_map(|(trainer, error)| {
-            error.map(|e| format!("shadow sync of trainer {trainer}: {e}"))
+            error.map(|e| format!("shadow sync of trainer {trainer}: {}", with_causes(&e)))
         })
         .collect()
 }
@@ -944,7 +945,7 @@ struct Actors<L: Learner> {
     parking: Parking,
     fabric: Arc<dyn Fabric>,
     trainer_exits: Sender<TrainerExit<L>>,
-    shadow_exits: Sender<(usize, Option<String>)>,
+    shadow_exits: Sender<(usize, Option<Error>)>,
 }
 
 /// Starts a trainer actor per core and the shadow hub, or a shadow actor per
@@ -1031,7 +1032,7 @@ fn start_shadow_actors(
     shadows: Vec<ShadowLoop>,
     pacing: Pacing,
     events: &EventBus,
-    exits: &Sender<(usize, Option<String>)>,
+    exits: &Sender<(usize, Option<Error>)>,
     stop: &Arc<AtomicBool>,
 ) {
     for (trainer, shadow) in shadows.into_iter().enumerate() {

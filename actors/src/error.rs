@@ -111,6 +111,19 @@ pub enum Error {
     /// Parameters do not have the layout an operation needs.
     #[error("parameter layout: {0}")]
     Layout(String),
+    /// A step of a sync round panicked (the panic's message).
+    #[error("the round panicked: {0}")]
+    RoundPanicked(String),
+    /// A trainer's shadow rounds failed too often in a row: syncing ends.
+    /// The last failure is the source.
+    #[error("{rounds} rounds failed in a row")]
+    SyncFailing {
+        /// Failed rounds in a row.
+        rounds: u32,
+        /// The last one's error.
+        #[source]
+        last: Box<Error>,
+    },
 }
 
 impl Error {
@@ -129,6 +142,19 @@ pub fn first_line(error: &impl std::fmt::Display) -> String {
         .unwrap_or_default()
         .trim_end()
         .to_string()
+}
+
+/// `error` with each of its causes after it, `: `-separated (what a report
+/// keeps of an error that ended a thread).
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
 }
 
 /// Result alias of the runtime.

@@ -99,7 +99,7 @@ mod trainer;
 
 pub use checkpoint::{ClusterState, TrainerState};
 pub use cluster::{Cluster, ClusterBuilder, ClusterConfig, ClusterOutcome, ClusterReport};
-pub use error::{first_line, Error, Result};
+pub use error::{first_line, with_causes, Error, Result};
 pub use hogwild::{with_values, with_values_mut, ParamAlias};
 pub use learner::{Learner, LearnerState, SharedGradients, StepOutcome};
 pub use params::FlatParams;

@@ -23,7 +23,7 @@ use super::{catching_panics, report, Pacing, RoundOutcome, ShadowLoop};
 use crate::events::EventBus;
 use crate::recovery::unpanicked;
 use crate::sync::LinkModel;
-use crate::{Error, Result};
+use crate::{with_causes, Error, Result};
 use actix::prelude::*;
 use cpu_time::ThreadTime;
 use crossbeam_channel::Sender;
@@ -91,7 +91,7 @@ pub(crate) struct MemberReport {
     /// Its round.
     pub round: u64,
     /// What the round did, or why it failed.
-    pub result: std::result::Result<RoundOutcome, String>,
+    pub result: Result<RoundOutcome>,
 }
 
 impl ShadowHub {
@@ -397,7 +397,7 @@ impl ShadowHub {
         }
         let Flight { round, members, .. } = flight;
         let contributors: Vec<usize> = members.iter().filter(|m| m.1).map(|m| m.0).collect();
-        let mut landings: Vec<(usize, std::result::Result<Landing, String>)> = members
+        let mut landings: Vec<(usize, Result<Landing>)> = members
             .iter()
             .map(|&(t, contributed)| (t, Ok(self.members[t].shadow.landing(round, contributed))))
             .collect();
@@ -418,10 +418,10 @@ impl ShadowHub {
                     .reduce(mean, &contributions);
             });
             if let Err(panic) = reduced {
-                let cause = format!("the group's reduction panicked: {panic}");
+                let cause = format!("in the group's reduction: {panic}");
                 landings
                     .iter_mut()
-                    .for_each(|(_, l)| *l = Err(cause.clone()));
+                    .for_each(|(_, l)| *l = Err(Error::RoundPanicked(cause.clone())));
                 break;
             }
             for (t, landing) in landings.iter_mut() {
@@ -472,7 +472,7 @@ fn bytes_sent_per_member(len: usize, m: usize) -> u64 {
 }
 
 impl MemberReport {
-    fn failed(trainer: usize, round: u64, cause: String) -> Self {
+    fn failed(trainer: usize, round: u64, cause: Error) -> Self {
         Self {
             trainer,
             round,
@@ -489,7 +489,7 @@ struct Tick;
 pub(crate) struct ShadowHubActor {
     hub: ShadowHub,
     events: EventBus,
-    exits: Sender<(usize, Option<String>)>,
+    exits: Sender<(usize, Option<Error>)>,
     /// Raised when a trainer's rounds keep failing, so that nothing waits on
     /// the hub.
     stop: Arc<AtomicBool>,
@@ -504,7 +504,7 @@ impl ShadowHubActor {
     pub(crate) fn new(
         hub: ShadowHub,
         events: EventBus,
-        exits: Sender<(usize, Option<String>)>,
+        exits: Sender<(usize, Option<Error>)>,
         stop: Arc<AtomicBool>,
     ) -> Self {
         let failures = vec![0; hub.trainers()];
@@ -518,14 +518,19 @@ impl ShadowHubActor {
     }
 
     /// Ends syncing; `failed` names the trainer whose rounds ended it, and why.
-    fn end(&mut self, ctx: &mut Context<Self>, failed: Option<(usize, String)>) {
-        if let Some((trainer, error)) = &failed {
-            tracing::warn!(trainer, %error, "shadow sync failed; syncing ends");
-            self.stop.store(true, Ordering::Relaxed);
-        }
+    fn end(&mut self, ctx: &mut Context<Self>, failed: Option<(usize, Error)>) {
+        let (failing, mut error) = match failed {
+            Some((trainer, error)) => {
+                let text = with_causes(&error);
+                tracing::warn!(trainer, error = %text, "shadow sync failed; syncing ends");
+                self.stop.store(true, Ordering::Relaxed);
+                (Some(trainer), Some(error))
+            }
+            None => (None, None),
+        };
         for trainer in 0..self.hub.trainers() {
-            let error = failed.as_ref().filter(|f| f.0 == trainer);
-            let _ = self.exits.send((trainer, error.map(|f| f.1.clone())));
+            let error = error.take_if(|_| failing == Some(trainer));
+            let _ = self.exits.send((trainer, error));
         }
         ctx.stop();
     }
@@ -567,7 +572,9 @@ impl Handler<Tick> for ShadowHubActor {
                 ctx,
                 Some((
                     0,
-                    format!("the shadow hub serving this process panicked: {panic}"),
+                    Error::RoundPanicked(format!(
+                        "in the shadow hub serving this process: {panic}"
+                    )),
                 )),
             ),
         }

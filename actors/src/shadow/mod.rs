@@ -30,6 +30,7 @@ pub(crate) use trainer_loop::{ShadowActor, ShadowLoop};
 
 use crate::events::{Event, EventBus};
 use crate::recovery::unpanicked;
+use crate::{with_causes, Error};
 use std::time::Duration;
 
 /// Failed rounds of one trainer in a row after which syncing ends.
@@ -49,13 +50,10 @@ pub(crate) struct RoundOutcome {
     pub written_back: bool,
 }
 
-/// Runs a step of a round with panics catching_panics: its value, or why it failed.
-fn catching_panics<T>(step: impl FnOnce() -> crate::Result<T>) -> Result<T, String> {
-    match unpanicked(step) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(panic) => Err(format!("the round panicked: {panic}")),
-    }
+/// Runs a step of a round with panics caught: its value, or its error (a
+/// panic as [`Error::RoundPanicked`]).
+fn catching_panics<T>(step: impl FnOnce() -> crate::Result<T>) -> crate::Result<T> {
+    unpanicked(step).unwrap_or_else(|panic| Err(Error::RoundPanicked(panic)))
 }
 
 /// Publishes what `trainer`'s round `round` came to, counting its failed
@@ -65,9 +63,9 @@ fn report(
     events: &EventBus,
     trainer: usize,
     round: u64,
-    result: Result<RoundOutcome, String>,
+    result: crate::Result<RoundOutcome>,
     failures: &mut u32,
-) -> Option<String> {
+) -> Option<Error> {
     match result {
         Ok(outcome) => {
             *failures = 0;
@@ -89,14 +87,15 @@ fn report(
         Err(cause) => {
             *failures += 1;
             if *failures > MAX_CONSECUTIVE_FAILURES {
-                return Some(format!(
-                    "{failures} rounds failed in a row, the last: {cause}"
-                ));
+                return Some(Error::SyncFailing {
+                    rounds: *failures,
+                    last: Box::new(cause),
+                });
             }
             events.publish(Event::SyncRecovered {
                 trainer,
                 round,
-                cause,
+                cause: with_causes(&cause),
             });
             None
         }
@@ -173,6 +172,31 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_error_that_ends_syncing_keeps_the_last_failures_kind_and_source() {
+        let panicked = catching_panics::<()>(|| panic!("a bad step"));
+        assert!(matches!(&panicked, Err(Error::RoundPanicked(m)) if m == "a bad step"));
+        let (events, mut failures) = (EventBus::default(), 0);
+        let fail = |reason: &str| {
+            Err(Error::ShardFailed {
+                shard: 2,
+                reason: reason.into(),
+            })
+        };
+        for round in 0..u64::from(MAX_CONSECUTIVE_FAILURES) {
+            assert!(report(&events, 1, round, fail("early"), &mut failures).is_none());
+        }
+        let ended = report(&events, 1, 9, fail("the last"), &mut failures).unwrap();
+        let last = std::error::Error::source(&ended)
+            .and_then(|s| s.downcast_ref::<Box<Error>>())
+            .unwrap();
+        assert!(matches!(**last, Error::ShardFailed { shard: 2, .. }), "{last:?}");
+        assert_eq!(
+            with_causes(&ended),
+            "6 rounds failed in a row: server shard 2: the last"
+        );
+    }
 
     #[test]
     fn pacing_waits_for_the_interval_and_for_the_missing_steps_at_the_trainers_pace() {

@@ -12,7 +12,7 @@ use crate::hogwild::ParamAlias;
 use crate::recovery::RecoveryPoint;
 use crate::stats::TrainerCounters;
 use crate::sync::{resident_zeros, Combined, Payload, SyncPeer, WriteBack};
-use crate::{Error, Result};
+use crate::{with_causes, Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -283,7 +283,7 @@ pub(crate) struct ShadowActor {
     shadow: ShadowLoop,
     pacing: Pacing,
     events: EventBus,
-    exits: Sender<(usize, Option<String>)>,
+    exits: Sender<(usize, Option<Error>)>,
     trainer: usize,
     /// Raised when this loop fails, so that no peer waits for it.
     stop: Arc<AtomicBool>,
@@ -298,7 +298,7 @@ impl ShadowActor {
         shadow: ShadowLoop,
         pacing: Pacing,
         events: EventBus,
-        exits: Sender<(usize, Option<String>)>,
+        exits: Sender<(usize, Option<Error>)>,
         stop: Arc<AtomicBool>,
     ) -> Self {
         Self {
@@ -312,8 +312,9 @@ impl ShadowActor {
         }
     }
 
-    fn end(&mut self, ctx: &mut Context<Self>, error: Option<String>) {
+    fn end(&mut self, ctx: &mut Context<Self>, error: Option<Error>) {
         if let Some(error) = &error {
+            let error = with_causes(error);
             tracing::warn!(trainer = self.trainer, %error, "shadow sync failed; syncing ends");
             self.stop.store(true, Ordering::Relaxed);
         }

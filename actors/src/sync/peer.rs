@@ -116,7 +116,7 @@ impl SyncPeer {
 
     fn lock(&self) -> MutexGuard<'_, LivePeer> {
         // Poisoning is ignored: the rule's methods do not fail, and a panic
-        // in one is catching_panics by the loop that runs the round.
+        // in one is caught by the loop that runs the round.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 

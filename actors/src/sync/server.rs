@@ -208,7 +208,7 @@ impl HostedShard {
     }
 }
 
-/// Locks a hosted shard (poisoning ignored: a step's panic is catching_panics inside).
+/// Locks a hosted shard (poisoning ignored: a step's panic is caught inside).
 fn lock(shard: &SharedShard) -> std::sync::MutexGuard<'_, HostedShard> {
     shard.lock().unwrap_or_else(|p| p.into_inner())
 }
