@@ -191,7 +191,10 @@ mod tests {
         let last = std::error::Error::source(&ended)
             .and_then(|s| s.downcast_ref::<Box<Error>>())
             .unwrap();
-        assert!(matches!(**last, Error::ShardFailed { shard: 2, .. }), "{last:?}");
+        assert!(
+            matches!(**last, Error::ShardFailed { shard: 2, .. }),
+            "{last:?}"
+        );
         assert_eq!(
             with_causes(&ended),
             "6 rounds failed in a row: server shard 2: the last"

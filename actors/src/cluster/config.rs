@@ -1,0 +1,59 @@
+//! [`ClusterConfig`]: the runtime's settings besides the sync algorithm.
+
+use crate::events::EventBus;
+use crate::faults::Fault;
+use crate::sync::{Rules, Schedules, SyncConfig};
+use serde::{Deserialize, Serialize};
+
+/// Runtime settings besides the sync algorithm.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Synchronization.
+    pub sync: SyncConfig,
+    /// Training time between two looks at a trainer's mailbox, in milliseconds.
+    pub chunk_ms: u64,
+    /// Milliseconds between two consensus-distance samples (0 = none).
+    pub consensus_every_ms: u64,
+    /// libtorch intra-op threads of each trainer.
+    pub intra_op_threads: usize,
+    /// Hogwild worker threads per trainer, stepping one dense replica (with
+    /// `none` and `shadow-*` only).
+    pub workers: usize,
+    /// Faults to inject, for testing that they are contained (none normally).
+    pub faults: Vec<Fault>,
+    /// Trainer steps between two points where every trainer parks so that
+    /// [`Cluster::checkpoint`](crate::Cluster::checkpoint) can save the whole state (0 = never); rounded
+    /// up to a multiple of a foreground algorithm's sync period.
+    pub checkpoint_every: u64,
+    /// Where the cluster publishes its [`Event`](crate::events::Event)s. Subscribe to it before
+    /// starting to receive every event from the first step on
+    /// ([`Cluster::subscribe`](crate::Cluster::subscribe) receives those published after it is called).
+    #[serde(skip)]
+    pub events: EventBus,
+    /// The sync rules `sync.algorithm` may name: the built-in ones, and
+    /// those of one's own added with [`Rules::with`].
+    #[serde(skip)]
+    pub rules: Rules,
+    /// The group schedules of one's own `sync.schedule` may name, added with
+    /// [`Schedules::with`] (the built-in ones need no registering).
+    #[serde(skip)]
+    pub schedules: Schedules,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            sync: SyncConfig::default(),
+            chunk_ms: 20,
+            consensus_every_ms: 500,
+            intra_op_threads: 1,
+            workers: 1,
+            faults: Vec::new(),
+            checkpoint_every: 0,
+            events: EventBus::default(),
+            rules: Rules::default(),
+            schedules: Schedules::default(),
+        }
+    }
+}

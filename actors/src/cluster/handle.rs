@@ -1,0 +1,370 @@
+//! The [`Cluster`] handle: start, steer, stop and wait for a running cluster.
+
+use crate::checkpoint::{read_peer, ClusterState};
+use crate::coordinator::CoordinatorClient;
+use crate::events::{Event, EventBus};
+use crate::hogwild::ParamAlias;
+use crate::monitor::{ClusterControl, Watcher};
+use crate::shadow::Pacing;
+use crate::stats::{TrainerCounters, TrainerStats};
+use crate::sync::{Fabric, ServerClient, ShadowThreads, SharedPeer};
+use crate::trainer::{Control, Parking, TrainerActor, TrainerExit};
+use crate::{Error, Learner, Result};
+use actix::prelude::*;
+use crossbeam_channel::{bounded, Receiver};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+pub(crate) struct Running<L: Learner> {
+    pub(crate) trainers: Vec<Addr<TrainerActor<L>>>,
+    pub(super) trainer_exits: Receiver<TrainerExit<L>>,
+    pub(super) shadow_exits: Receiver<(usize, Option<Error>)>,
+    pub(super) system: System,
+    pub(super) system_thread: JoinHandle<()>,
+    pub(super) monitor: Option<JoinHandle<Vec<ConsensusPoint>>>,
+}
+
+pub(crate) struct Inner<L: Learner> {
+    pub(super) config: ClusterConfig,
+    pub(super) group_size: usize,
+    pub(crate) counters: Vec<Arc<TrainerCounters>>,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) events: EventBus,
+    pub(crate) server: Option<ServerClient>,
+    pub(super) bytes_sent: Vec<Arc<AtomicU64>>,
+    pub(super) started: Instant,
+    pub(super) fabric: Arc<dyn Fabric>,
+    pub(crate) running: Mutex<Option<Running<L>>>,
+    /// Where trainers park for checkpoints.
+    pub(crate) parking: Parking,
+    /// Each trainer's replica, read for checkpoints.
+    pub(crate) replicas: Vec<ParamAlias>,
+    /// Each trainer's sync peer's state, read for checkpoints.
+    pub(crate) peers: Vec<SharedPeer>,
+    /// Examples trained before this cluster started (by the run it resumes).
+    pub(super) resumed_examples: u64,
+    /// What the trainers are told (by the handle and the monitors).
+    pub(super) control: ClusterControl,
+    /// The monitors' and actors' threads, and the flag that ends them.
+    pub(super) watchers: Mutex<Vec<JoinHandle<()>>>,
+    pub(super) ended: Arc<AtomicBool>,
+}
+
+/// A cloneable handle on a running cluster.
+pub struct Cluster<L: Learner> {
+    pub(crate) inner: Arc<Inner<L>>,
+}
+
+impl<L: Learner> Clone for Cluster<L> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<L: Learner> Cluster<L> {
+    /// Starts training `learners` under `config`: one per trainer, or with
+    /// `config.workers = W`, W consecutive learners per trainer whose dense
+    /// parameters are one buffer (built with [`FlatParams::adopt_shared`](crate::FlatParams::adopt_shared)).
+    /// Every replica starts from the first one's parameters. (The shorthand
+    /// of [`ClusterBuilder`] with nothing else.)
+    pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
+        ClusterBuilder::new(config, learners).start()
+    }
+
+    /// Starts this process's part of a job spread over `fabric`'s processes
+    /// (see [`ClusterBuilder::fabric`]), from `resumed` if given.
+    pub fn start_on(
+        fabric: Arc<dyn Fabric>,
+        config: ClusterConfig,
+        learners: Vec<L>,
+        resumed: Option<&ClusterState>,
+    ) -> Result<Self> {
+        let builder = ClusterBuilder::new(config, learners).fabric(fabric);
+        match resumed {
+            Some(state) => builder.resume_from(state.clone()),
+            None => builder,
+        }
+        .start()
+    }
+
+    /// Starts training `learners` from `state` (see
+    /// [`ClusterBuilder::resume_from`]).
+    pub fn start_from(
+        config: ClusterConfig,
+        learners: Vec<L>,
+        state: &ClusterState,
+    ) -> Result<Self> {
+        ClusterBuilder::new(config, learners)
+            .resume_from(state.clone())
+            .start()
+    }
+
+    pub(super) fn launch(
+        fabric: Arc<dyn Fabric>,
+        config: ClusterConfig,
+        mut learners: Vec<L>,
+        resumed: Option<&ClusterState>,
+        watchers: Vec<Watcher>,
+    ) -> Result<Self> {
+        // Fed from the first step: subscribed before anything starts.
+        let feeds: Vec<_> = watchers.iter().map(|_| config.events.subscribe()).collect();
+        let sync = &config.sync;
+        let mut wiring = Wiring::prepare(&fabric, &config, &mut learners, resumed)?;
+        let (system, system_thread, (coordinator, server)) = start_services(
+            &config,
+            &fabric,
+            Arc::clone(&wiring.plan),
+            &wiring.initial,
+            wiring.centre,
+        )?;
+        // On a failure from here on, the system thread is told to end (and does).
+        let stop_system = |e: Error| {
+            system.stop();
+            e
+        };
+        let server = server.transpose().map_err(stop_system)?;
+        let groups = CoordinatorClient::new(coordinator, &*wiring.plan);
+        let Parts {
+            cores,
+            shadows,
+            replicas: monitor_replicas,
+            peers,
+        } = wiring
+            .parts(learners, &groups, &config, &server, resumed)
+            .map_err(stop_system)?;
+        let parking = parking_of(&config, &wiring.counters);
+        let (trainer_exit_tx, trainer_exits) = bounded(cores.len());
+        let (shadow_exit_tx, shadow_exits) = bounded(wiring.trainers);
+        let actors = Actors {
+            shadow: sync.algorithm.is_shadow(),
+            chunk: Duration::from_millis(config.chunk_ms.max(1)),
+            threads: config.intra_op_threads.max(1),
+            pacing: Pacing {
+                min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
+                min_steps: sync.min_steps,
+                max_cpu_share: sync.max_cpu_share,
+            },
+            hub_link: (sync.shadow_threads == ShadowThreads::PerProcess && fabric.processes() == 1)
+                .then_some(sync.link),
+            events: config.events.clone(),
+            stop: Arc::clone(&wiring.stop),
+            parking: parking.clone(),
+            fabric: Arc::clone(&fabric),
+            trainer_exits: trainer_exit_tx,
+            shadow_exits: shadow_exit_tx,
+        };
+        let addrs = start_actors(&system, cores, shadows, actors).map_err(stop_system)?;
+        let started = Instant::now();
+        let monitor = start_monitor(monitor_replicas, &config, &wiring.stop, started);
+        let control = ClusterControl::new(Arc::clone(&wiring.stop), Arc::clone(&fabric));
+        control.connect(addrs.iter().map(|a| a.clone().recipient()).collect());
+        let ended = Arc::new(AtomicBool::new(false));
+        let watchers = spawn_watchers(watchers, feeds, &control, &ended)?;
+        tracing::info!(
+            trainers = wiring.trainers,
+            job_trainers = wiring.trainers * fabric.processes(),
+            workers = config.workers.max(1),
+            algorithm = %config.sync.algorithm,
+            group_size = wiring.plan.group_size(),
+            "cluster started"
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                group_size: wiring.plan.group_size(),
+                counters: wiring.counters,
+                stop: wiring.stop,
+                events: config.events.clone(),
+                config,
+                fabric,
+                server,
+                bytes_sent: wiring.bytes_sent,
+                started,
+                parking,
+                replicas: wiring.replicas,
+                peers,
+                resumed_examples: resumed
+                    .map_or(0, |state| state.trainers.iter().map(|t| t.examples).sum()),
+                control,
+                watchers: Mutex::new(watchers),
+                ended,
+                running: Mutex::new(Some(Running {
+                    trainers: addrs,
+                    trainer_exits,
+                    shadow_exits,
+                    system,
+                    system_thread,
+                    monitor,
+                })),
+            }),
+        })
+    }
+
+    /// Number of trainers.
+    pub fn trainers(&self) -> usize {
+        self.inner.counters.len()
+    }
+
+    /// Every trainer's figures so far.
+    pub fn stats(&self) -> Vec<TrainerStats> {
+        self.inner.counters.iter().map(|c| c.stats()).collect()
+    }
+
+    /// A receiver of every event from now on.
+    pub fn subscribe(&self) -> Receiver<Event> {
+        self.inner.events.subscribe()
+    }
+
+    pub(crate) fn control(&self, message: Control) {
+        self.inner.control.send(message);
+    }
+
+    /// What the trainers can be told, to hand to others.
+    pub fn control_handle(&self) -> ClusterControl {
+        self.inner.control.clone()
+    }
+
+    /// Pauses every trainer (within one chunk of steps).
+    pub fn pause(&self) {
+        self.control(Control::Pause);
+    }
+
+    /// Resumes every trainer.
+    pub fn resume(&self) {
+        self.control(Control::Resume);
+    }
+
+    /// Sets every trainer's learning rate.
+    pub fn set_learning_rate(&self, lr: f64) {
+        self.control(Control::SetLearningRate(lr));
+    }
+
+    /// Ends syncing and asks every trainer to stop; [`Cluster::wait`] then
+    /// returns promptly.
+    pub fn stop(&self) {
+        self.inner.control.stop();
+    }
+
+    /// Whether [`Cluster::stop`] (or a monitor's [`ClusterControl::stop`]) was
+    /// called.
+    pub fn stopped(&self) -> bool {
+        self.inner.control.stopped()
+    }
+
+    /// Waits for every trainer (and sync loop) to end; returns the learners and
+    /// the report. A second call (from another handle) gets an error.
+    pub fn wait(&self) -> Result<ClusterOutcome<L>> {
+        let running = self
+            .inner
+            .running
+            .lock()
+            .map_err(|_| Error::Panicked("cluster's supervisor"))?
+            .take()
+            .ok_or(Error::AlreadyWaited)?;
+        let n = self.trainers();
+        let mut learners: Vec<Option<L>> = running.trainers.iter().map(|_| None).collect();
+        let mut errors = Vec::new();
+        for _ in 0..learners.len() {
+            let exit = running
+                .trainer_exits
+                .recv()
+                .map_err(|_| Error::LearnerLost)?;
+            if let Some(e) = exit.error {
+                errors.push(format!("trainer {}: {e}", exit.trainer));
+            }
+            if let Some(slot) = learners.get_mut(exit.worker) {
+                *slot = Some(exit.learner);
+            }
+        }
+        let seconds = self.inner.started.elapsed().as_secs_f64();
+        // Other processes' trainers may still be training: this process's
+        // sync loops keep serving them until all are done.
+        if let Err(e) = self.inner.fabric.rendezvous() {
+            errors.push(format!("waiting for the other processes: {e}"));
+        }
+        self.inner.stop.store(true, Ordering::Relaxed);
+        if self.inner.config.sync.algorithm.is_shadow() {
+            errors.extend(shadow_errors(&running.shadow_exits, n));
+        }
+        let consensus = running
+            .monitor
+            .and_then(|m| m.join().ok())
+            .unwrap_or_default();
+        // The centre lives in the server's shard actors: read it before they go.
+        let center = self
+            .inner
+            .server
+            .as_ref()
+            .map(ServerClient::center)
+            .transpose();
+        // Other processes may still be reading the shards served here.
+        if self.inner.server.is_some() {
+            if let Err(e) = self.inner.fabric.rendezvous() {
+                errors.push(format!(
+                    "waiting for the other processes to read the centre: {e}"
+                ));
+            }
+        }
+        running.system.stop();
+        let _ = running.system_thread.join();
+        errors.extend(self.end_watchers());
+        let center = center?;
+        let trainer_stats = self.stats();
+        let examples: u64 = trainer_stats.iter().map(|s| s.examples).sum();
+        let trained_here = examples - self.inner.resumed_examples;
+        let learners = learners
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or(Error::LearnerLost)?;
+        Ok(ClusterOutcome {
+            learners,
+            center,
+            peers: self.inner.peers.iter().map(read_peer).collect(),
+            report: ClusterReport {
+                algorithm: self.inner.config.sync.algorithm.clone(),
+                trainers: n,
+                group_size: self.inner.group_size,
+                seconds,
+                examples,
+                examples_per_sec: trained_here as f64 / seconds.max(1e-9),
+                trainer_stats,
+                consensus,
+                bytes_sent: self
+                    .inner
+                    .bytes_sent
+                    .iter()
+                    .map(|b| b.load(Ordering::Relaxed))
+                    .sum(),
+                server_cpu_seconds: self
+                    .inner
+                    .server
+                    .as_ref()
+                    .map_or(0.0, ServerClient::cpu_seconds),
+                errors,
+                events_dropped: self.inner.events.dropped(),
+            },
+        })
+    }
+
+    /// Lets the monitors see every event published until now, then waits
+    /// for them to end; one error per monitor that panicked.
+    fn end_watchers(&self) -> Vec<String> {
+        self.inner.ended.store(true, Ordering::SeqCst);
+        let watchers = std::mem::take(
+            &mut *self
+                .inner
+                .watchers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        watchers
+            .into_iter()
+            .filter_map(|w| w.join().is_err().then(|| "a monitor panicked".to_string()))
+            .collect()
+    }
+}

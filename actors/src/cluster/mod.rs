@@ -1,0 +1,42 @@
+//! The whole system, started from a config; a cloneable [`Cluster`] handle is
+//! the public API.
+//!
+//! [`Cluster::start`] takes one learner per trainer and builds:
+//! * a `TrainerActor` per trainer, each on its own arbiter thread — or, with
+//!   `workers = W`, W of them per trainer stepping one dense replica Hogwild-style;
+//! * for `shadow-*`, one `ShadowHubActor` running every trainer's rounds on one
+//!   thread (a job of one process, a rule that averages a group), or else a
+//!   `ShadowActor` beside each trainer, on its own thread
+//!   (`sync.shadow_threads`);
+//! * for `*-easgd`, the parameter server: one actor per shard of the centre
+//!   ([`ServerClient`](crate::sync::ServerClient); across processes, each serves its share of the shards);
+//! * the `GroupCoordinator` that every sync peer asks for its group each round
+//!   (following the [`GroupPlan`](crate::sync::GroupPlan) of the configured DS-Sync schedule);
+//! * the transport between trainers, with the simulated link: a [`mesh`](crate::sync::mesh) in
+//!   this process, or across the processes of a job through a [`Fabric`](crate::sync::Fabric)
+//!   ([`Cluster::start_on`]; the trainers of this process are then numbered
+//!   across the job, groups span processes, and syncing ends when every
+//!   process agrees it does);
+//! * a monitor thread sampling the consensus distance of the replicas.
+//!
+//! Shutdown: syncing ends when [`Cluster::stop`] is called or the trainers run
+//! out of data — for the foreground algorithms when the first trainer does (they
+//! move in lockstep, and a finished trainer can no longer take part in a round);
+//! for the shadow ones when the last trainer does: the shadow loop of a finished
+//! trainer keeps averaging its final parameters, so the trainers still running
+//! never train unsynchronized. Pending collectives then return at once, so
+//! nothing can hang, and [`Cluster::wait`] hands back the learners with a
+//! [`ClusterReport`].
+
+mod builder;
+mod config;
+mod handle;
+mod report;
+mod wiring;
+
+pub use builder::ClusterBuilder;
+pub use config::ClusterConfig;
+pub use handle::Cluster;
+use report::sample_consensus;
+pub use report::{consensus_distance, ClusterOutcome, ClusterReport, ConsensusPoint};
+use wiring::*;

@@ -1,0 +1,156 @@
+//! What a finished cluster hands back: [`ClusterReport`], [`ClusterOutcome`],
+//! and the consensus distance sampled while it ran.
+
+use crate::hogwild::ParamAlias;
+use crate::stats::TrainerStats;
+use crate::sync::{Algorithm, PeerState};
+use crate::{Learner, Result};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The spread of the replicas at one moment: mean over trainers of ‖wᵢ − w̄‖².
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ConsensusPoint {
+    /// Seconds since the start.
+    pub seconds: f64,
+    /// Consensus distance.
+    pub distance: f64,
+}
+
+/// What a cluster run measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterReport {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Number of trainers.
+    pub trainers: usize,
+    /// Group size.
+    pub group_size: usize,
+    /// Wall-clock seconds from start to the last trainer's end.
+    pub seconds: f64,
+    /// Examples trained, all trainers (with those of a run it resumes).
+    pub examples: u64,
+    /// Examples trained by this run per second.
+    pub examples_per_sec: f64,
+    /// Per trainer.
+    pub trainer_stats: Vec<TrainerStats>,
+    /// Consensus distance over time.
+    pub consensus: Vec<ConsensusPoint>,
+    /// Parameter bytes sent between trainers.
+    pub bytes_sent: u64,
+    /// CPU seconds EASGD's server shards in this process spent serving.
+    #[serde(default)]
+    pub server_cpu_seconds: f64,
+    /// Errors of trainers or sync loops, if any.
+    pub errors: Vec<String>,
+    /// Events that slow subscribers missed.
+    pub events_dropped: u64,
+}
+
+impl ClusterReport {
+    /// The CPU time the shadow loops' rounds and EASGD's server shards took
+    /// against the trainers' own; `None` where no CPU time was measured.
+    pub fn sync_cpu_share(&self) -> Option<f64> {
+        let stats = &self.trainer_stats;
+        let training: f64 = stats.iter().map(|s| s.training_cpu_seconds).sum();
+        let sync: f64 = stats.iter().map(|s| s.sync_cpu_seconds).sum();
+        (training > 0.0).then(|| (sync + self.server_cpu_seconds) / training)
+    }
+}
+
+/// The learners as trained, and the report.
+#[derive(Debug)]
+pub struct ClusterOutcome<L> {
+    /// The learners in the order they were given (trainer by trainer, a
+    /// trainer's workers consecutive).
+    pub learners: Vec<L>,
+    /// EASGD's centre copy, for `*-easgd`.
+    pub center: Option<Vec<f32>>,
+    /// Each trainer's sync peer's state as it ended.
+    pub peers: Vec<PeerState>,
+    /// The figures.
+    pub report: ClusterReport,
+}
+
+impl<L: Learner> ClusterOutcome<L> {
+    /// The trained model's dense parameters: EASGD's centre, or else the mean
+    /// of the trainers' replicas (of this process's, across processes).
+    pub fn model(&self) -> Result<Vec<f32>> {
+        if let Some(center) = &self.center {
+            return Ok(center.clone());
+        }
+        let workers = (self.learners.len() / self.report.trainers.max(1)).max(1);
+        let replicas: Vec<&L> = self.learners.iter().step_by(workers).collect();
+        let len = replicas.first().map_or(0, |l| l.dense_params().numel());
+        let (mut mean, mut replica) = (vec![0f32; len], vec![0f32; len]);
+        for learner in &replicas {
+            learner.dense_params().copy_to(&mut replica)?;
+            let share = 1.0 / replicas.len() as f32;
+            mean.iter_mut()
+                .zip(&replica)
+                .for_each(|(m, r)| *m += r * share);
+        }
+        Ok(mean)
+    }
+}
+
+/// Samples the consensus distance of `replicas` every `every` until `stop`,
+/// and once more when stopped, so that even a short run has its final point.
+pub(super) fn sample_consensus(
+    replicas: &[ParamAlias],
+    every: Duration,
+    stop: &AtomicBool,
+    started: Instant,
+) -> Vec<ConsensusPoint> {
+    let mut points = Vec::new();
+    let len = replicas.first().map_or(0, ParamAlias::len);
+    let mut snapshots = vec![vec![0f32; len]; replicas.len()];
+    let mut stopping = false;
+    while !stopping {
+        let due = Instant::now() + every;
+        while !stopping && Instant::now() < due {
+            std::thread::sleep(every.min(Duration::from_millis(10)));
+            stopping = stop.load(Ordering::Relaxed);
+        }
+        if replicas
+            .iter()
+            .zip(&mut snapshots)
+            .any(|(r, s)| r.snapshot_into(s).is_err())
+        {
+            break;
+        }
+        points.push(ConsensusPoint {
+            seconds: started.elapsed().as_secs_f64(),
+            distance: consensus_distance(&snapshots),
+        });
+    }
+    points
+}
+
+/// Mean over replicas of ‖wᵢ − w̄‖².
+pub fn consensus_distance(replicas: &[Vec<f32>]) -> f64 {
+    let n = replicas.len().max(1) as f64;
+    let len = replicas.first().map_or(0, Vec::len);
+    let mut total = 0.0;
+    for j in 0..len {
+        let mean = replicas.iter().map(|r| f64::from(r[j])).sum::<f64>() / n;
+        total += replicas
+            .iter()
+            .map(|r| (f64::from(r[j]) - mean).powi(2))
+            .sum::<f64>();
+    }
+    total / n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consensus_distance_golden() {
+        // Mean (2, 0); squared distances 1+4=5 and 1+4=5; mean 5.
+        assert_eq!(consensus_distance(&[vec![1.0, 2.0], vec![3.0, -2.0]]), 5.0);
+        assert_eq!(consensus_distance(&[vec![1.0, 2.0], vec![1.0, 2.0]]), 0.0);
+    }
+}

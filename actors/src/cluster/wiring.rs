@@ -1,0 +1,561 @@
+//! How a cluster is wired before and while it starts: the group plan, the
+//! starting point, the endpoints, each trainer's rule, and the actors.
+
+use crate::checkpoint::ClusterState;
+use crate::coordinator::{CoordinatorClient, GroupCoordinator};
+use crate::events::{Event, EventBus};
+use crate::hogwild::ParamAlias;
+use crate::monitor::{ClusterControl, Watcher};
+use crate::recovery::RecoveryPoint;
+use crate::shadow::{Pacing, ShadowActor, ShadowHub, ShadowHubActor, ShadowLoop};
+use crate::stats::TrainerCounters;
+use crate::sync::{
+    check_partitions, Algorithm, Endpoint, Exchange, Fabric, GroupPlan, GroupSchedule, LinkModel,
+    ModelAveraging, RuleContext, Schedule, ScheduleContext, ServerClient, SharedPeer, SyncPeer,
+    SyncRule,
+};
+use crate::system::spawn_system;
+use crate::trainer::{Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
+use crate::{with_causes, Error, Learner, Result};
+use actix::prelude::*;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// What a cluster is wired from, checked before any thread starts: the group
+/// plan, the starting point, the replicas' aliases, the endpoints and each
+/// trainer's sync rule.
+pub(super) struct Wiring {
+    /// This process's trainers.
+    pub(super) trainers: usize,
+    pub(super) plan: Arc<dyn GroupSchedule>,
+    pub(super) initial: Vec<f32>,
+    pub(super) counters: Vec<Arc<TrainerCounters>>,
+    pub(super) replicas: Vec<ParamAlias>,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) endpoints: Vec<Endpoint>,
+    pub(super) bytes_sent: Vec<Arc<AtomicU64>>,
+    pub(super) rules: Vec<Box<dyn SyncRule>>,
+    /// Whether the rule syncs against a centre (EASGD's server shards).
+    pub(super) centre: bool,
+}
+
+impl Wiring {
+    pub(super) fn prepare<L: Learner>(
+        fabric: &Arc<dyn Fabric>,
+        config: &ClusterConfig,
+        learners: &mut [L],
+        resumed: Option<&ClusterState>,
+    ) -> Result<Self> {
+        let workers = config.workers.max(1);
+        let sync = &config.sync;
+        sync.validate()?;
+        check_workers(learners, workers, &sync.algorithm)?;
+        let trainers = learners.len() / workers;
+        let plan = group_plan(config, trainers, trainers * fabric.processes())?;
+        let (initial, counters) = starting_point(learners, workers, resumed)?;
+        let replicas = learners
+            .iter()
+            .step_by(workers)
+            .map(|l| ParamAlias::new(l.dense_params()))
+            .collect::<Result<Vec<_>>>()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut endpoints = fabric.endpoints(trainers, sync.link, Arc::clone(&stop))?;
+        for endpoint in &mut endpoints {
+            endpoint.set_timeout(sync.peer_timeout());
+        }
+        let bytes_sent = endpoints.iter().map(|e| e.bytes_counter()).collect();
+        let rules = make_rules(config, &endpoints, &*plan, &initial)?;
+        let centre = rules
+            .first()
+            .is_some_and(|r| matches!(r.exchange(), Exchange::Centre { .. }));
+        Ok(Self {
+            trainers,
+            plan,
+            initial,
+            counters,
+            replicas,
+            stop,
+            endpoints,
+            bytes_sent,
+            rules,
+            centre,
+        })
+    }
+}
+
+impl Wiring {
+    /// The trainers' cores (caught up with a resumed run's furthest one),
+    /// their shadow loops and their sync peers (restored when resumed); takes
+    /// the endpoints and the rules.
+    pub(super) fn parts<L: Learner>(
+        &mut self,
+        learners: Vec<L>,
+        groups: &CoordinatorClient,
+        config: &ClusterConfig,
+        server: &Option<ServerClient>,
+        resumed: Option<&ClusterState>,
+    ) -> Result<Parts<L>> {
+        let mut parts = build_parts(
+            learners,
+            &self.counters,
+            std::mem::take(&mut self.endpoints),
+            std::mem::take(&mut self.rules),
+            groups,
+            config,
+            &self.initial,
+            server,
+        )?;
+        if let Some(state) = resumed {
+            state.restore_peers(&parts.peers, &config.sync.algorithm)?;
+        }
+        // A resumed foreground algorithm syncs again once every trainer is
+        // past the furthest one.
+        let catch_up = resumed.map_or(0, ClusterState::furthest_steps);
+        parts.cores = std::mem::take(&mut parts.cores)
+            .into_iter()
+            .map(|core| core.catching_up_to(catch_up))
+            .collect();
+        Ok(parts)
+    }
+}
+
+/// Waits for the `n` shadow loops to end; the errors they ended with, each
+/// with its causes, for the report.
+pub(super) fn shadow_errors(exits: &Receiver<(usize, Option<Error>)>, n: usize) -> Vec<String> {
+    exits
+        .iter()
+        .take(n)
+        .filter_map(|(trainer, error)| {
+            error.map(|e| format!("shadow sync of trainer {trainer}: {}", with_causes(&e)))
+        })
+        .collect()
+}
+
+/// Starts each watcher on its thread, fed by its subscription.
+pub(super) fn spawn_watchers(
+    watchers: Vec<Watcher>,
+    feeds: Vec<Receiver<Event>>,
+    control: &ClusterControl,
+    ended: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>> {
+    watchers
+        .into_iter()
+        .zip(feeds)
+        .map(|(watcher, feed)| watcher.spawn(feed, control.clone(), Arc::clone(ended)))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|source| Error::Thread {
+            thread: "monitor",
+            source,
+        })
+}
+
+/// Where a cluster's training starts: the initial dense parameters (the
+/// first replica's, which every replica then takes, or the checkpoint's
+/// centre or first replica), and each trainer's counters (resumed ones go on
+/// from the checkpoint's).
+pub(super) fn starting_point<L: Learner>(
+    learners: &mut [L],
+    workers: usize,
+    resumed: Option<&ClusterState>,
+) -> Result<(Vec<f32>, Vec<Arc<TrainerCounters>>)> {
+    let first = learners.first().ok_or_else(|| Error::Config {
+        key: "trainers".into(),
+        reason: "must be at least 1".into(),
+    })?;
+    let mut initial = vec![0.0; first.dense_params().numel()];
+    let counters = match resumed {
+        Some(state) => {
+            state.restore(learners, workers)?;
+            initial.copy_from_slice(state.center.as_deref().unwrap_or(&state.trainers[0].dense));
+            state
+                .trainers
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    Arc::new(
+                        TrainerCounters::with_workers(i, workers).resumed_from(t.steps, t.examples),
+                    )
+                })
+                .collect()
+        }
+        None => {
+            first.dense_params().copy_to(&mut initial)?;
+            // Every replica starts from the same point.
+            for learner in learners.iter().step_by(workers).skip(1) {
+                learner.dense_params().load_from(&initial)?;
+            }
+            (0..learners.len() / workers)
+                .map(|i| Arc::new(TrainerCounters::with_workers(i, workers)))
+                .collect()
+        }
+    };
+    Ok((initial, counters))
+}
+
+/// The groups of the job's `job_trainers` trainers (`n` in this process):
+/// the plan of a built-in `sync.schedule` (whose hierarchical blocks are the
+/// processes' trainers unless set), or a registered one's.
+pub(super) fn group_plan(
+    config: &ClusterConfig,
+    n: usize,
+    job_trainers: usize,
+) -> Result<Arc<dyn GroupSchedule>> {
+    let sync = &config.sync;
+    let plan: Arc<dyn GroupSchedule> = match &sync.schedule {
+        Schedule::Registered(name) => {
+            let context = ScheduleContext {
+                trainers: job_trainers,
+                per_process: n,
+                config: sync,
+            };
+            config.schedules.make(name, &context)?
+        }
+        built_in => {
+            let group_size = match (built_in, sync.group_size) {
+                (Schedule::Hierarchical, 0) => n,
+                _ => sync.group_size_for(job_trainers),
+            };
+            let plan = GroupPlan::new(built_in.clone(), job_trainers, group_size)?;
+            Arc::new(plan.with_seed(sync.seed))
+        }
+    };
+    check_partitions(&*plan, 64)?;
+    Ok(plan)
+}
+
+/// Each of this process's trainers' sync rule (the mean for the algorithms
+/// that name none: sync-sgd's gradients are averaged).
+pub(super) fn make_rules(
+    config: &ClusterConfig,
+    endpoints: &[Endpoint],
+    plan: &dyn GroupSchedule,
+    initial: &[f32],
+) -> Result<Vec<Box<dyn SyncRule>>> {
+    endpoints
+        .iter()
+        .map(|endpoint| match config.sync.algorithm.rule() {
+            Some(name) => config.rules.make(
+                name,
+                &RuleContext {
+                    trainer: endpoint.id(),
+                    trainers: plan.trainers(),
+                    group_size: plan.group_size(),
+                    initial,
+                    config: &config.sync,
+                },
+            ),
+            None => Ok(Box::new(ModelAveraging) as Box<dyn SyncRule>),
+        })
+        .collect()
+}
+
+/// The thread sampling the replicas' consensus distance every
+/// `config.consensus_every_ms` (none for 0).
+pub(super) fn start_monitor(
+    replicas: Vec<ParamAlias>,
+    config: &ClusterConfig,
+    stop: &Arc<AtomicBool>,
+    started: Instant,
+) -> Option<JoinHandle<Vec<ConsensusPoint>>> {
+    (config.consensus_every_ms > 0).then(|| {
+        let every = Duration::from_millis(config.consensus_every_ms);
+        let stop = Arc::clone(stop);
+        std::thread::spawn(move || {
+            tch::set_num_threads(1);
+            sample_consensus(&replicas, every, &stop, started)
+        })
+    })
+}
+
+/// Where the trainers park for checkpoints: every `checkpoint_every` steps,
+/// rounded up to a multiple of a foreground algorithm's sync period, first
+/// at the first multiple after the slowest trainer's steps.
+pub(super) fn parking_of(config: &ClusterConfig, counters: &[Arc<TrainerCounters>]) -> Parking {
+    let every = match (config.checkpoint_every, &config.sync.algorithm) {
+        (0, _) => 0,
+        (every, Algorithm::Foreground { every: k, .. }) => every.div_ceil(*k) * k,
+        (every, _) => every,
+    };
+    let slowest = counters.iter().map(|c| c.steps()).min().unwrap_or(0);
+    Parking::new(every, slowest)
+}
+
+/// The actor system and its services, each on an arbiter of its own: the
+/// group coordinator following `plan` and, for a rule that meets a `centre`
+/// (EASGD), the parameter server's shards starting from `initial` (behind
+/// the simulated link in one process; between processes the network is real).
+pub(super) fn start_services(
+    config: &ClusterConfig,
+    fabric: &Arc<dyn Fabric>,
+    plan: Arc<dyn GroupSchedule>,
+    initial: &[f32],
+    centre: bool,
+) -> Result<(System, JoinHandle<()>, Services)> {
+    let sync = &config.sync;
+    let shards = sync.server_shards_for(plan.trainers(), fabric.processes());
+    let (events, initial) = (config.events.clone(), initial.to_vec());
+    let link = match fabric.processes() {
+        1 => sync.link,
+        _ => LinkModel::default(),
+    };
+    let faults = config.faults.clone();
+    let (coordinator_events, coordinator_faults) = (events.clone(), faults.clone());
+    let fabric = Arc::clone(fabric);
+    spawn_system("shadowsync-system", move || {
+        let coordinator = GroupCoordinator::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+            GroupCoordinator::new(plan, coordinator_events).with_faults(&coordinator_faults)
+        });
+        let server = centre.then(|| {
+            ServerClient::start(&initial, shards, &events, &faults, &*fabric)
+                .map(|server| server.over_link(link))
+        });
+        (coordinator, server)
+    })
+}
+
+/// The group coordinator, and EASGD's server if it has one.
+pub(super) type Services = (Addr<GroupCoordinator>, Option<Result<ServerClient>>);
+
+/// What the trainer and shadow actors are started with.
+pub(super) struct Actors<L: Learner> {
+    /// Whether shadow loops sync (else a finished trainer ends syncing).
+    pub(super) shadow: bool,
+    pub(super) chunk: Duration,
+    pub(super) threads: usize,
+    pub(super) pacing: Pacing,
+    /// The link of a job of one process, whose shadow rounds one thread may
+    /// run ([`ShadowHub`]); `None` for a thread per trainer.
+    pub(super) hub_link: Option<LinkModel>,
+    pub(super) events: EventBus,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) parking: Parking,
+    pub(super) fabric: Arc<dyn Fabric>,
+    pub(super) trainer_exits: Sender<TrainerExit<L>>,
+    pub(super) shadow_exits: Sender<(usize, Option<Error>)>,
+}
+
+/// Starts a trainer actor per core and the shadow hub, or a shadow actor per
+/// loop, each on an arbiter of its own in `system`; the trainers' addresses.
+pub(super) fn start_actors<L: Learner>(
+    system: &System,
+    cores: Vec<TrainerCore<L>>,
+    shadows: Vec<ShadowLoop>,
+    actors: Actors<L>,
+) -> Result<Vec<Addr<TrainerActor<L>>>> {
+    let (ready_tx, ready_rx) = bounded(1);
+    let launched = system.arbiter().spawn_fn(move || {
+        let Actors {
+            shadow,
+            chunk,
+            threads,
+            pacing,
+            hub_link,
+            events,
+            stop,
+            parking,
+            fabric,
+            trainer_exits,
+            shadow_exits,
+        } = actors;
+        // One thread for every trainer's shadow rounds where it can serve them.
+        let (hub, shadows) = match hub_link.filter(|_| ShadowHub::serves(&shadows)) {
+            Some(_) if shadows.is_empty() => (None, shadows),
+            Some(link) => match ShadowHub::new(shadows, pacing, link) {
+                Ok(hub) => (Some(hub), Vec::new()),
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            },
+            None => (None, shadows),
+        };
+        let addrs: Vec<_> = cores
+            .into_iter()
+            .enumerate()
+            .map(|(worker, core)| {
+                let (exits, events, stop, parking, fabric) = (
+                    trainer_exits.clone(),
+                    events.clone(),
+                    Arc::clone(&stop),
+                    parking.clone(),
+                    Arc::clone(&fabric),
+                );
+                let on_finish: Box<dyn Fn() + Send> = if shadow {
+                    Box::new(|| {})
+                } else {
+                    Box::new(move || {
+                        stop.store(true, Ordering::Relaxed);
+                        fabric.stop_everywhere();
+                    })
+                };
+                TrainerActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                    // OpenMP teams are per thread: size this one.
+                    tch::set_num_threads(threads as i32);
+                    TrainerActor::new(worker, core, chunk, parking, exits, events, on_finish)
+                })
+            })
+            .collect();
+        match hub {
+            Some(hub) => {
+                ShadowHubActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                    ShadowHubActor::new(hub, events, shadow_exits, stop)
+                });
+            }
+            None => start_shadow_actors(shadows, pacing, &events, &shadow_exits, &stop),
+        }
+        let _ = ready_tx.send(Ok(addrs));
+    });
+    if !launched {
+        return Err(Error::Stopped("actor system"));
+    }
+    ready_rx
+        .recv()
+        .map_err(|_| Error::Stopped("actor system"))?
+}
+
+/// Starts a shadow actor per loop, each on an arbiter of its own.
+pub(super) fn start_shadow_actors(
+    shadows: Vec<ShadowLoop>,
+    pacing: Pacing,
+    events: &EventBus,
+    exits: &Sender<(usize, Option<Error>)>,
+    stop: &Arc<AtomicBool>,
+) {
+    for (trainer, shadow) in shadows.into_iter().enumerate() {
+        let (events, exits, stop) = (events.clone(), exits.clone(), Arc::clone(stop));
+        ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+            tch::set_num_threads(1);
+            ShadowActor::new(trainer, shadow, pacing, events, exits, stop)
+        });
+    }
+}
+
+/// What runs a cluster's trainers: one core per learner, one shadow loop per
+/// trainer (for `shadow-*`), and an alias of each trainer's replica and its
+/// sync peer's state.
+pub(super) struct Parts<L: Learner> {
+    pub(super) cores: Vec<TrainerCore<L>>,
+    pub(super) shadows: Vec<ShadowLoop>,
+    pub(super) replicas: Vec<ParamAlias>,
+    pub(super) peers: Vec<SharedPeer>,
+}
+
+/// Builds the [`Parts`] of `learners`, `learners.len() / counters.len()` per
+/// trainer: the first of a trainer's learners syncs through a peer on its
+/// endpoint (and takes the injected faults); the others are its Hogwild
+/// workers. A trainer's learners share one recovery point.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn build_parts<L: Learner>(
+    learners: Vec<L>,
+    counters: &[Arc<TrainerCounters>],
+    endpoints: Vec<Endpoint>,
+    rules: Vec<Box<dyn SyncRule>>,
+    groups: &CoordinatorClient,
+    config: &ClusterConfig,
+    initial: &[f32],
+    server: &Option<ServerClient>,
+) -> Result<Parts<L>> {
+    let sync = &config.sync;
+    let workers = learners.len() / counters.len().max(1);
+    let mut parts = Parts {
+        cores: Vec::with_capacity(learners.len()),
+        shadows: Vec::new(),
+        replicas: Vec::with_capacity(counters.len()),
+        peers: Vec::with_capacity(counters.len()),
+    };
+    // Only algorithms that never average leave the trainer to keep its own
+    // recovery state.
+    let keeps_own_state = matches!(sync.algorithm, Algorithm::None | Algorithm::SyncSgd);
+    let mut endpoints = endpoints.into_iter().zip(rules);
+    let mut recovery = Arc::new(RecoveryPoint::new(initial));
+    for (worker, learner) in learners.into_iter().enumerate() {
+        let counters = Arc::clone(&counters[worker / workers]);
+        if worker % workers != 0 {
+            // A Hogwild worker: steps the replica; its trainer's loop syncs it.
+            let core = TrainerCore::new(learner, Foreground::Nothing, counters)?
+                .with_recovery(Arc::clone(&recovery), false);
+            parts.cores.push(core);
+            continue;
+        }
+        recovery = Arc::new(RecoveryPoint::new(initial));
+        let (endpoint, rule) = endpoints
+            .next()
+            .ok_or(Error::Internal("fewer endpoints than trainers"))?;
+        parts
+            .replicas
+            .push(ParamAlias::new(learner.dense_params())?);
+        let peer = SyncPeer::new(endpoint, groups.clone(), rule, server.clone())?;
+        parts.peers.push(peer.shared_state());
+        let foreground = match sync.algorithm {
+            Algorithm::None => Foreground::Nothing,
+            Algorithm::SyncSgd => Foreground::SyncSgd(peer),
+            Algorithm::Foreground { every, .. } => Foreground::Every { every, peer },
+            Algorithm::Shadow { .. } => {
+                let replica = ParamAlias::new(learner.dense_params())?;
+                parts.shadows.push(
+                    ShadowLoop::new(
+                        replica,
+                        peer,
+                        sync.write_back,
+                        Arc::clone(&counters),
+                        Arc::clone(&recovery),
+                    )
+                    .with_faults(&config.faults),
+                );
+                Foreground::Nothing
+            }
+        };
+        let core = TrainerCore::new(learner, foreground, counters)?
+            .with_recovery(Arc::clone(&recovery), keeps_own_state)
+            .with_faults(&config.faults);
+        parts.cores.push(core);
+    }
+    Ok(parts)
+}
+
+/// Checks that `learners` make whole trainers of `workers` Hogwild workers
+/// sharing one dense buffer, under an algorithm that allows them.
+pub(super) fn check_workers<L: Learner>(
+    learners: &[L],
+    workers: usize,
+    algorithm: &Algorithm,
+) -> Result<()> {
+    if workers == 1 {
+        return Ok(());
+    }
+    let bad = |reason: String| {
+        Err(Error::Config {
+            key: "workers".into(),
+            reason,
+        })
+    };
+    if !matches!(algorithm, Algorithm::None | Algorithm::Shadow { .. }) {
+        return bad(format!(
+            "Hogwild workers run with none or shadow-* (a trainer that syncs in the foreground, as {algorithm} does, is one thread)"
+        ));
+    }
+    if learners.len() % workers != 0 {
+        return bad(format!(
+            "{} learners do not make whole trainers of {workers} workers",
+            learners.len()
+        ));
+    }
+    for trainer in learners.chunks(workers) {
+        let owner = trainer[0].dense_params();
+        if !trainer[1..]
+            .iter()
+            .all(|w| w.dense_params().shares_values_with(owner))
+        {
+            return bad(
+                "a trainer's workers must share its dense parameters (FlatParams::adopt_shared)"
+                    .into(),
+            );
+        }
+    }
+    Ok(())
+}
