@@ -1,39 +1,34 @@
-//! Synchronization: sync rules ([`SyncRule`]: MA, EASGD, BMUF, or one's own),
-//! DS-Sync group schedules ([`GroupSchedule`]), the transport between
-//! trainers (the fabric that places them in one process or many), and the
-//! EASGD parameter server.
+//! Synchronization, in three rooms: what a round computes ([`rules`]: the
+//! algorithm, the sync rules and their math), who meets whom each round
+//! (`schedule`: DS-Sync's group schedules, [`GroupSchedule`]), and how values
+//! travel ([`transport`]: in one process, to the EASGD server, across MPI
+//! ranks). Beside them, a trainer's side of a round (`peer`: [`SyncPeer`])
+//! and sync-sgd's exchange of shared gradients (`shared`).
 
-mod algorithm;
-mod combined;
-mod fabric;
-mod math;
-#[cfg(feature = "mpi")]
-pub mod mpi;
 mod peer;
-mod rule;
+pub mod rules;
 mod schedule;
-mod server;
 mod shared;
-mod transport;
+pub mod transport;
 
-pub use algorithm::{Algorithm, ShadowThreads, SyncConfig};
-pub(crate) use combined::{Combined, SharedSlice};
-pub use fabric::{launched_by_mpirun, Fabric, InProcess};
-pub use math::{elastic, mean_into, BmufParams, BmufState, WriteBack};
-pub(crate) use math::{elastic_into, resident_zeros};
 pub(crate) use peer::SharedPeer;
 pub use peer::{PeerState, SyncPeer};
-pub use rule::{
-    BlockMomentum, Elastic, Exchange, ModelAveraging, RuleContext, RuleFactory, RuleState, Rules,
-    SyncRule,
+pub use rules::{
+    elastic, mean_into, Algorithm, BlockMomentum, BmufParams, BmufState, Elastic, Exchange,
+    ModelAveraging, RuleContext, RuleFactory, RuleState, Rules, ShadowThreads, SyncConfig,
+    SyncRule, WriteBack,
 };
+pub(crate) use rules::{elastic_into, resident_zeros, Combined, SharedSlice};
 pub use schedule::{
     check_partitions, GroupPlan, GroupSchedule, Schedule, ScheduleContext, ScheduleFactory,
     Schedules,
 };
-pub(crate) use server::ShardReply;
 #[cfg(feature = "mpi")]
-pub(crate) use server::{serve, ShardRequest};
-pub use server::{RemoteShards, ServerClient, ServerShard, ServerShardActor};
-pub use transport::{mesh, Endpoint, LinkModel};
-pub(crate) use transport::{Payload, Reduce};
+pub use transport::mpi;
+pub use transport::{
+    launched_by_mpirun, mesh, Endpoint, Fabric, InProcess, LinkModel, RemoteShards, ServerClient,
+    ServerShard, ServerShardActor,
+};
+#[cfg(feature = "mpi")]
+pub(crate) use transport::{serve, ShardRequest};
+pub(crate) use transport::{Payload, Reduce, ShardReply};

@@ -151,7 +151,7 @@ impl From<Vec<f32>> for Payload {
 
 /// The two phases of a group mean (reduce-scatter, then all-gather).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
+pub(crate) enum Phase {
     /// A member's values of the receiver's slice.
     Scatter,
     /// A member's reduced slice: the group mean over its part of the vector.
@@ -166,18 +166,18 @@ pub(super) enum Phase {
 /// A payload in flight: the values `data[span]` (in one process `data` is the
 /// sender's whole buffer, shared; across processes only the span crosses).
 #[derive(Debug, Clone)]
-pub(super) struct Message {
-    pub(super) round: u64,
-    pub(super) phase: Phase,
-    pub(super) from: usize,
-    pub(super) data: Arc<[f32]>,
-    pub(super) span: std::ops::Range<usize>,
-    pub(super) deliver_at: Instant,
+pub(crate) struct Message {
+    pub(crate) round: u64,
+    pub(crate) phase: Phase,
+    pub(crate) from: usize,
+    pub(crate) data: Arc<[f32]>,
+    pub(crate) span: std::ops::Range<usize>,
+    pub(crate) deliver_at: Instant,
 }
 
 impl Message {
     /// The values sent.
-    pub(super) fn values(&self) -> &[f32] {
+    pub(crate) fn values(&self) -> &[f32] {
         self.data.get(self.span.clone()).unwrap_or_default()
     }
 }
@@ -186,9 +186,9 @@ impl Message {
 /// communication thread (see the `mpi` module, the only reader of its fields).
 #[derive(Debug)]
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-pub(super) struct Outgoing {
-    pub(super) to: usize,
-    pub(super) message: Message,
+pub(crate) struct Outgoing {
+    pub(crate) to: usize,
+    pub(crate) message: Message,
 }
 
 /// How a message reaches one trainer.
@@ -249,7 +249,7 @@ pub fn mesh(n: usize, link: LinkModel, stop: Arc<AtomicBool>) -> Vec<Endpoint> {
 /// The endpoints of trainers `local` out of `n`, with the senders into their
 /// inboxes; messages to the other trainers go to `remote` (required if there
 /// are any).
-pub(super) fn mesh_part(
+pub(crate) fn mesh_part(
     n: usize,
     local: std::ops::Range<usize>,
     remote: Option<Sender<Outgoing>>,
@@ -350,7 +350,7 @@ impl Endpoint {
 
     /// A buffer handed back by [`Endpoint::recycle`], for a result of this
     /// round to fill (empty if none was).
-    pub(super) fn take_spare(&mut self) -> Vec<f32> {
+    pub(crate) fn take_spare(&mut self) -> Vec<f32> {
         self.spares.pop().unwrap_or_default()
     }
 
@@ -512,7 +512,7 @@ impl Endpoint {
     /// Sends every other member of `group` the whole `payload` (of any
     /// length) in `phase` of `round`, and returns theirs, with the members
     /// that sent none in time; `Ok(None)` once stopped.
-    pub(super) fn exchange(
+    pub(crate) fn exchange(
         &mut self,
         round: u64,
         phase: Phase,

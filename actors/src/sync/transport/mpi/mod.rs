@@ -50,7 +50,7 @@ mod shards;
 mod thread;
 mod wire;
 
-use super::transport::{mesh_part, Message, Outgoing};
+use super::{mesh_part, Message, Outgoing};
 use super::{
     Endpoint, Fabric, LinkModel, RemoteShards, ServerShardActor, ShardReply, ShardRequest,
 };

@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// `shards` (≥ 1) near-equal contiguous ranges covering `0..len`.
-pub(super) fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>>> {
+pub(crate) fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>>> {
     if shards == 0 {
         return Err(Error::Config {
             key: "sync.server_shards".into(),
@@ -62,7 +62,7 @@ pub(super) fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>
 }
 
 /// The process serving shard `shard` of the centre among `processes`.
-pub(super) fn shard_process(shard: usize, processes: usize) -> usize {
+pub(crate) fn shard_process(shard: usize, processes: usize) -> usize {
     shard % processes.max(1)
 }
 
