@@ -1,4 +1,6 @@
-//! The state of a whole cluster, taken while it stands still, to resume from.
+//! The state of a whole cluster, taken while it stands still, to resume from
+//! (in memory: writing it to disk, with the rest of a run, is the application's;
+//! the CTR crate's `checkpoint` module does it).
 //!
 //! With [`ClusterConfig::checkpoint_every`](crate::ClusterConfig) set, every
 //! trainer parks after each multiple of that many steps. Once all of them have

@@ -16,16 +16,16 @@
 
 mod audit;
 mod ctr;
-mod embedding;
-mod learner;
+mod ctr_learner;
+mod local_table;
 mod optim;
 mod registry;
 mod rows;
 
 pub use audit::{AuditReport, JobSums, RowAudit};
 pub use ctr::{CtrModel, DeepFm, Dlrm, LogisticRegression};
-pub use embedding::{EmbeddingTable, RowInit};
-pub use learner::CtrLearner;
+pub use ctr_learner::CtrLearner;
+pub use local_table::{EmbeddingTable, RowInit};
 pub use optim::DenseOptimizer;
 pub use registry::{ModelFactory, Models, RowRuleFactory, RowRules};
 pub use rows::{Pending, Prefetch, ShardedTable, Table};

@@ -10,7 +10,7 @@
 //! rows' update (pushed to their owners, not waited for).
 
 use super::audit::{AuditReport, RowAudit};
-use super::embedding::coalesce;
+use super::local_table::coalesce;
 use super::{EmbeddingTable, RowInit};
 use crate::config::TrainConfig;
 use crate::data::TableLayout;

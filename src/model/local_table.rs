@@ -1,4 +1,6 @@
-//! The fused embedding table and its sparse optimizers.
+//! The fused embedding table of one process and its row optimizer (a table
+//! sharded over processes is the runtime's `embedding` module's, behind
+//! [`ShardedTable`](super::ShardedTable)).
 //!
 //! All 26 per-field tables live in one `[rows, width]` tensor (see
 //! [`TableLayout`]), looked up once per batch. The table is not part of autograd:
