@@ -77,6 +77,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 
 pub mod checkpoint;
 pub mod cluster;

@@ -5,9 +5,9 @@ use crate::coordinator::CoordinatorClient;
 use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
 use crate::monitor::{ClusterControl, Watcher};
-use crate::shadow::Pacing;
+use crate::shadow::ShadowExit;
 use crate::stats::{TrainerCounters, TrainerStats};
-use crate::sync::{Fabric, ServerClient, ShadowThreads, SharedPeer};
+use crate::sync::{Fabric, ServerClient, SharedPeer};
 use crate::trainer::{Control, Parking, TrainerActor, TrainerExit};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
@@ -15,14 +15,32 @@ use crossbeam_channel::{bounded, Receiver};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::*;
+
+impl<L: Learner> Running<L> {
+    /// Waits for every trainer's exit: its learner, in its place, and the
+    /// error it ended with added to `errors`.
+    fn learners_back(&self, errors: &mut Vec<String>) -> Result<Vec<Option<L>>> {
+        let mut learners: Vec<Option<L>> = self.trainers.iter().map(|_| None).collect();
+        for _ in 0..learners.len() {
+            let exit = self.trainer_exits.recv().map_err(|_| Error::LearnerLost)?;
+            if let Some(e) = exit.error {
+                errors.push(format!("trainer {}: {e}", exit.trainer));
+            }
+            if let Some(slot) = learners.get_mut(exit.worker) {
+                *slot = Some(exit.learner);
+            }
+        }
+        Ok(learners)
+    }
+}
 
 pub(crate) struct Running<L: Learner> {
     pub(crate) trainers: Vec<Addr<TrainerActor<L>>>,
     pub(super) trainer_exits: Receiver<TrainerExit<L>>,
-    pub(super) shadow_exits: Receiver<(usize, Option<Error>)>,
+    pub(super) shadow_exits: Receiver<ShadowExit>,
     pub(super) system: System,
     pub(super) system_thread: JoinHandle<()>,
     pub(super) monitor: Option<JoinHandle<Vec<ConsensusPoint>>>,
@@ -114,7 +132,6 @@ impl<L: Learner> Cluster<L> {
     ) -> Result<Self> {
         // Fed from the first step: subscribed before anything starts.
         let feeds: Vec<_> = watchers.iter().map(|_| config.events.subscribe()).collect();
-        let sync = &config.sync;
         let mut wiring = Wiring::prepare(&fabric, &config, &mut learners, resumed)?;
         let (system, system_thread, (coordinator, server)) = start_services(
             &config,
@@ -141,24 +158,12 @@ impl<L: Learner> Cluster<L> {
         let parking = parking_of(&config, &wiring.counters);
         let (trainer_exit_tx, trainer_exits) = bounded(cores.len());
         let (shadow_exit_tx, shadow_exits) = bounded(wiring.trainers);
-        let actors = Actors {
-            shadow: sync.algorithm.is_shadow(),
-            chunk: Duration::from_millis(config.chunk_ms.max(1)),
-            threads: config.intra_op_threads.max(1),
-            pacing: Pacing {
-                min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
-                min_steps: sync.min_steps,
-                max_cpu_share: sync.max_cpu_share,
-            },
-            hub_link: (sync.shadow_threads == ShadowThreads::PerProcess && fabric.processes() == 1)
-                .then_some(sync.link),
-            events: config.events.clone(),
-            stop: Arc::clone(&wiring.stop),
-            parking: parking.clone(),
-            fabric: Arc::clone(&fabric),
-            trainer_exits: trainer_exit_tx,
-            shadow_exits: shadow_exit_tx,
-        };
+        let actors = Actors::of(
+            &config,
+            &fabric,
+            (&wiring.stop, &parking),
+            (trainer_exit_tx, shadow_exit_tx),
+        );
         let addrs = start_actors(&system, cores, shadows, actors).map_err(stop_system)?;
         let started = Instant::now();
         let monitor = start_monitor(monitor_replicas, &config, &wiring.stop, started);
@@ -267,20 +272,8 @@ impl<L: Learner> Cluster<L> {
             .take()
             .ok_or(Error::AlreadyWaited)?;
         let n = self.trainers();
-        let mut learners: Vec<Option<L>> = running.trainers.iter().map(|_| None).collect();
         let mut errors = Vec::new();
-        for _ in 0..learners.len() {
-            let exit = running
-                .trainer_exits
-                .recv()
-                .map_err(|_| Error::LearnerLost)?;
-            if let Some(e) = exit.error {
-                errors.push(format!("trainer {}: {e}", exit.trainer));
-            }
-            if let Some(slot) = learners.get_mut(exit.worker) {
-                *slot = Some(exit.learner);
-            }
-        }
+        let learners = running.learners_back(&mut errors)?;
         let seconds = self.inner.started.elapsed().as_secs_f64();
         // Other processes' trainers may still be training: this process's
         // sync loops keep serving them until all are done.

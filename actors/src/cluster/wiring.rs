@@ -7,12 +7,12 @@ use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
 use crate::monitor::{ClusterControl, Watcher};
 use crate::recovery::RecoveryPoint;
-use crate::shadow::{Pacing, ShadowActor, ShadowHub, ShadowHubActor, ShadowLoop};
+use crate::shadow::{Pacing, ShadowActor, ShadowExit, ShadowHub, ShadowHubActor, ShadowLoop};
 use crate::stats::TrainerCounters;
 use crate::sync::{
     check_partitions, Algorithm, Endpoint, Exchange, Fabric, GroupPlan, GroupSchedule, LinkModel,
-    ModelAveraging, RuleContext, Schedule, ScheduleContext, ServerClient, SharedPeer, SyncPeer,
-    SyncRule,
+    ModelAveraging, RuleContext, Schedule, ScheduleContext, ServerClient, ShadowThreads,
+    SharedPeer, SyncPeer, SyncRule,
 };
 use crate::system::spawn_system;
 use crate::trainer::{Foreground, Parking, TrainerActor, TrainerCore, TrainerExit};
@@ -126,7 +126,7 @@ impl Wiring {
 
 /// Waits for the `n` shadow loops to end; the errors they ended with, each
 /// with its causes, for the report.
-pub(super) fn shadow_errors(exits: &Receiver<(usize, Option<Error>)>, n: usize) -> Vec<String> {
+pub(super) fn shadow_errors(exits: &Receiver<ShadowExit>, n: usize) -> Vec<String> {
     exits
         .iter()
         .take(n)
@@ -336,7 +336,38 @@ pub(super) struct Actors<L: Learner> {
     pub(super) parking: Parking,
     pub(super) fabric: Arc<dyn Fabric>,
     pub(super) trainer_exits: Sender<TrainerExit<L>>,
-    pub(super) shadow_exits: Sender<(usize, Option<Error>)>,
+    pub(super) shadow_exits: Sender<ShadowExit>,
+}
+
+impl<L: Learner> Actors<L> {
+    /// What the actors of `config` start with, on `fabric`: ended by `stop`,
+    /// parking at `parking`, reporting their ends on `exits`.
+    pub(super) fn of(
+        config: &ClusterConfig,
+        fabric: &Arc<dyn Fabric>,
+        (stop, parking): (&Arc<AtomicBool>, &Parking),
+        (trainer_exits, shadow_exits): (Sender<TrainerExit<L>>, Sender<ShadowExit>),
+    ) -> Self {
+        let sync = &config.sync;
+        Self {
+            shadow: sync.algorithm.is_shadow(),
+            chunk: Duration::from_millis(config.chunk_ms.max(1)),
+            threads: config.intra_op_threads.max(1),
+            pacing: Pacing {
+                min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
+                min_steps: sync.min_steps,
+                max_cpu_share: sync.max_cpu_share,
+            },
+            hub_link: (sync.shadow_threads == ShadowThreads::PerProcess && fabric.processes() == 1)
+                .then_some(sync.link),
+            events: config.events.clone(),
+            stop: Arc::clone(stop),
+            parking: parking.clone(),
+            fabric: Arc::clone(fabric),
+            trainer_exits,
+            shadow_exits,
+        }
+    }
 }
 
 /// Starts a trainer actor per core and the shadow hub, or a shadow actor per
@@ -423,7 +454,7 @@ pub(super) fn start_shadow_actors(
     shadows: Vec<ShadowLoop>,
     pacing: Pacing,
     events: &EventBus,
-    exits: &Sender<(usize, Option<Error>)>,
+    exits: &Sender<ShadowExit>,
     stop: &Arc<AtomicBool>,
 ) {
     for (trainer, shadow) in shadows.into_iter().enumerate() {

@@ -19,7 +19,7 @@
 //! thread's CPU time to the trainers in equal shares.
 
 use super::trainer_loop::Landing;
-use super::{catching_panics, report, Pacing, RoundOutcome, ShadowLoop};
+use super::{catching_panics, report, Pacing, RoundOutcome, ShadowExit, ShadowLoop};
 use crate::events::EventBus;
 use crate::recovery::unpanicked;
 use crate::sync::LinkModel;
@@ -489,7 +489,7 @@ struct Tick;
 pub(crate) struct ShadowHubActor {
     hub: ShadowHub,
     events: EventBus,
-    exits: Sender<(usize, Option<Error>)>,
+    exits: Sender<ShadowExit>,
     /// Raised when a trainer's rounds keep failing, so that nothing waits on
     /// the hub.
     stop: Arc<AtomicBool>,
@@ -504,7 +504,7 @@ impl ShadowHubActor {
     pub(crate) fn new(
         hub: ShadowHub,
         events: EventBus,
-        exits: Sender<(usize, Option<Error>)>,
+        exits: Sender<ShadowExit>,
         stop: Arc<AtomicBool>,
     ) -> Self {
         let failures = vec![0; hub.trainers()];

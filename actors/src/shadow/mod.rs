@@ -33,6 +33,10 @@ use crate::recovery::unpanicked;
 use crate::{with_causes, Error};
 use std::time::Duration;
 
+/// How a trainer's shadow loop ended: the trainer, and the error that ended
+/// syncing, if one did.
+pub(crate) type ShadowExit = (usize, Option<Error>);
+
 /// Failed rounds of one trainer in a row after which syncing ends.
 pub(crate) const MAX_CONSECUTIVE_FAILURES: u32 = 5;
 

@@ -5,7 +5,7 @@
 //! [`ShadowHub`](super::ShadowHub) runs the same loops' snapshots and
 //! write-backs for a whole process on one thread.
 
-use super::{catching_panics, report, Pacing, RoundOutcome};
+use super::{catching_panics, report, Pacing, RoundOutcome, ShadowExit};
 use crate::events::EventBus;
 use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::hogwild::ParamAlias;
@@ -283,7 +283,7 @@ pub(crate) struct ShadowActor {
     shadow: ShadowLoop,
     pacing: Pacing,
     events: EventBus,
-    exits: Sender<(usize, Option<Error>)>,
+    exits: Sender<ShadowExit>,
     trainer: usize,
     /// Raised when this loop fails, so that no peer waits for it.
     stop: Arc<AtomicBool>,
@@ -298,7 +298,7 @@ impl ShadowActor {
         shadow: ShadowLoop,
         pacing: Pacing,
         events: EventBus,
-        exits: Sender<(usize, Option<Error>)>,
+        exits: Sender<ShadowExit>,
         stop: Arc<AtomicBool>,
     ) -> Self {
         Self {

@@ -216,18 +216,7 @@ impl ShardWire {
             shard as usize,
             &words[4..],
         );
-        let floats = |words: &[u32]| {
-            words
-                .iter()
-                .map(|&w| f32::from_bits(w))
-                .collect::<Vec<f32>>()
-        };
-        let ids = |words: &[u32]| {
-            words
-                .chunks(2)
-                .map(|pair| u64::from(pair[0]) | (u64::from(pair[1]) << 32))
-                .collect::<Vec<u64>>()
-        };
+        let (floats, ids) = (floats_of, ids_of);
         Ok(match kind {
             CENTER => Self::Request {
                 ticket,
@@ -290,6 +279,19 @@ impl ShardWire {
             other => return Err(format!("unknown kind {other}")),
         })
     }
+}
+
+/// `f32`s from their bits.
+fn floats_of(words: &[u32]) -> Vec<f32> {
+    words.iter().map(|&w| f32::from_bits(w)).collect()
+}
+
+/// `u64` ids from pairs of words, low then high.
+fn ids_of(words: &[u32]) -> Vec<u64> {
+    words
+        .chunks(2)
+        .map(|pair| u64::from(pair[0]) | (u64::from(pair[1]) << 32))
+        .collect()
 }
 
 #[cfg(test)]
