@@ -373,6 +373,10 @@ impl Config {
     pub const MAX_THREADS: usize = 256;
 
     /// Reads and validates a TOML file.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::read_file`] and [`Config::validate`].
     pub fn from_file(path: &Path) -> Result<Self> {
         let config = Self::read_file(path)?;
         config.validate()?;
@@ -381,18 +385,32 @@ impl Config {
 
     /// Reads a TOML file (unknown keys and wrong types are errors) to be
     /// completed, by command-line flags say, before it is validated.
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be read, or an unknown key or a value of the
+    /// wrong type (naming the file, the line and the key).
     pub fn read_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         toml::from_str(&text).map_err(|e| Error::config(path.display().to_string(), e.to_string()))
     }
 
     /// Checks every value against its allowed range.
+    ///
+    /// # Errors
+    ///
+    /// The first value out of its range, naming its key and the range.
     pub fn validate(&self) -> Result<()> {
         self.validate_for(1)
     }
 
     /// [`Config::validate`] for one of `processes` processes of a job, each
     /// with `train.trainers` trainers (groups may span processes).
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::validate`], and groups or faults that do not fit the
+    /// job's trainers.
     pub fn validate_for(&self, processes: usize) -> Result<()> {
         self.validate_optim()?;
         self.validate_train()?;

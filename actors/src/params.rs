@@ -45,6 +45,10 @@ fn trainable(vs: &VarStore) -> Result<Vec<(String, Tensor)>> {
 impl FlatParams {
     /// Moves the trainable variables of `vs` into one flat buffer (in name order,
     /// so two replicas built the same way share one layout).
+    ///
+    /// # Errors
+    ///
+    /// Variables that are not `f32`, or a buffer libtorch cannot allocate.
     pub fn adopt(vs: &VarStore) -> Result<Self> {
         let vars = trainable(vs)?;
         let numel: i64 = vars.iter().map(|(_, t)| t.numel() as i64).sum();
@@ -57,6 +61,11 @@ impl FlatParams {
     /// take the owner's current values; each worker keeps its own gradient (and
     /// its own autograd bookkeeping), and its optimizer steps land in the shared
     /// buffer. `vs` must have the owner's layout.
+    ///
+    /// # Errors
+    ///
+    /// Variables whose names or shapes differ from the owner's layout
+    /// ([`Error::Layout`]), or that are not `f32`.
     pub fn adopt_shared(vs: &VarStore, owner: &FlatParams) -> Result<Self> {
         let vars = trainable(vs)?;
         let layout: Vec<(String, Vec<i64>)> =
@@ -134,6 +143,11 @@ impl FlatParams {
     }
 
     /// Overwrites the gradient with `src` (length [`FlatParams::numel`]).
+    ///
+    /// # Errors
+    ///
+    /// `src` or `out` of another length than [`FlatParams::numel`]
+    /// ([`Error::Layout`]).
     pub fn load_grad_from(&self, src: &[f32]) -> Result<()> {
         self.write(&self.grad, src)
     }
@@ -166,28 +180,52 @@ impl FlatParams {
     }
 
     /// Zeroes the gradient buffer (before a backward pass).
+    ///
+    /// # Errors
+    ///
+    /// libtorch's, on a buffer it cannot write.
     pub fn zero_grad(&self) -> Result<()> {
         tch::no_grad(|| self.grad.shallow_clone().f_zero_()).map(drop)?;
         Ok(())
     }
 
     /// Copies the parameters out into `out` (length [`FlatParams::numel`]).
+    ///
+    /// # Errors
+    ///
+    /// `src` or `out` of another length than [`FlatParams::numel`]
+    /// ([`Error::Layout`]).
     pub fn copy_to(&self, out: &mut [f32]) -> Result<()> {
         self.read_finite(&self.values, out).map(drop)
     }
 
     /// Copies the parameters out into `out` (length [`FlatParams::numel`])
     /// and tells whether they are all finite, checked in the same pass.
+    ///
+    /// # Errors
+    ///
+    /// `src` or `out` of another length than [`FlatParams::numel`]
+    /// ([`Error::Layout`]).
     pub fn copy_finite_to(&self, out: &mut [f32]) -> Result<bool> {
         self.read_finite(&self.values, out)
     }
 
     /// [`FlatParams::copy_finite_to`] of the gradient.
+    ///
+    /// # Errors
+    ///
+    /// `src` or `out` of another length than [`FlatParams::numel`]
+    /// ([`Error::Layout`]).
     pub fn copy_finite_grad_to(&self, out: &mut [f32]) -> Result<bool> {
         self.read_finite(&self.grad, out)
     }
 
     /// Overwrites the parameters with `src` (length [`FlatParams::numel`]).
+    ///
+    /// # Errors
+    ///
+    /// `src` or `out` of another length than [`FlatParams::numel`]
+    /// ([`Error::Layout`]).
     pub fn load_from(&self, src: &[f32]) -> Result<()> {
         self.write(&self.values, src)
     }

@@ -93,6 +93,13 @@ impl<L: Learner> ClusterBuilder<L> {
     }
 
     /// Starts the cluster.
+    ///
+    /// # Errors
+    ///
+    /// A configuration that cannot run (an error naming its key: an
+    /// unknown rule or schedule, groups that do not divide the trainers, a
+    /// schedule that is no partition), learners whose layouts differ, a
+    /// resumed state that does not fit, or a thread that cannot start.
     pub fn start(self) -> Result<Cluster<L>> {
         Cluster::launch(
             self.fabric,

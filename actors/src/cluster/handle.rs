@@ -91,12 +91,21 @@ impl<L: Learner> Cluster<L> {
     /// parameters are one buffer (built with [`FlatParams::adopt_shared`](crate::FlatParams::adopt_shared)).
     /// Every replica starts from the first one's parameters. (The shorthand
     /// of [`ClusterBuilder`] with nothing else.)
+    ///
+    /// # Errors
+    ///
+    /// As [`ClusterBuilder::start`].
     pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
         ClusterBuilder::new(config, learners).start()
     }
 
     /// Starts this process's part of a job spread over `fabric`'s processes
     /// (see [`ClusterBuilder::fabric`]), from `resumed` if given.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClusterBuilder::start`]; across processes also a fabric
+    /// that cannot reach the others.
     pub fn start_on(
         fabric: Arc<dyn Fabric>,
         config: ClusterConfig,
@@ -113,6 +122,11 @@ impl<L: Learner> Cluster<L> {
 
     /// Starts training `learners` from `state` (see
     /// [`ClusterBuilder::resume_from`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClusterBuilder::start`]; a state of another number of
+    /// trainers or layout is an error naming `resume`.
     pub fn start_from(
         config: ClusterConfig,
         learners: Vec<L>,
@@ -263,6 +277,13 @@ impl<L: Learner> Cluster<L> {
 
     /// Waits for every trainer (and sync loop) to end; returns the learners and
     /// the report. A second call (from another handle) gets an error.
+    ///
+    /// # Errors
+    ///
+    /// A second wait on the same cluster ([`Error::AlreadyWaited`]), a
+    /// trainer that ended without its learner ([`Error::LearnerLost`]), or
+    /// EASGD's centre that could not be read. A trainer or sync loop that
+    /// failed is not an error here: the report lists it (`errors`).
     pub fn wait(&self) -> Result<ClusterOutcome<L>> {
         let running = self
             .inner

@@ -76,6 +76,11 @@ pub struct ClusterOutcome<L> {
 impl<L: Learner> ClusterOutcome<L> {
     /// The trained model's dense parameters: EASGD's centre, or else the mean
     /// of the trainers' replicas (of this process's, across processes).
+    ///
+    /// # Errors
+    ///
+    /// A replica that cannot be read (a buffer that is not a contiguous
+    /// CPU `f32` tensor).
     pub fn model(&self) -> Result<Vec<f32>> {
         if let Some(center) = &self.center {
             return Ok(center.clone());
