@@ -90,6 +90,7 @@ pub mod faults;
 mod hogwild;
 mod learner;
 pub mod monitor;
+mod named;
 mod params;
 mod recovery;
 mod shadow;
@@ -103,4 +104,5 @@ pub use cluster::{Cluster, ClusterBuilder, ClusterConfig, ClusterOutcome, Cluste
 pub use error::{first_line, with_causes, Error, Result};
 pub use hogwild::{with_values, with_values_mut, ParamAlias};
 pub use learner::{Learner, LearnerState, SharedGradients, StepOutcome};
+pub use named::Named;
 pub use params::FlatParams;

@@ -5,10 +5,9 @@
 use super::ctr::{DeepFm, Dlrm, LogisticRegression};
 use super::CtrModel;
 use crate::config::{ModelConfig, OptimConfig};
-use crate::{Error, Result};
+use crate::Result;
 use shadowsync_actors::embedding::{Adagrad, Ftrl, RowRule, Sgd};
-use std::collections::BTreeMap;
-use std::fmt;
+use shadowsync_actors::Named;
 use std::sync::Arc;
 use tch::{nn, Device};
 
@@ -19,44 +18,6 @@ pub type ModelFactory =
 /// Makes the row rule of the embedding tables from `[optim]` (whose
 /// `sparse_lr` is the rule's learning rate, given at every update).
 pub type RowRuleFactory = Arc<dyn Fn(&OptimConfig) -> Result<Box<dyn RowRule>> + Send + Sync>;
-
-/// A name → factory map whose unknown names are errors naming a config key.
-#[derive(Clone)]
-struct Named<F> {
-    key: &'static str,
-    what: &'static str,
-    by_name: BTreeMap<String, F>,
-}
-
-impl<F> Named<F> {
-    fn new(key: &'static str, what: &'static str) -> Self {
-        Self {
-            key,
-            what,
-            by_name: BTreeMap::new(),
-        }
-    }
-
-    fn get(&self, name: &str) -> Result<&F> {
-        self.by_name.get(name).ok_or_else(|| {
-            let known: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
-            Error::config(
-                self.key,
-                format!(
-                    "unknown {} {name:?}; known: {}",
-                    self.what,
-                    known.join(", ")
-                ),
-            )
-        })
-    }
-}
-
-impl<F> fmt::Debug for Named<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.by_name.keys()).finish()
-    }
-}
 
 /// CTR models by the name `model.kind` gives them: `lr`, `dlrm`, `deepfm`,
 /// and those added with [`Models::with`].
@@ -84,7 +45,7 @@ impl Models {
         name: &str,
         make: impl Fn(&ModelConfig, &nn::Path) -> Result<Box<dyn CtrModel>> + Send + Sync + 'static,
     ) -> Self {
-        self.0.by_name.insert(name.to_string(), Arc::new(make));
+        self.0.insert(name, Arc::new(make));
         self
     }
 
@@ -140,7 +101,7 @@ impl RowRules {
         name: &str,
         make: impl Fn(&OptimConfig) -> Result<Box<dyn RowRule>> + Send + Sync + 'static,
     ) -> Self {
-        self.0.by_name.insert(name.to_string(), Arc::new(make));
+        self.0.insert(name, Arc::new(make));
         self
     }
 

@@ -16,12 +16,11 @@
 //! | `hypercube` | trainers whose base-`m` digits differ only in digit `r mod log_m n` (for m = 2: `j` and `j XOR 2^(r mod log2 n)`); exact global mean after `log_m n` rounds |
 //! | `hierarchical` | blocks `{0..m}`, `{m..2m}`, ... on even rounds; on odd rounds the `n/m` trainers at the same place in their blocks (`{i, m+i, 2m+i, ...}`); exact global mean after 2 rounds. With a process's trainers as a block: within processes, then across |
 
-use crate::{Error, Result};
+use crate::{Error, Named, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -175,14 +174,13 @@ pub type ScheduleFactory =
 
 /// Group schedules of one's own, by the name `sync.schedule` gives them
 /// (the built-in ones are [`Schedule`]'s other variants).
-#[derive(Clone, Default)]
-pub struct Schedules {
-    by_name: BTreeMap<String, ScheduleFactory>,
-}
+#[derive(Clone, Debug)]
+pub struct Schedules(Named<ScheduleFactory>);
 
-impl fmt::Debug for Schedules {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.by_name.keys()).finish()
+impl Default for Schedules {
+    fn default() -> Self {
+        let built_in = BUILT_IN.iter().map(|(name, _)| *name);
+        Self(Named::new("sync.schedule", "schedule").also_taking(built_in))
     }
 }
 
@@ -193,7 +191,7 @@ impl Schedules {
         name: &str,
         make: impl Fn(&ScheduleContext<'_>) -> Result<Arc<dyn GroupSchedule>> + Send + Sync + 'static,
     ) -> Self {
-        self.by_name.insert(name.to_string(), Arc::new(make));
+        self.0.insert(name, Arc::new(make));
         self
     }
 
@@ -202,17 +200,10 @@ impl Schedules {
     ///
     /// # Errors
     ///
-    /// A name registered nowhere.
+    /// A name registered nowhere, with the known ones.
     pub fn check(&self, schedule: &Schedule) -> Result<()> {
         match schedule {
-            Schedule::Registered(name) if !self.by_name.contains_key(name) => {
-                let mut known: Vec<&str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
-                known.extend(self.by_name.keys().map(String::as_str));
-                Err(Error::Config {
-                    key: "sync.schedule".into(),
-                    reason: format!("unknown schedule {name:?}; known: {}", known.join(", ")),
-                })
-            }
+            Schedule::Registered(name) => self.0.get(name).map(drop),
             _ => Ok(()),
         }
     }
@@ -228,8 +219,7 @@ impl Schedules {
         name: &str,
         context: &ScheduleContext<'_>,
     ) -> Result<Arc<dyn GroupSchedule>> {
-        self.check(&Schedule::Registered(name.to_string()))?;
-        let schedule = (self.by_name[name])(context)?;
+        let schedule = (self.0.get(name)?)(context)?;
         if schedule.trainers() != context.trainers {
             return Err(Error::Config {
                 key: "sync.schedule".into(),

@@ -21,8 +21,7 @@
 //! arrays ([`RuleState`]) and given back on resume.
 
 use crate::sync::{mean_into, BmufParams, BmufState, SyncConfig};
-use crate::{Error, Result};
-use std::collections::BTreeMap;
+use crate::{Error, Named, Result};
 use std::fmt;
 use std::sync::Arc;
 
@@ -136,34 +135,24 @@ pub type RuleFactory = Arc<dyn Fn(&RuleContext<'_>) -> Result<Box<dyn SyncRule>>
 
 /// Sync rules by the name `sync.algorithm` gives them: `ma`, `easgd` and
 /// `bmuf`, and those added with [`Rules::with`].
-#[derive(Clone)]
-pub struct Rules {
-    by_name: BTreeMap<String, RuleFactory>,
-}
+#[derive(Clone, Debug)]
+pub struct Rules(Named<RuleFactory>);
 
 impl Default for Rules {
     fn default() -> Self {
-        Self {
-            by_name: BTreeMap::new(),
-        }
-        .with("ma", |_| Ok(Box::new(ModelAveraging)))
-        .with("easgd", |c| {
-            Ok(Box::new(Elastic {
-                alpha: c.config.alpha_for(c.trainers),
-            }))
-        })
-        .with("bmuf", |c| {
-            Ok(Box::new(BlockMomentum {
-                params: c.config.bmuf_for(c.group_size),
-                state: BmufState::new(c.initial),
-            }))
-        })
-    }
-}
-
-impl fmt::Debug for Rules {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.by_name.keys()).finish()
+        Self(Named::new("sync.algorithm", "sync rule"))
+            .with("ma", |_| Ok(Box::new(ModelAveraging)))
+            .with("easgd", |c| {
+                Ok(Box::new(Elastic {
+                    alpha: c.config.alpha_for(c.trainers),
+                }))
+            })
+            .with("bmuf", |c| {
+                Ok(Box::new(BlockMomentum {
+                    params: c.config.bmuf_for(c.group_size),
+                    state: BmufState::new(c.initial),
+                }))
+            })
     }
 }
 
@@ -174,32 +163,27 @@ impl Rules {
         name: &str,
         make: impl Fn(&RuleContext<'_>) -> Result<Box<dyn SyncRule>> + Send + Sync + 'static,
     ) -> Self {
-        self.by_name.insert(name.to_string(), Arc::new(make));
+        self.0.insert(name, Arc::new(make));
         self
     }
 
     /// Whether a rule is called `name`.
     pub fn knows(&self, name: &str) -> bool {
-        self.by_name.contains_key(name)
+        self.0.knows(name)
     }
 
     /// An error naming `sync.algorithm` unless a rule is called `name`.
+    ///
+    /// # Errors
+    ///
+    /// An unknown name, with the known ones.
     pub fn check(&self, name: &str) -> Result<()> {
-        if self.knows(name) {
-            return Ok(());
-        }
-        let known: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
-        Err(Error::Config {
-            key: "sync.algorithm".into(),
-            reason: format!("unknown sync rule {name:?}; known: {}", known.join(", ")),
-        })
+        self.0.get(name).map(drop)
     }
 
     /// The rule `name` for `context`'s trainer.
     pub fn make(&self, name: &str, context: &RuleContext<'_>) -> Result<Box<dyn SyncRule>> {
-        self.check(name)?;
-        let make = &self.by_name[name];
-        make(context)
+        (self.0.get(name)?)(context)
     }
 }
 
