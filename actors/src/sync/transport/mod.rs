@@ -7,15 +7,21 @@
 
 mod fabric;
 mod in_process;
+mod link;
+mod message;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 mod server;
 
 pub use fabric::{launched_by_mpirun, Fabric, InProcess};
-pub use in_process::{mesh, Endpoint, LinkModel};
 #[cfg(feature = "mpi")]
-pub(crate) use in_process::{mesh_part, Message, Outgoing};
-pub(crate) use in_process::{sleep_until, Payload, Phase, Reduce};
+pub(crate) use in_process::mesh_part;
+pub use in_process::{mesh, Endpoint};
+pub(crate) use link::sleep_until;
+pub use link::LinkModel;
+#[cfg(feature = "mpi")]
+pub(crate) use message::{Message, Outgoing};
+pub(crate) use message::{Payload, Phase, Reduce};
 pub(crate) use server::ShardReply;
 #[cfg(feature = "mpi")]
 pub(crate) use server::{serve, ShardRequest};
