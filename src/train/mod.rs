@@ -37,7 +37,7 @@
 //! and the report.
 
 use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore, Reason, Rejected};
-use crate::config::{Config, EmbeddingsMode};
+use crate::config::{Config, EmbeddingsMode, RowShape};
 use crate::data::{
     BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, TableLayout,
 };
@@ -456,7 +456,7 @@ fn run(
     let mut pipeline = spawn_pipeline(&data.train, &layout, config, fabric.as_ref(), checkpoint)?;
     let learners = build_learners(
         (config, registry),
-        &layout,
+        (&layout, row_shape),
         &mut pipeline,
         fabric.as_ref(),
         checkpoint,
@@ -560,15 +560,16 @@ fn spawn_pipeline(
 
 /// One learner per shard of `pipeline`, all sharing one embedding table (the
 /// checkpoint's, when resumed): this process's, or one sharded over
-/// `fabric`'s processes. The table is returned too.
+/// `fabric`'s processes, its rows of `row_shape` (what [`Registry::check`]
+/// found). The table is returned too.
 fn build_learners(
     (config, registry): (&Config, &Registry),
-    layout: &TableLayout,
+    (layout, row_shape): (&TableLayout, RowShape),
     pipeline: &mut Pipeline,
     fabric: &dyn Fabric,
     resumed: Option<&Checkpoint>,
 ) -> Result<(Vec<CtrLearner>, Table)> {
-    let width = registry.models().embedding_width(&config.model)?;
+    let width = row_shape.width as i64;
     let rule = registry.row_rules().build(&config.optim)?;
     let lr = config.optim.sparse_lr;
     let mut table = match config.train.embeddings_for(fabric.processes()) {

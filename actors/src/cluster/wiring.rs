@@ -399,6 +399,8 @@ pub(super) fn start_actors<L: Learner>(
             Some(link) => match ShadowHub::new(shadows, pacing, link) {
                 Ok(hub) => (Some(hub), Vec::new()),
                 Err(e) => {
+                    // One answer into a queue of one: it fails only when
+                    // the launcher stopped waiting, and then nobody asks.
                     let _ = ready_tx.send(Err(e));
                     return;
                 }
@@ -439,6 +441,7 @@ pub(super) fn start_actors<L: Learner>(
             }
             None => start_shadow_actors(shadows, pacing, &events, &shadow_exits, &stop),
         }
+        // As above: the queue holds this one answer.
         let _ = ready_tx.send(Ok(addrs));
     });
     if !launched {

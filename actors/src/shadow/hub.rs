@@ -530,6 +530,8 @@ impl ShadowHubActor {
         };
         for trainer in 0..self.hub.trainers() {
             let error = error.take_if(|_| failing == Some(trainer));
+            // A blocking send into a queue with room for every trainer's one exit:
+            // it fails only when the cluster's handle is gone, with nobody to tell.
             let _ = self.exits.send((trainer, error));
         }
         ctx.stop();

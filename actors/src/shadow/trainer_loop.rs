@@ -318,6 +318,8 @@ impl ShadowActor {
             tracing::warn!(trainer = self.trainer, %error, "shadow sync failed; syncing ends");
             self.stop.store(true, Ordering::Relaxed);
         }
+        // A blocking send into a queue with room for every trainer's one exit:
+        // it fails only when the cluster's handle is gone, with nobody to tell.
         let _ = self.exits.send((self.trainer, error));
         ctx.stop();
     }
