@@ -19,11 +19,11 @@
 //!
 //! | where | what a user needs it for |
 //! |---|---|
-//! | crate root | [`Learner`] and [`FlatParams`] (what is trained), [`Cluster`], [`ClusterBuilder`], [`ClusterConfig`] (running it), [`ClusterOutcome`], [`ClusterReport`] (what comes back), [`Error`], [`Result`], [`ParamAlias`], [`with_values`] and `unsafe` [`with_values_mut`] (a tensor's memory as a slice) |
+//! | crate root | [`Learner`] and [`FlatParams`] (what is trained), [`Cluster`], [`ClusterBuilder`], [`ClusterConfig`] (running it), [`ClusterOutcome`], [`ClusterReport`] (what comes back), [`ClusterState`], [`TrainerState`] (a checkpoint to resume from), [`Error`], [`Result`], [`ParamAlias`], [`with_values`] and `unsafe` [`with_values_mut`] (a tensor's memory as a slice) |
 //! | [`sync`] | the algorithm ([`sync::Algorithm`], [`sync::SyncConfig`]); rules ([`sync::SyncRule`], [`sync::Rules`], the built-in ones and their math); schedules ([`sync::GroupSchedule`], [`sync::Schedule`], [`sync::Schedules`], [`sync::GroupPlan`]); where trainers live ([`sync::Fabric`], [`sync::InProcess`], `sync::mpi` with feature `mpi`) |
 //! | [`embedding`] | tables sharded over processes: their rows' rules ([`embedding::RowRule`]: SGD, Adagrad, FTRL), shards, server, clients, the push ledger |
 //! | [`monitor`], [`events`], [`stats`], [`evaluator`] | watching and steering a run, live evaluation |
-//! | [`checkpoint`], [`faults`] | saving and resuming a cluster; faults injected on purpose |
+//! | [`faults`] | faults injected on purpose |
 //! | [`system`] | the actix system threads the runtime's actors run on |
 //!
 //! Open in name only: a [`sync::Fabric`] hands out endpoints that only the
@@ -79,9 +79,7 @@
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
 
-pub mod checkpoint;
 pub mod cluster;
-mod coordinator;
 pub mod embedding;
 mod error;
 pub mod evaluator;
@@ -99,8 +97,10 @@ pub mod sync;
 pub mod system;
 mod trainer;
 
-pub use checkpoint::{ClusterState, TrainerState};
-pub use cluster::{Cluster, ClusterBuilder, ClusterConfig, ClusterOutcome, ClusterReport};
+pub use cluster::{
+    Cluster, ClusterBuilder, ClusterConfig, ClusterOutcome, ClusterReport, ClusterState,
+    TrainerState,
+};
 pub use error::{first_line, with_causes, Error, Result};
 pub use hogwild::{with_values, with_values_mut, ParamAlias};
 pub use learner::{Learner, LearnerState, SharedGradients, StepOutcome};

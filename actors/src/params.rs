@@ -25,6 +25,20 @@ pub struct FlatParams {
     _shared: Option<ParamAlias>,
 }
 
+impl ParamAlias {
+    /// An alias of `params`' flat buffer.
+    ///
+    /// # Errors
+    ///
+    /// A buffer that is not on the CPU.
+    #[allow(unsafe_code)]
+    pub fn new(params: &FlatParams) -> Result<Self> {
+        // SAFETY: a `FlatParams` never resizes nor reallocates its buffer: it
+        // is allocated once, its variables are views of it.
+        unsafe { ParamAlias::over(params.values().shallow_clone()) }
+    }
+}
+
 /// The trainable variables of `vs`, in name order; all must be f32.
 fn trainable(vs: &VarStore) -> Result<Vec<(String, Tensor)>> {
     let mut vars: Vec<(String, Tensor)> = vs
@@ -328,7 +342,7 @@ mod tests {
                     delta.iter_mut().for_each(|d| *d = -*d);
                     let target = delta.clone();
                     writer
-                        .write_back(crate::sync::WriteBack::Delta, &target, &zeros)
+                        .write_back(crate::hogwild::WriteBack::Delta, &target, &zeros)
                         .unwrap();
                 }
             });

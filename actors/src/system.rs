@@ -13,6 +13,10 @@ use crossbeam_channel::bounded;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// What a shard (of the EASGD centre or of a table) answers: its index and
+/// its part of the result.
+pub(crate) type ShardReply = (usize, Result<Vec<f32>>);
+
 /// The longest a sender sleeps before it looks at a full mailbox again.
 const FULL_MAILBOX_RECHECK: Duration = Duration::from_millis(1);
 

@@ -13,13 +13,13 @@
 #![cfg(feature = "mpi")]
 
 use shadowsync_actors::embedding::{
-    unaccounted_in_job, Adagrad, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore,
-    Sgd,
+    Adagrad, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore, Sgd,
 };
 use shadowsync_actors::events::EventBus;
 use shadowsync_actors::sync::mpi::MpiNode;
 use shadowsync_actors::sync::{
-    BmufParams, BmufState, Fabric, GroupPlan, GroupSchedule, LinkModel, Schedule, ServerClient,
+    unaccounted_in_job, BmufParams, BmufState, Fabric, GroupPlan, GroupSchedule, LinkModel,
+    Schedule, ServerClient,
 };
 use shadowsync_actors::system::spawn_system;
 use shadowsync_testkit::process;

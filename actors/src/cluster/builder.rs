@@ -1,15 +1,15 @@
 //! [`ClusterBuilder`]: a cluster's learners, configuration, fabric, resumed
 //! state and monitors, before it starts.
 
-use crate::checkpoint::ClusterState;
+use super::checkpoint::ClusterState;
+use super::config::ClusterConfig;
+use super::handle::Cluster;
 use crate::events::Event;
 use crate::monitor::{Monitor, Watcher};
 use crate::sync::{Fabric, InProcess};
 use crate::{Learner, Result};
 use actix::prelude::*;
 use std::sync::Arc;
-
-use super::*;
 
 /// Builds a [`Cluster`]: its learners and configuration, and where its
 /// trainers live, the state it resumes from, and the components fed its
@@ -108,5 +108,59 @@ impl<L: Learner> ClusterBuilder<L> {
             self.resumed.as_ref(),
             self.watchers,
         )
+    }
+}
+
+/// The shorthands of [`ClusterBuilder`].
+impl<L: Learner> Cluster<L> {
+    /// Starts training `learners` under `config`: one per trainer, or with
+    /// `config.workers = W`, W consecutive learners per trainer whose dense
+    /// parameters are one buffer (built with [`FlatParams::adopt_shared`](crate::FlatParams::adopt_shared)).
+    /// Every replica starts from the first one's parameters. (The shorthand
+    /// of [`ClusterBuilder`] with nothing else.)
+    ///
+    /// # Errors
+    ///
+    /// As [`ClusterBuilder::start`].
+    pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
+        ClusterBuilder::new(config, learners).start()
+    }
+
+    /// Starts this process's part of a job spread over `fabric`'s processes
+    /// (see [`ClusterBuilder::fabric`]), from `resumed` if given.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClusterBuilder::start`]; across processes also a fabric
+    /// that cannot reach the others.
+    pub fn start_on(
+        fabric: Arc<dyn Fabric>,
+        config: ClusterConfig,
+        learners: Vec<L>,
+        resumed: Option<&ClusterState>,
+    ) -> Result<Self> {
+        let builder = ClusterBuilder::new(config, learners).fabric(fabric);
+        match resumed {
+            Some(state) => builder.resume_from(state.clone()),
+            None => builder,
+        }
+        .start()
+    }
+
+    /// Starts training `learners` from `state` (see
+    /// [`ClusterBuilder::resume_from`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClusterBuilder::start`]; a state of another number of
+    /// trainers or layout is an error naming `resume`.
+    pub fn start_from(
+        config: ClusterConfig,
+        learners: Vec<L>,
+        state: &ClusterState,
+    ) -> Result<Self> {
+        ClusterBuilder::new(config, learners)
+            .resume_from(state.clone())
+            .start()
     }
 }

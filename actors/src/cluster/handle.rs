@@ -1,23 +1,27 @@
 //! The [`Cluster`] handle: start, steer, stop and wait for a running cluster.
 
-use crate::checkpoint::{read_peer, ClusterState};
-use crate::coordinator::CoordinatorClient;
+use super::checkpoint::{read_peer, ClusterState, TrainerState};
+use super::config::ClusterConfig;
+use super::report::{ClusterOutcome, ClusterReport, ConsensusPoint};
+use super::wiring::{
+    parking_of, shadow_errors, spawn_watchers, start_actors, start_monitor, start_services, Actors,
+    Parts, Wiring,
+};
 use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
 use crate::monitor::{ClusterControl, Watcher};
 use crate::shadow::ShadowExit;
 use crate::stats::{TrainerCounters, TrainerStats};
+use crate::sync::coordinator::CoordinatorClient;
 use crate::sync::{Fabric, ServerClient, SharedPeer};
-use crate::trainer::{Control, Parking, TrainerActor, TrainerExit};
-use crate::{Error, Learner, Result};
+use crate::trainer::{Control, Parking, SaveState, TrainerActor, TrainerExit};
+use crate::{Error, Learner, LearnerState, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, Receiver};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
-
-use super::*;
+use std::time::{Duration, Instant};
 
 impl<L: Learner> Running<L> {
     /// Waits for every trainer's exit: its learner, in its place, and the
@@ -86,57 +90,9 @@ impl<L: Learner> Clone for Cluster<L> {
 }
 
 impl<L: Learner> Cluster<L> {
-    /// Starts training `learners` under `config`: one per trainer, or with
-    /// `config.workers = W`, W consecutive learners per trainer whose dense
-    /// parameters are one buffer (built with [`FlatParams::adopt_shared`](crate::FlatParams::adopt_shared)).
-    /// Every replica starts from the first one's parameters. (The shorthand
-    /// of [`ClusterBuilder`] with nothing else.)
-    ///
-    /// # Errors
-    ///
-    /// As [`ClusterBuilder::start`].
-    pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
-        ClusterBuilder::new(config, learners).start()
-    }
-
-    /// Starts this process's part of a job spread over `fabric`'s processes
-    /// (see [`ClusterBuilder::fabric`]), from `resumed` if given.
-    ///
-    /// # Errors
-    ///
-    /// As [`ClusterBuilder::start`]; across processes also a fabric
-    /// that cannot reach the others.
-    pub fn start_on(
-        fabric: Arc<dyn Fabric>,
-        config: ClusterConfig,
-        learners: Vec<L>,
-        resumed: Option<&ClusterState>,
-    ) -> Result<Self> {
-        let builder = ClusterBuilder::new(config, learners).fabric(fabric);
-        match resumed {
-            Some(state) => builder.resume_from(state.clone()),
-            None => builder,
-        }
-        .start()
-    }
-
-    /// Starts training `learners` from `state` (see
-    /// [`ClusterBuilder::resume_from`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`ClusterBuilder::start`]; a state of another number of
-    /// trainers or layout is an error naming `resume`.
-    pub fn start_from(
-        config: ClusterConfig,
-        learners: Vec<L>,
-        state: &ClusterState,
-    ) -> Result<Self> {
-        ClusterBuilder::new(config, learners)
-            .resume_from(state.clone())
-            .start()
-    }
-
+    /// Starts the cluster, as [`ClusterBuilder::start`](super::ClusterBuilder::start)
+    /// says: wires its parts, starts the services, the actors, the monitor
+    /// and the watchers.
     pub(super) fn launch(
         fabric: Arc<dyn Fabric>,
         config: ClusterConfig,
@@ -380,5 +336,96 @@ impl<L: Learner> Cluster<L> {
             .into_iter()
             .filter_map(|w| w.join().is_err().then(|| "a monitor panicked".to_string()))
             .collect()
+    }
+}
+
+impl<L: Learner> Cluster<L> {
+    /// How long [`Cluster::checkpoint`] waits for the learners' states.
+    const SAVE_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// Whether every trainer still training has parked for a checkpoint (and
+    /// at least one is training). A trainer stopped while parked stays
+    /// counted, hence `>=`.
+    pub fn parked(&self) -> bool {
+        let parked = self.inner.parking.parked.load(Ordering::SeqCst);
+        let running: usize = self
+            .inner
+            .counters
+            .iter()
+            .map(|c| c.running_workers())
+            .sum();
+        running > 0 && parked >= running
+    }
+
+    /// The whole state, once [`Cluster::parked`], and what `while_parked`
+    /// reads of the learners' shared state meanwhile; then the trainers go on.
+    pub fn checkpoint<T>(&self, while_parked: impl FnOnce() -> T) -> Result<(ClusterState, T)> {
+        if !self.parked() {
+            return Err(Error::NotParked);
+        }
+        let trainers = self
+            .inner
+            .replicas
+            .iter()
+            .zip(&self.inner.counters)
+            .zip(&self.inner.peers)
+            .map(|((replica, counters), peer)| {
+                let mut dense = vec![0f32; replica.len()];
+                replica.snapshot_into(&mut dense)?;
+                let stats = counters.stats();
+                Ok(TrainerState {
+                    steps: stats.steps,
+                    examples: stats.examples,
+                    dense,
+                    sync: read_peer(peer),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let learners = self.save_learners();
+        let center = self.inner.server.as_ref().map(|s| s.center()).transpose();
+        let shared = while_parked();
+        // Nobody parks again before it is unparked: `parked` counts afresh.
+        self.inner.parking.parked.store(0, Ordering::SeqCst);
+        self.control(Control::Unpark);
+        let state = ClusterState {
+            trainers,
+            learners: learners?,
+            center: center?,
+        };
+        Ok((state, shared))
+    }
+
+    /// Every learner's state; `None` for those whose trainer has finished.
+    fn save_learners(&self) -> Result<Vec<Option<LearnerState>>> {
+        let (states, total) = {
+            let running = self
+                .inner
+                .running
+                .lock()
+                .map_err(|_| Error::Panicked("cluster's supervisor"))?;
+            let running = running.as_ref().ok_or(Error::Stopped("cluster"))?;
+            let (reply, states) = bounded(running.trainers.len());
+            for trainer in &running.trainers {
+                trainer.do_send(SaveState(reply.clone()));
+            }
+            (states, running.trainers.len())
+        };
+        let mut learners: Vec<Option<LearnerState>> = vec![None; total];
+        let deadline = Instant::now() + Self::SAVE_TIMEOUT;
+        let expected: usize = self
+            .inner
+            .counters
+            .iter()
+            .map(|c| c.running_workers())
+            .sum();
+        for _ in 0..expected {
+            let state = states
+                .recv_deadline(deadline)
+                .map_err(|_| Error::LearnerLost)?;
+            if let Some(slot) = learners.get_mut(state.worker) {
+                *slot = Some(state.learner?);
+            }
+        }
+        Ok(learners)
     }
 }

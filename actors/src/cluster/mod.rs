@@ -29,14 +29,14 @@
 //! [`ClusterReport`].
 
 mod builder;
+mod checkpoint;
 mod config;
 mod handle;
 mod report;
 mod wiring;
 
 pub use builder::ClusterBuilder;
+pub use checkpoint::{ClusterState, TrainerState};
 pub use config::ClusterConfig;
 pub use handle::Cluster;
-use report::sample_consensus;
 pub use report::{consensus_distance, ClusterOutcome, ClusterReport, ConsensusPoint};
-use wiring::*;

@@ -1,10 +1,11 @@
 //! What a finished cluster hands back: [`ClusterReport`], [`ClusterOutcome`],
 //! and the consensus distance sampled while it ran.
 
+use super::checkpoint::{ClusterState, TrainerState};
 use crate::hogwild::ParamAlias;
 use crate::stats::TrainerStats;
 use crate::sync::{Algorithm, PeerState};
-use crate::{Learner, Result};
+use crate::{Error, Learner, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -146,6 +147,41 @@ pub fn consensus_distance(replicas: &[Vec<f32>]) -> f64 {
             .sum::<f64>();
     }
     total / n
+}
+
+impl<L: Learner> ClusterOutcome<L> {
+    /// The state of the cluster as it ended (`workers` learners per trainer),
+    /// to resume from or to keep.
+    pub fn state(&self, workers: usize) -> Result<ClusterState> {
+        let trainers = self
+            .learners
+            .iter()
+            .step_by(workers.max(1))
+            .zip(&self.report.trainer_stats)
+            .zip(&self.peers)
+            .map(|((learner, stats), sync)| {
+                let params = learner.dense_params();
+                let mut dense = vec![0f32; params.numel()];
+                params.copy_to(&mut dense)?;
+                Ok(TrainerState {
+                    steps: stats.steps,
+                    examples: stats.examples,
+                    dense,
+                    sync: sync.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let learners = self
+            .learners
+            .iter()
+            .map(|l| l.save_state().map(Some).map_err(Error::learner))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ClusterState {
+            trainers,
+            learners,
+            center: self.center.clone(),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,16 @@
 //! How a cluster is wired before and while it starts: the group plan, the
 //! starting point, the endpoints, each trainer's rule, and the actors.
 
-use crate::checkpoint::ClusterState;
-use crate::coordinator::{CoordinatorClient, GroupCoordinator};
+use super::checkpoint::ClusterState;
+use super::config::ClusterConfig;
+use super::report::{sample_consensus, ConsensusPoint};
 use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
 use crate::monitor::{ClusterControl, Watcher};
 use crate::recovery::RecoveryPoint;
 use crate::shadow::{Pacing, ShadowActor, ShadowExit, ShadowHub, ShadowHubActor, ShadowLoop};
 use crate::stats::TrainerCounters;
+use crate::sync::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::sync::{
     check_partitions, Algorithm, Endpoint, Exchange, Fabric, GroupPlan, GroupSchedule, LinkModel,
     ModelAveraging, RuleContext, Schedule, ScheduleContext, ServerClient, ShadowThreads,
@@ -23,8 +25,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use super::*;
 
 /// What a cluster is wired from, checked before any thread starts: the group
 /// plan, the starting point, the replicas' aliases, the endpoints and each

@@ -5,7 +5,7 @@
 use super::server::{locked, SharedStore};
 use super::{PushCounts, Pushes, RemoteRows, RowRequest, RowServer, RowSharding};
 use crate::stats::{histogram_bucket, HISTOGRAM_BUCKETS};
-use crate::sync::ShardReply;
+use crate::system::ShardReply;
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use serde::{Deserialize, Serialize};

@@ -6,10 +6,9 @@
 //! end of a run what each process sent an owner must be what that owner
 //! applied from it: a push dropped, failed or applied twice anywhere shows as
 //! a difference naming both processes ([`unaccounted`], over a job:
-//! [`unaccounted_in_job`]).
+//! [`unaccounted_in_job`](crate::sync::unaccounted_in_job), a collective of the
+//! fabric).
 
-use crate::sync::Fabric;
-use crate::Result;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -104,44 +103,6 @@ pub fn unaccounted(sent: &[PushCounts], applied: &[PushCounts]) -> Vec<Unaccount
         }
     }
     differences
-}
-
-/// [`unaccounted`] over the whole job, on every process (a collective):
-/// `sent` and `applied` are this process's counts.
-pub fn unaccounted_in_job(
-    fabric: &dyn Fabric,
-    sent: &PushCounts,
-    applied: &PushCounts,
-) -> Result<Vec<Unaccounted>> {
-    let (n, me) = (fabric.processes(), fabric.process());
-    // Two n × n tables of (pushes, rows) by [sender][owner], summed over the
-    // processes: each fills its own row of the sent one and its own column
-    // of the applied one.
-    let at = |table: usize, sender: usize, owner: usize| ((table * n + sender) * n + owner) * 2;
-    let mut tables = vec![0u64; 4 * n * n];
-    for other in 0..n {
-        let (pushes, rows) = sent.of(other);
-        tables[at(0, me, other)..][..2].copy_from_slice(&[pushes, rows]);
-        let (pushes, rows) = applied.of(other);
-        tables[at(1, other, me)..][..2].copy_from_slice(&[pushes, rows]);
-    }
-    fabric.sum(&mut tables)?;
-    let counts = |table: usize, process: usize, by_owner: bool| {
-        let mut counts = PushCounts::default();
-        for other in 0..n {
-            let (sender, owner) = match by_owner {
-                true => (process, other),
-                false => (other, process),
-            };
-            let cell = at(table, sender, owner);
-            counts.pushes.push(tables[cell]);
-            counts.rows.push(tables[cell + 1]);
-        }
-        counts
-    };
-    let sent: Vec<PushCounts> = (0..n).map(|s| counts(0, s, true)).collect();
-    let applied: Vec<PushCounts> = (0..n).map(|o| counts(1, o, false)).collect();
-    Ok(unaccounted(&sent, &applied))
 }
 
 #[cfg(test)]

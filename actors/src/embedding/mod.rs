@@ -39,7 +39,7 @@ mod server;
 mod store;
 
 pub use client::{Fetch, RowClient, RowStats, RowTraffic};
-pub use ledger::{unaccounted, unaccounted_in_job, PushCounts, Pushes, Unaccounted};
+pub use ledger::{unaccounted, PushCounts, Pushes, Unaccounted};
 pub use rule::{check_rule, update_row, Adagrad, Ftrl, RowRule, Sgd, MAX_STATE_ARRAYS};
 #[cfg(feature = "mpi")]
 pub(crate) use server::serve_rows;

@@ -3,10 +3,10 @@
 //! gradients they push to it.
 
 use super::RowStore;
-use crate::sync::ShardReply;
 #[cfg(feature = "mpi")]
 use crate::system::deliver;
 use crate::system::spawn_system;
+use crate::system::ShardReply;
 use crate::Result;
 use actix::prelude::*;
 use crossbeam_channel::Sender;

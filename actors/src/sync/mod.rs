@@ -1,22 +1,27 @@
-//! Synchronization, in three rooms: what a round computes ([`rules`]: the
-//! algorithm, the sync rules and their math), who meets whom each round
-//! (`schedule`: DS-Sync's group schedules, [`GroupSchedule`]), and how values
-//! travel ([`transport`]: in one process, to the EASGD server, across MPI
-//! ranks). Beside them, a trainer's side of a round (`peer`: [`SyncPeer`])
-//! and sync-sgd's exchange of shared gradients (`shared`).
+//! Synchronization, in rooms from the bottom up: what a round computes
+//! ([`rules`]: the algorithm, the sync rules and their math) and who meets
+//! whom each round (`schedule`: DS-Sync's group schedules, [`GroupSchedule`]);
+//! how values travel ([`transport`]: in one process, to the EASGD server,
+//! across MPI ranks); the coordinator that hands out each round's groups
+//! (`coordinator`); on top, a trainer's side of a round (`peer`:
+//! [`SyncPeer`]), sync-sgd's exchange of shared gradients (`shared`), and the
+//! settings of it all (`config`: [`SyncConfig`]). A room uses only those
+//! below it (actors/tests/layers.rs checks it).
 
+mod config;
+pub(crate) mod coordinator;
 mod peer;
 pub mod rules;
 mod schedule;
 mod shared;
 pub mod transport;
 
+pub use config::{ShadowThreads, SyncConfig};
 pub(crate) use peer::SharedPeer;
 pub use peer::{PeerState, SyncPeer};
 pub use rules::{
     elastic, mean_into, Algorithm, BlockMomentum, BmufParams, BmufState, Elastic, Exchange,
-    ModelAveraging, RuleContext, RuleFactory, RuleState, Rules, ShadowThreads, SyncConfig,
-    SyncRule, WriteBack,
+    ModelAveraging, RuleContext, RuleFactory, RuleState, Rules, SyncRule, WriteBack,
 };
 pub(crate) use rules::{elastic_into, resident_zeros, Combined, SharedSlice};
 pub use schedule::{
@@ -26,9 +31,9 @@ pub use schedule::{
 #[cfg(feature = "mpi")]
 pub use transport::mpi;
 pub use transport::{
-    launched_by_mpirun, mesh, Endpoint, Fabric, InProcess, LinkModel, RemoteShards, ServerClient,
-    ServerShard, ServerShardActor,
+    launched_by_mpirun, mesh, unaccounted_in_job, Endpoint, Fabric, InProcess, LinkModel,
+    RemoteShards, ServerClient, ServerShard, ServerShardActor,
 };
 #[cfg(feature = "mpi")]
 pub(crate) use transport::{serve, ShardRequest};
-pub(crate) use transport::{Payload, Reduce, ShardReply};
+pub(crate) use transport::{Payload, Reduce};

@@ -6,7 +6,8 @@
 //! briefly a few times per round, so that the cluster can read it for a
 //! checkpoint ([`PeerState`]) while the peer syncs on.
 
-use crate::coordinator::{Assignment, CoordinatorClient};
+use crate::sync::coordinator::{Assignment, CoordinatorClient};
+use crate::sync::rules::TARGET_BLOCK;
 use crate::sync::transport::{sleep_until, Phase};
 use crate::sync::{
     mean_into, Combined, Endpoint, Exchange, Payload, Reduce, RuleState, ServerClient, SyncRule,
@@ -51,10 +52,6 @@ impl LivePeer {
         Ok(())
     }
 }
-
-/// Values of a target made and written back at a time (here and in
-/// [`ServerClient::elastic_on_this_thread`]).
-pub(crate) const TARGET_BLOCK: usize = 2048;
 
 /// A peer's live state, shared.
 pub(crate) type SharedPeer = Arc<Mutex<LivePeer>>;

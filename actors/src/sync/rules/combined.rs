@@ -15,6 +15,10 @@ use crate::{Error, Result};
 use std::ops::Range;
 use std::sync::Arc;
 
+/// Values of a target made and written back at a time (by a peer, and in
+/// [`ServerClient::elastic_on_this_thread`](crate::sync::ServerClient::elastic_on_this_thread)).
+pub(crate) const TARGET_BLOCK: usize = 2048;
+
 /// A slice of a combined vector as it arrived: `data[span]`, at `offset` in
 /// the vector.
 pub(crate) type SharedSlice = (usize, Arc<[f32]>, Range<usize>);

@@ -9,8 +9,8 @@
 //!    * BMUF: `avg = mean(group snapshots)`, `G = avg − w_g`,
 //!      `Δ = η Δ + ζ (1 − η) G`, `w_g += Δ`, `target = w_g (+ η Δ with Nesterov)`;
 //! 3. **write back** the target into the replica, which may have kept training
-//!    since the snapshot: [`WriteBack::Overwrite`] (`w = target`, dropping the local
-//!    steps taken meanwhile) or [`WriteBack::Delta`] (`w += target − snapshot`,
+//!    since the snapshot: [`WriteBack::Overwrite`](crate::sync::WriteBack::Overwrite) (`w = target`, dropping the local
+//!    steps taken meanwhile) or [`WriteBack::Delta`](crate::sync::WriteBack::Delta) (`w += target − snapshot`,
 //!    keeping them).
 //!
 //! BMUF uses fairseq's form (bmuf.py), with the `(1 − η)` gain on the block
@@ -22,31 +22,6 @@
 //! and so did `fr-bmuf:4`.
 
 use serde::{Deserialize, Serialize};
-
-/// How a target is written into a replica that kept training during the round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WriteBack {
-    /// `w = target`.
-    Overwrite,
-    /// `w += target − snapshot`.
-    #[default]
-    Delta,
-}
-
-impl WriteBack {
-    /// Applies `target` (computed from `snapshot`) to `replica`.
-    pub fn apply(self, replica: &mut [f32], target: &[f32], snapshot: &[f32]) {
-        match self {
-            WriteBack::Overwrite => replica.copy_from_slice(target),
-            WriteBack::Delta => {
-                for ((w, t), s) in replica.iter_mut().zip(target).zip(snapshot) {
-                    *w += t - s;
-                }
-            }
-        }
-    }
-}
 
 /// `out = mean(inputs)`, all of one length (zeros for no input). One pass
 /// over memory: block by block, the block of `out` stays in L1 while every
@@ -182,6 +157,7 @@ impl BmufState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hogwild::WriteBack;
 
     // Golden numbers worked by hand for two replicas of two parameters:
     // snapshots a = (1, 2), b = (3, -2); the replica a has since moved to (1.5, 2).

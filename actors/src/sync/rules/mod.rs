@@ -1,5 +1,5 @@
-//! What a sync round computes: the algorithm's timing and settings
-//! ([`Algorithm`], [`SyncConfig`]), the rules ([`SyncRule`], registered by name
+//! What a sync round computes: the algorithm's timing and rule
+//! ([`Algorithm`]), the rules ([`SyncRule`], registered by name
 //! in [`Rules`]: model averaging, EASGD's elastic step, BMUF's block
 //! momentum, or one's own), their math as plain functions, and the combined
 //! vector a round writes back from, block by block.
@@ -9,9 +9,10 @@ mod combined;
 mod math;
 mod rule;
 
-pub use algorithm::{Algorithm, ShadowThreads, SyncConfig};
-pub(crate) use combined::{Combined, SharedSlice};
-pub use math::{elastic, mean_into, BmufParams, BmufState, WriteBack};
+pub use crate::hogwild::WriteBack;
+pub use algorithm::Algorithm;
+pub(crate) use combined::{Combined, SharedSlice, TARGET_BLOCK};
+pub use math::{elastic, mean_into, BmufParams, BmufState};
 pub(crate) use math::{elastic_into, resident_zeros};
 pub use rule::{
     BlockMomentum, Elastic, Exchange, ModelAveraging, RuleContext, RuleFactory, RuleState, Rules,

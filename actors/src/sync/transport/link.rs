@@ -1,7 +1,6 @@
 //! The simulated network between trainers: [`LinkModel`] says when a message
 //! sent now is delivered, and [`sleep_until`] waits for it.
 
-use super::message::slice;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
@@ -78,4 +77,10 @@ pub(crate) fn sleep_until(deadline: Instant, stopped: impl Fn() -> bool) -> bool
         std::thread::sleep(left.min(POLL));
     }
     true
+}
+
+/// The `k`-th of `m` near-equal contiguous slices of `0..len`.
+pub(crate) fn slice(len: usize, m: usize, k: usize) -> std::ops::Range<usize> {
+    let per = len.div_ceil(m.max(1));
+    (k * per).min(len)..((k + 1) * per).min(len)
 }

@@ -102,9 +102,3 @@ pub(crate) struct Outgoing {
     pub(crate) to: usize,
     pub(crate) message: Message,
 }
-
-/// The `k`-th of `m` near-equal contiguous slices of `0..len`.
-pub(crate) fn slice(len: usize, m: usize, k: usize) -> std::ops::Range<usize> {
-    let per = len.div_ceil(m.max(1));
-    (k * per).min(len)..((k + 1) * per).min(len)
-}

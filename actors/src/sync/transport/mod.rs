@@ -13,7 +13,7 @@ mod message;
 pub mod mpi;
 mod server;
 
-pub use fabric::{launched_by_mpirun, Fabric, InProcess};
+pub use fabric::{launched_by_mpirun, unaccounted_in_job, Fabric, InProcess};
 #[cfg(feature = "mpi")]
 pub(crate) use in_process::mesh_part;
 pub use in_process::{mesh, Endpoint};
@@ -22,7 +22,6 @@ pub use link::LinkModel;
 #[cfg(feature = "mpi")]
 pub(crate) use message::{Message, Outgoing};
 pub(crate) use message::{Payload, Phase, Reduce};
-pub(crate) use server::ShardReply;
 #[cfg(feature = "mpi")]
 pub(crate) use server::{serve, ShardRequest};
 pub use server::{RemoteShards, ServerClient, ServerShard, ServerShardActor};

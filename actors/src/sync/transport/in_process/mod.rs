@@ -25,8 +25,9 @@
 //! trainer's link. The bytes counted are those a real reduce-scatter/all-gather
 //! moves: `2 (m − 1) / m` of the vector per member and round. The receiver really waits until delivery time, so the cost
 
+use super::link::slice;
 use super::link::{sleep_until, LinkModel, POLL};
-use super::message::{slice, Message, Outgoing, Payload, Phase, Reduce};
+use super::message::{Message, Outgoing, Payload, Phase, Reduce};
 use crate::sync::{mean_into, Combined, SharedSlice};
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};

@@ -9,7 +9,8 @@ use super::wire::{
 };
 use crate::embedding::{RowRequest, RowServerActor};
 use crate::sync::transport::{Message, Outgoing};
-use crate::sync::{ServerShardActor, ShardReply, ShardRequest};
+use crate::sync::{ServerShardActor, ShardRequest};
+use crate::system::ShardReply;
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use actix::Addr;

@@ -3,13 +3,14 @@
 //! serving rank hands it to its shard actor (or embedding server) and sends
 //! the answer back, which finds its asker by the ticket.
 
+use super::ask::Ask;
 use super::post::PostOffice;
 use super::post::Serving;
 use super::wire::Envelope;
 use super::wire::{ShardWire, ROWS_TAG, SERVER_TAG};
-use super::Ask;
 use crate::embedding::{serve_rows, RemoteRows, RowRequest, RowServerActor};
-use crate::sync::{serve, RemoteShards, ServerShardActor, ShardReply, ShardRequest};
+use crate::sync::{serve, RemoteShards, ServerShardActor, ShardRequest};
+use crate::system::ShardReply;
 use crate::{Error, Result};
 use actix::Addr;
 use crossbeam_channel::{bounded, Sender};

@@ -2,9 +2,9 @@
 //! what the trainers queued and delivering what arrives, also while it waits
 //! on a collective.
 
+use super::ask::{Ask, Sums};
 use super::post::PostOffice;
 use super::wire::{Envelope, AGREED, ARRIVED, STOP, WITHDRAWN};
-use super::{Ask, Sums};
 use crate::sync::transport::Outgoing;
 use crate::{Error, Result};
 use ::mpi::datatype::PartitionMut;

@@ -19,11 +19,40 @@
 
 #![allow(unsafe_code)]
 
+mod memory;
+
+pub(crate) use memory::with_borrowed;
+pub use memory::{with_values, with_values_mut};
+
 use crate::recovery::copy_all_finite;
-use crate::sync::WriteBack;
-use crate::{Error, FlatParams, Result};
-use tch::kind::Element;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
+
+/// How a target is written into a replica that kept training during the round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteBack {
+    /// `w = target`.
+    Overwrite,
+    /// `w += target − snapshot`.
+    #[default]
+    Delta,
+}
+
+impl WriteBack {
+    /// Applies `target` (computed from `snapshot`) to `replica`.
+    pub fn apply(self, replica: &mut [f32], target: &[f32], snapshot: &[f32]) {
+        match self {
+            WriteBack::Overwrite => replica.copy_from_slice(target),
+            WriteBack::Delta => {
+                for ((w, t), s) in replica.iter_mut().zip(target).zip(snapshot) {
+                    *w += t - s;
+                }
+            }
+        }
+    }
+}
 
 /// Another thread's handle on a replica's flat parameter buffer.
 #[derive(Debug)]
@@ -34,21 +63,34 @@ pub struct ParamAlias {
 }
 
 impl ParamAlias {
-    /// An alias of `params`' flat buffer.
-    pub fn new(params: &FlatParams) -> Result<Self> {
-        let owner = params.values().shallow_clone();
-        let len = owner.numel() as i64;
+    /// An alias of `owner`'s memory, which must be a 1-D f32 CPU tensor (an
+    /// error names what it is otherwise).
+    ///
+    /// # Safety
+    ///
+    /// Nothing may resize or reallocate `owner`'s storage while the alias
+    /// lives (through `owner` or any tensor sharing its implementation):
+    /// the alias points at the memory as it is now. `FlatParams` keeps this
+    /// promise ([`ParamAlias::new`]).
+    pub(crate) unsafe fn over(owner: Tensor) -> Result<Self> {
+        let len = memory::plain_len::<f32>(&owner)?;
+        if owner.dim() != 1 {
+            return Err(Error::Layout(format!(
+                "an alias of a tensor of shape {:?}: only flat buffers",
+                owner.size()
+            )));
+        }
         // SAFETY: `owner` is a 1-D, contiguous f32 CPU tensor of `len` elements
-        // (FlatParams guarantees it), so `data_ptr` points at `len` initialized f32s.
-        // The memory stays valid as long as `owner` lives, and `owner` lives as long
-        // as `alias` (same struct, dropped after it). Nothing resizes the buffer:
-        // FlatParams never reallocates it. Concurrent access from the trainer's
+        // (checked above), so `data_ptr` points at `len` initialized f32s. The
+        // memory stays valid as long as `owner` lives, and `owner` lives as long
+        // as `alias` (same struct, dropped after it); nothing reallocates it
+        // meanwhile (the caller's promise). Concurrent access from the trainer's
         // thread is a data race on f32 values only (Hogwild), never on tensor
         // metadata.
         let alias = unsafe {
             Tensor::f_from_blob(
                 owner.data_ptr() as *const u8,
-                &[len],
+                &[len as i64],
                 &[],
                 Kind::Float,
                 Device::Cpu,
@@ -137,94 +179,10 @@ impl ParamAlias {
     }
 }
 
-/// Runs `f` on a tensor over `values`' memory, without copying it. `f` may read
-/// the tensor but must neither write it nor keep it (or a view of it) past its
-/// return.
-pub(crate) fn with_borrowed<R>(values: &[f32], f: impl FnOnce(&Tensor) -> Result<R>) -> Result<R> {
-    // SAFETY: `values` is `values.len()` initialized f32s that stay borrowed, so
-    // valid and unchanged, until this function returns; the tensor is dropped
-    // before that, and callers only read through it (the contract above).
-    let tensor = unsafe {
-        Tensor::f_from_blob(
-            values.as_ptr() as *const u8,
-            &[values.len() as i64],
-            &[],
-            Kind::Float,
-            Device::Cpu,
-        )?
-    };
-    f(&tensor)
-}
-
-/// The number of `T`s in `tensor` if it is a contiguous CPU tensor of `T`s,
-/// else an error naming what it is.
-fn plain_len<T: Element>(tensor: &Tensor) -> Result<usize> {
-    if tensor.kind() != T::KIND || tensor.device() != Device::Cpu || !tensor.is_contiguous() {
-        return Err(Error::Layout(format!(
-            "a slice of {:?} over a {:?} tensor on {:?} (contiguous: {}): only contiguous CPU tensors of that kind",
-            T::KIND,
-            tensor.kind(),
-            tensor.device(),
-            tensor.is_contiguous()
-        )));
-    }
-    Ok(tensor.numel())
-}
-
-/// Runs `f` on the values of `tensor`, a contiguous CPU tensor of `T`s, as a
-/// slice (no copy). Another thread may be writing them meanwhile (Hogwild).
-///
-/// # Errors
-///
-/// A tensor that is not contiguous, on the CPU and of `T`s.
-pub fn with_values<T: Element, R>(tensor: &Tensor, f: impl FnOnce(&[T]) -> R) -> Result<R> {
-    let len = plain_len::<T>(tensor)?;
-    if len == 0 {
-        return Ok(f(&[]));
-    }
-    // SAFETY: `tensor` is contiguous, on the CPU and of `T`s (checked above), so
-    // `data_ptr` points at `len` initialized `T`s, valid while `tensor` is
-    // borrowed, which outlives `f`. Concurrent writers are Hogwild's data race
-    // on plain values, never on the tensor's metadata.
-    let values = unsafe { std::slice::from_raw_parts(tensor.data_ptr() as *const T, len) };
-    Ok(f(values))
-}
-
-/// Runs `f` on the values of `tensor`, a contiguous CPU tensor of `T`s, as a
-/// mutable slice (no copy): writes land in the tensor and in every handle on
-/// its memory. Other threads may be reading or writing them meanwhile
-/// (Hogwild).
-///
-/// # Errors
-///
-/// A tensor that is not contiguous, on the CPU and of `T`s.
-///
-/// # Safety
-///
-/// While `f` runs, the calling thread must hold no other slice of the
-/// tensor's memory: none from [`with_values`] or from this function on the
-/// same tensor or on another over the same memory (a `shallow_clone`, a view,
-/// a [`ParamAlias`]). A shared and a mutable slice of the same memory alive
-/// at once in one thread is undefined behaviour. Other threads' concurrent
-/// reads and writes of the values are Hogwild's races on plain numbers,
-/// accepted by design (the module docs), never on the tensor's metadata.
-pub unsafe fn with_values_mut<T: Element, R>(
-    tensor: &Tensor,
-    f: impl FnOnce(&mut [T]) -> R,
-) -> Result<R> {
-    let len = plain_len::<T>(tensor)?;
-    if len == 0 {
-        return Ok(f(&mut []));
-    }
-    // SAFETY: as in `with_values`; within this thread the slice is the only
-    // access to the memory while `f` runs (the caller's promise above).
-    let values = unsafe { std::slice::from_raw_parts_mut(tensor.data_ptr() as *mut T, len) };
-    Ok(f(values))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FlatParams;
     use tch::nn;
 
     #[test]
@@ -277,23 +235,6 @@ mod tests {
             params.values().abs().sum(Kind::Float).double_value(&[]),
             0.0
         );
-    }
-
-    #[test]
-    fn value_slices_write_through_and_refuse_other_kinds_and_layouts() {
-        let t = Tensor::from_slice(&[1f32, 2.0, 3.0]);
-        // SAFETY: no other slice of `t` is held.
-        unsafe { with_values_mut(&t, |v: &mut [f32]| v[1] = 5.0) }.unwrap();
-        assert_eq!(
-            with_values(&t, |v: &[f32]| v.to_vec()).unwrap(),
-            [1.0, 5.0, 3.0]
-        );
-        assert!(with_values(&t, |_: &[i64]| ()).is_err());
-        let strided = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0]).view([2, 2]).tr();
-        let e = with_values(&strided, |_: &[f32]| ()).unwrap_err();
-        assert!(e.to_string().contains("contiguous: false"), "{e}");
-        let empty = Tensor::from_slice::<f32>(&[]);
-        assert_eq!(with_values(&empty, |v: &[f32]| v.len()).unwrap(), 0);
     }
 
     #[test]
