@@ -23,6 +23,10 @@ pub trait Scorer: Send + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
 
     /// Scores the model whose dense parameters are `dense`.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the scorer cannot score (its own error type).
     fn score(&mut self, dense: &[f32]) -> std::result::Result<Self::Score, Self::Error>;
 }
 
@@ -77,6 +81,10 @@ pub struct Evaluator<S: Scorer + Unpin> {
 
 impl<S: Scorer + Unpin> Evaluator<S> {
     /// Starts `scorer` on a thread of its own.
+    ///
+    /// # Errors
+    ///
+    /// A thread or actix system that cannot start.
     pub fn start(scorer: S) -> Result<Self> {
         let (results_tx, results) = unbounded();
         let (system, thread, addr) = spawn_system("shadowsync-evaluator", move || {
@@ -97,6 +105,10 @@ impl<S: Scorer + Unpin> Evaluator<S> {
 
     /// Asks for the score of `dense`, tagged `tag`; returns once the request
     /// is queued (waiting while the evaluator's mailbox is full).
+    ///
+    /// # Errors
+    ///
+    /// The evaluator has stopped ([`Error::Stopped`]).
     pub fn request(&mut self, dense: Vec<f32>, tag: u64) -> Result<()> {
         deliver(&self.addr, Evaluate { dense, tag }, "evaluator")?;
         self.pending += 1;
@@ -116,6 +128,10 @@ impl<S: Scorer + Unpin> Evaluator<S> {
     }
 
     /// Waits for every pending evaluation.
+    ///
+    /// # Errors
+    ///
+    /// The evaluator stopped, or a scoring failed (its error, named).
     pub fn wait_all(&mut self) -> Result<Vec<Evaluation<S::Score>>> {
         let mut done = Vec::with_capacity(self.pending);
         while self.pending > 0 {
@@ -130,6 +146,11 @@ impl<S: Scorer + Unpin> Evaluator<S> {
     }
 
     /// Scores `dense` and waits for the result (after any pending request).
+    ///
+    /// # Errors
+    ///
+    /// As [`Evaluator::wait_all`]; [`Error::Internal`] if the answer to this request went
+    /// missing.
     pub fn score(&mut self, dense: Vec<f32>, tag: u64) -> Result<Evaluation<S::Score>> {
         self.request(dense, tag)?;
         self.wait_all()?

@@ -47,9 +47,18 @@ pub trait Learner: Send + Unpin + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
 
     /// Forward and backward on the next batch; `Ok(None)` once the data is exhausted.
+    ///
+    /// # Errors
+    ///
+    /// Bad data or a failed tensor operation (its own error type;
+    /// [`Learner::is_recoverable`] says whether the trainer goes on).
     fn compute_gradients(&mut self) -> Result<Option<StepOutcome>, Self::Error>;
 
     /// Applies the gradients of the last [`Learner::compute_gradients`].
+    ///
+    /// # Errors
+    ///
+    /// A failed optimizer step (its own error type).
     fn apply_gradients(&mut self) -> Result<(), Self::Error>;
 
     /// The dense parameters, in one contiguous buffer.
@@ -66,6 +75,10 @@ pub trait Learner: Send + Unpin + 'static {
     /// ([`Learner::apply_shared_gradients`]), as one trainer with the group's
     /// whole batch would under any optimizer. Nothing shared: `None` (the
     /// default).
+    ///
+    /// # Errors
+    ///
+    /// Whatever the learner cannot collect (its own error type).
     fn take_shared_gradients(&mut self) -> Result<Option<SharedGradients>, Self::Error> {
         Ok(None)
     }
@@ -73,6 +86,11 @@ pub trait Learner: Send + Unpin + 'static {
     /// Applies `gradients` to the shared parameters, through their optimizer
     /// (under `sync-sgd`, the group's combined gradients of the rows this
     /// trainer applies).
+    ///
+    /// # Errors
+    ///
+    /// Gradients that do not fit the shared parameters, or a failed step (its own error
+    /// type).
     fn apply_shared_gradients(&mut self, _gradients: &SharedGradients) -> Result<(), Self::Error> {
         Ok(())
     }
@@ -80,6 +98,10 @@ pub trait Learner: Send + Unpin + 'static {
     /// Forgets the optimizer state of the dense parameters, after the runtime
     /// reloaded them from a recovery point (state built on a diverged replica
     /// would throw it off again). Nothing kept: nothing to do (the default).
+    ///
+    /// # Errors
+    ///
+    /// Whatever the learner cannot reset (its own error type).
     fn reset_optimizer(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
@@ -95,22 +117,38 @@ pub trait Learner: Send + Unpin + 'static {
     /// the shared state after it holds every update its steps made. Called
     /// before the trainer parks for a checkpoint and when it is stopped.
     /// Nothing in flight: nothing to do (the default).
+    ///
+    /// # Errors
+    ///
+    /// Updates in flight that could not be completed (its own error type).
     fn settle(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
 
     /// Its state besides the dense parameters (nothing, by default).
+    ///
+    /// # Errors
+    ///
+    /// Whatever the learner cannot save (its own error type).
     fn save_state(&self) -> Result<LearnerState, Self::Error> {
         Ok(LearnerState::default())
     }
 
     /// Takes back a state [`Learner::save_state`] gave (nothing to do, by
     /// default).
+    ///
+    /// # Errors
+    ///
+    /// A state that does not fit this learner (its own error type).
     fn restore_state(&mut self, _state: &LearnerState) -> Result<(), Self::Error> {
         Ok(())
     }
 
     /// One whole step; `Ok(None)` once the data is exhausted.
+    ///
+    /// # Errors
+    ///
+    /// As [`Learner::compute_gradients`] and [`Learner::apply_gradients`].
     fn step(&mut self) -> Result<Option<StepOutcome>, Self::Error> {
         let outcome = self.compute_gradients()?;
         if outcome.is_some() {

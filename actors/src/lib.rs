@@ -78,6 +78,7 @@
 
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
+#![warn(clippy::missing_errors_doc)]
 
 pub mod cluster;
 pub mod embedding;

@@ -249,6 +249,10 @@ impl FlatParams {
     /// One pass that reads each value once: a sync loop may be writing the
     /// buffer meanwhile, and libtorch's `isfinite` reads it twice (`w == w`),
     /// so a value changing between the reads looked like a NaN.
+    ///
+    /// # Errors
+    ///
+    /// A buffer that is not on the CPU ([`Error::Layout`]).
     pub fn all_finite(&self) -> Result<bool> {
         with_values(&self.values, all_finite)
     }

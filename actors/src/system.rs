@@ -50,6 +50,10 @@ where
 
 /// Runs an actix system on a new thread called `name`; `setup` runs inside it
 /// first (to start actors) and what it returns comes back with the system.
+///
+/// # Errors
+///
+/// A thread or actix system that cannot start, or a `setup` that panicked.
 pub fn spawn_system<T: Send + 'static>(
     name: &str,
     setup: impl FnOnce() -> T + Send + 'static,

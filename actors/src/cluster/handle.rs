@@ -359,6 +359,12 @@ impl<L: Learner> Cluster<L> {
 
     /// The whole state, once [`Cluster::parked`], and what `while_parked`
     /// reads of the learners' shared state meanwhile; then the trainers go on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotParked`] unless every training trainer has parked; a replica that cannot
+    /// be read, a learner whose state cannot be saved or that does not answer within 30 s,
+    /// or a centre that cannot be read.
     pub fn checkpoint<T>(&self, while_parked: impl FnOnce() -> T) -> Result<(ClusterState, T)> {
         if !self.parked() {
             return Err(Error::NotParked);

@@ -152,6 +152,10 @@ pub fn consensus_distance(replicas: &[Vec<f32>]) -> f64 {
 impl<L: Learner> ClusterOutcome<L> {
     /// The state of the cluster as it ended (`workers` learners per trainer),
     /// to resume from or to keep.
+    ///
+    /// # Errors
+    ///
+    /// A learner whose state cannot be saved.
     pub fn state(&self, workers: usize) -> Result<ClusterState> {
         let trainers = self
             .learners

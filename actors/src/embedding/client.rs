@@ -109,6 +109,10 @@ impl RowClient {
     /// process). At most `max_in_flight` (≥ 1) batches are fetched and not
     /// yet applied everywhere; an answer that takes longer than `timeout` is
     /// an error.
+    ///
+    /// # Errors
+    ///
+    /// `max_in_flight` of 0 ([`Error::Layout`]).
     pub fn new(
         sharding: RowSharding,
         server: &RowServer,
@@ -172,6 +176,11 @@ impl RowClient {
     /// Starts fetching the rows `ids` (each once) of a batch whose gradients
     /// will be pushed: waits first, if the bound on batches in flight says
     /// so, for the oldest pushes to be applied.
+    ///
+    /// # Errors
+    ///
+    /// An owner that failed a push, stopped, or did not answer within the timeout
+    /// ([`Error::EmbeddingShard`]).
     pub fn begin(&mut self, ids: &[u64]) -> Result<Fetch> {
         self.settle(self.max_in_flight - 1)?;
         self.stats.staleness[histogram_bucket(self.in_flight() as u64)].fetch_add(1, Relaxed);
@@ -203,6 +212,11 @@ impl RowClient {
 
     /// The rows of `fetch`, one after another in the order of its ids: this
     /// process's read now, the others' as answered.
+    ///
+    /// # Errors
+    ///
+    /// An owner that answered with an error, stopped, or did not answer within the timeout
+    /// ([`Error::EmbeddingShard`]).
     pub fn finish(&self, fetch: Fetch) -> Result<Vec<f32>> {
         let w = self.width;
         let mut rows = vec![0f32; fetch.rows * w];
@@ -234,6 +248,10 @@ impl RowClient {
     }
 
     /// The rows `ids` now, for a read that pushes nothing back (evaluation).
+    ///
+    /// # Errors
+    ///
+    /// As [`RowClient::finish`].
     pub fn fetch(&self, ids: &[u64]) -> Result<Vec<f32>> {
         let fetch = self.request(ids)?;
         self.finish(fetch)
@@ -265,6 +283,11 @@ impl RowClient {
     /// Pushes the gradients `grads` (a row per id, each id once) of the
     /// oldest fetched batch to the rows' owners: applied here at once, sent to
     /// the others without waiting for them to be applied.
+    ///
+    /// # Errors
+    ///
+    /// Gradients that are not a row per id ([`Error::Layout`]), or an owner that has
+    /// stopped ([`Error::EmbeddingShard`]).
     pub fn push(&mut self, ids: &[u64], grads: &[f32], lr: f32) -> Result<()> {
         let w = self.width;
         if grads.len() != ids.len() * w {
@@ -309,6 +332,10 @@ impl RowClient {
     }
 
     /// Waits until every push of this client has been applied.
+    ///
+    /// # Errors
+    ///
+    /// As [`RowClient::begin`].
     pub fn flush(&mut self) -> Result<()> {
         self.settle(0)
     }

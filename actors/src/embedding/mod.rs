@@ -58,6 +58,10 @@ pub struct RowSharding {
 
 impl RowSharding {
     /// `rows` rows over `ranks` processes.
+    ///
+    /// # Errors
+    ///
+    /// Rows over no processes ([`Error::Layout`]).
     pub fn new(rows: u64, ranks: usize) -> Result<Self> {
         if ranks == 0 {
             return Err(Error::Layout("rows sharded over 0 processes".into()));

@@ -31,6 +31,11 @@ pub trait RowRule: Send + Sync + Debug {
 
 /// An error unless `rule`'s state arrays can be stored: at most
 /// [`MAX_STATE_ARRAYS`], named apart from each other and from `weight`.
+///
+/// # Errors
+///
+/// More than [`MAX_STATE_ARRAYS`] arrays, two of one name, or one named `weight`
+/// ([`Error::Layout`]).
 pub fn check_rule(rule: &dyn RowRule) -> Result<()> {
     let names = rule.state_names();
     let clash = names

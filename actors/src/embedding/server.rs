@@ -37,6 +37,10 @@ pub enum RowRequest {
 pub trait RemoteRows: Send + Sync + std::fmt::Debug {
     /// Sends `request` to the shard of process `process`; its answer (the
     /// process, then the rows or an error) comes on `reply`.
+    ///
+    /// # Errors
+    ///
+    /// The fabric has stopped or cannot reach `process`.
     fn send(&self, process: usize, request: RowRequest, reply: Sender<ShardReply>) -> Result<()>;
 }
 
@@ -101,6 +105,10 @@ pub struct RowServer {
 
 impl RowServer {
     /// Starts serving `store`, the shard of process `rank`.
+    ///
+    /// # Errors
+    ///
+    /// An actix system that cannot start on its thread.
     pub fn start(rank: usize, store: RowStore) -> Result<Self> {
         let store = Arc::new(Mutex::new(store));
         let served = Arc::clone(&store);

@@ -22,6 +22,11 @@ pub struct RowStore {
 impl RowStore {
     /// The rows `sharding` gives `rank`, of `width` values each, `init(id,
     /// row)` filling each from its global id, updated by `rule`.
+    ///
+    /// # Errors
+    ///
+    /// A rank outside the sharding or rows of width 0 ([`Error::Layout`]), or a rule whose
+    /// state cannot be stored ([`check_rule`](super::check_rule)).
     pub fn new(
         sharding: RowSharding,
         rank: usize,
@@ -84,6 +89,11 @@ impl RowStore {
     }
 
     /// Copies the rows `ids` (owned here) into `out`, one after another.
+    ///
+    /// # Errors
+    ///
+    /// An id this shard does not own ([`Error::EmbeddingShard`]), or an `out` of another
+    /// length ([`Error::Layout`]).
     pub fn read(&self, ids: &[u64], out: &mut [f32]) -> Result<()> {
         let w = self.width;
         if out.len() != ids.len() * w {
@@ -102,6 +112,11 @@ impl RowStore {
 
     /// Applies `grads` (one row of values per id, in order) to the rows
     /// `ids`: one push of process `from`, counted in [`RowStore::applied`].
+    ///
+    /// # Errors
+    ///
+    /// An id this shard does not own ([`Error::EmbeddingShard`]), or gradients that are not
+    /// a row per id ([`Error::Layout`]).
     pub fn apply(&mut self, from: usize, ids: &[u64], grads: &[f32], lr: f32) -> Result<()> {
         let w = self.width;
         if grads.len() != ids.len() * w {
@@ -152,6 +167,10 @@ impl RowStore {
     }
 
     /// Overwrites the array `name` of [`RowStore::arrays`] with `values`.
+    ///
+    /// # Errors
+    ///
+    /// An unknown array name, or values of another length ([`Error::EmbeddingShard`]).
     pub fn load(&mut self, name: &str, values: &[f32]) -> Result<()> {
         let len = self.weight.len();
         let state = self.rule.state_names().iter().position(|n| *n == name);

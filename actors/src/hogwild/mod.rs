@@ -119,7 +119,18 @@ impl ParamAlias {
 
     /// Copies the replica's current values into `out` and tells whether they
     /// are all finite (checked in the same pass).
+    ///
+    /// # Errors
+    ///
+    /// An `out` of another length than the replica ([`Error::Layout`]).
     pub fn snapshot_into(&self, out: &mut [f32]) -> Result<bool> {
+        if out.len() != self.len() {
+            return Err(Error::Layout(format!(
+                "a snapshot of a replica of {} values into {}",
+                self.len(),
+                out.len()
+            )));
+        }
         with_values(&self.alias, |replica: &[f32]| copy_all_finite(replica, out))
     }
 
@@ -127,6 +138,10 @@ impl ParamAlias {
     /// [`WriteBack::Overwrite`] copies it, [`WriteBack::Delta`] adds
     /// `target − snapshot` (what the round moved, kept on top of the steps the
     /// trainer took meanwhile).
+    ///
+    /// # Errors
+    ///
+    /// A `target` of another length than the replica ([`Error::Layout`]).
     pub fn write_back(&self, mode: WriteBack, target: &[f32], snapshot: &[f32]) -> Result<()> {
         if target.len() != self.len() {
             return Err(Error::Layout(format!(
@@ -143,6 +158,11 @@ impl ParamAlias {
     /// `write(offset, block)`), each applied as in [`ParamAlias::write_back`]
     /// while it is still in cache: a round need not assemble its whole
     /// target first. An error for a block outside the replica.
+    ///
+    /// # Errors
+    ///
+    /// A block outside the replica or a `snapshot` of another length ([`Error::Layout`]),
+    /// or an error of `blocks`.
     pub fn write_back_blocks(
         &self,
         mode: WriteBack,

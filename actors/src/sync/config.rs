@@ -174,6 +174,10 @@ impl SyncConfig {
     }
 
     /// Checks the ranges that do not depend on the number of trainers.
+    ///
+    /// # Errors
+    ///
+    /// A setting out of range, named by its key ([`Error::Config`]).
     pub fn validate(&self) -> Result<()> {
         let bad = |key: &str, reason: &str| {
             Err(Error::Config {

@@ -71,6 +71,11 @@ pub struct SyncPeer {
 
 impl SyncPeer {
     /// The peer of `endpoint`'s trainer, combining by `rule`.
+    ///
+    /// # Errors
+    ///
+    /// A rule the registry cannot make for this trainer (an unknown name, a factory's
+    /// error), or a resumed rule state that does not fit.
     pub fn new(
         endpoint: Endpoint,
         groups: CoordinatorClient,
@@ -136,6 +141,11 @@ impl SyncPeer {
 
     /// Mean of the payloads over this round's group (sync-sgd's gradients);
     /// `None` once syncing has stopped.
+    ///
+    /// # Errors
+    ///
+    /// A payload of another length than the group's ([`Error::Layout`]), or
+    /// [`Error::NonFinite`] if nobody contributed.
     pub fn group_mean(&mut self, payload: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
         let combined = self.group_reduce(payload, contribute, &mean_into)?;
         Ok(combined.map(|combined| combined.into_vec(self.endpoint.take_spare())))
@@ -179,6 +189,10 @@ impl SyncPeer {
     /// mean over the members that sent theirs; of those rows, the ones this
     /// member applies (see the `shared` module). `None` once stopped, or
     /// before any group mean.
+    ///
+    /// # Errors
+    ///
+    /// As [`SyncPeer::group_mean`].
     pub fn combine_shared(&mut self, mine: &SharedGradients) -> Result<Option<SharedGradients>> {
         let Some((round, group)) = self.last.clone() else {
             return Ok(None);
@@ -204,6 +218,10 @@ impl SyncPeer {
     /// Returns once every member of the group of its last
     /// [`SyncPeer::combine_shared`] has applied its rows (or the timeout
     /// passed), so that the next step reads them all.
+    ///
+    /// # Errors
+    ///
+    /// A peer whose state is poisoned by a panic.
     pub fn shared_applied(&mut self) -> Result<()> {
         if let Some((round, group)) = self.last.clone() {
             self.endpoint
@@ -218,6 +236,11 @@ impl SyncPeer {
     /// stopped. A snapshot that is not finite does not `contribute`: it is
     /// left out of the group's combination (and never sent to EASGD's
     /// server: [`Error::NonFinite`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`SyncPeer::group_mean`]; under EASGD, a server shard that failed or stopped;
+    /// [`Error::NonFinite`] if nobody contributed.
     pub fn combine(&mut self, snapshot: &Payload, contribute: bool) -> Result<Option<Combined>> {
         let exchange = self.lock().rule.exchange();
         let combined = match exchange {
@@ -244,6 +267,11 @@ impl SyncPeer {
     /// Turns `combined` into the replica's target through the rule, block by
     /// block in order, handing each block to `write(offset, block)` while it
     /// is in cache (a shadow round writes it back at once).
+    ///
+    /// # Errors
+    ///
+    /// A rule that fails on the combined vector (a length it does not expect), or `write`'s
+    /// own error.
     pub fn target_blocks(
         &self,
         combined: &Combined,
@@ -257,6 +285,10 @@ impl SyncPeer {
 
     /// [`SyncPeer::target_blocks`] for one span of the combined vector, the
     /// values from `offset` on.
+    ///
+    /// # Errors
+    ///
+    /// As [`SyncPeer::target_blocks`].
     pub fn target_span(
         &self,
         offset: usize,
@@ -314,6 +346,10 @@ impl SyncPeer {
 
     /// One round of the rule, whole: the target for `snapshot` (see
     /// [`SyncPeer::combine`]), for a foreground round to load.
+    ///
+    /// # Errors
+    ///
+    /// As [`SyncPeer::combine`] and [`SyncPeer::target_blocks`].
     pub fn target(&mut self, snapshot: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
         let Some(combined) = self.combine(snapshot, contribute)? else {
             return Ok(None);

@@ -75,6 +75,11 @@ pub trait SyncRule: Send + fmt::Debug {
 
     /// Takes back memory saved by [`SyncRule::state`]; an error naming what
     /// does not fit. A rule without memory accepts only none.
+    ///
+    /// # Errors
+    ///
+    /// A saved state that does not fit this rule, naming what ([`Error::Config`] naming
+    /// `resume`).
     fn restore(&mut self, saved: &RuleState) -> Result<()> {
         match saved.arrays.first() {
             None => Ok(()),
@@ -92,6 +97,10 @@ pub struct RuleState {
 
 impl RuleState {
     /// The array `name`, which must hold `len` values.
+    ///
+    /// # Errors
+    ///
+    /// No array of that name, or one of another length ([`Error::Config`] naming `resume`).
     pub fn array(&self, name: &str, len: usize) -> Result<&[f32]> {
         let (_, values) = self
             .arrays
@@ -182,6 +191,11 @@ impl Rules {
     }
 
     /// The rule `name` for `context`'s trainer.
+    ///
+    /// # Errors
+    ///
+    /// A name registered nowhere ([`Error::Config`] naming `sync.algorithm`, with the known
+    /// ones), or the factory's own error.
     pub fn make(&self, name: &str, context: &RuleContext<'_>) -> Result<Box<dyn SyncRule>> {
         (self.0.get(name)?)(context)
     }

@@ -52,6 +52,11 @@ pub trait GroupSchedule: Send + Sync + fmt::Debug {
 
 /// An error naming `sync.schedule` unless the first `rounds` rounds of
 /// `schedule` are partitions of its trainers into sorted groups.
+///
+/// # Errors
+///
+/// A round whose groups are not a partition of the trainers into sorted groups
+/// ([`Error::Config`] naming `sync.schedule`).
 pub fn check_partitions(schedule: &dyn GroupSchedule, rounds: u64) -> Result<()> {
     let n = schedule.trainers();
     for round in 0..rounds {

@@ -40,6 +40,10 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     /// `processes() · local` trainers of the job; raising `stop` (here, or in
     /// another process through [`Fabric::stop_everywhere`]) ends their
     /// collectives.
+    ///
+    /// # Errors
+    ///
+    /// A mesh that cannot be built (a communication thread that stopped).
     fn endpoints(
         &self,
         local: usize,
@@ -52,6 +56,10 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     /// in one. A cluster passes one when this process's trainers are done (its
     /// sync loops serve the others' until every process's are) and, under
     /// EASGD, one once it has read the centre (its shards serve until then).
+    ///
+    /// # Errors
+    ///
+    /// A communication thread that stopped before every process came.
     fn rendezvous(&self) -> Result<()>;
 
     /// Raises the endpoints' stop flag in every other process.
@@ -64,6 +72,10 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     /// one step, with nothing of theirs in flight, before any process saves
     /// its rows; and all saved before any goes on. Not a collective (small
     /// messages), like [`Fabric::rendezvous`].
+    ///
+    /// # Errors
+    ///
+    /// A communication thread that stopped before every process answered.
     fn agree(&self, point: u64) -> Result<bool>;
 
     /// This process comes to no further points (its trainers are done or
@@ -73,6 +85,10 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     /// Serves this process's shards of the EASGD centre (`hosted`: each
     /// shard's index and actor) to the other processes' trainers, and returns
     /// how to reach the shards the others serve (`None` in one process).
+    ///
+    /// # Errors
+    ///
+    /// A communication thread that stopped.
     fn serve_shards(
         &self,
         hosted: Vec<(usize, Addr<ServerShardActor>)>,
@@ -81,19 +97,35 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     /// Hands the other processes' requests for this process's rows of a
     /// sharded embedding table to its server, and returns how to reach the
     /// others' shards (`None` in one process).
+    ///
+    /// # Errors
+    ///
+    /// A communication thread that stopped.
     fn serve_rows(&self, server: Addr<RowServerActor>) -> Result<Option<Arc<dyn RemoteRows>>>;
 
     /// Replaces `values` by their mean over the processes. A collective: every
     /// process calls it, the same number of times, with vectors of one length
     /// (and in the same order as [`Fabric::sum`]).
+    ///
+    /// # Errors
+    ///
+    /// A communication thread that stopped, or vectors of different lengths.
     fn average(&self, values: &mut [f32]) -> Result<()>;
 
     /// Replaces `counts` by their sums over the processes (a collective, as
     /// [`Fabric::average`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Fabric::average`].
     fn sum(&self, counts: &mut [u64]) -> Result<()>;
 
     /// Every process's `words` (of any length), in process order (a
     /// collective, as [`Fabric::average`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Fabric::average`].
     fn gather(&self, words: Vec<u32>) -> Result<Vec<Vec<u32>>>;
 
     /// Bytes this process has sent to the others syncing dense parameters
@@ -108,6 +140,10 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
 
     /// Ends this process's part in the job once every process has called it
     /// (a process that fails exits without it, which ends the job).
+    ///
+    /// # Errors
+    ///
+    /// A process that cannot reach the others, or a communication thread that panicked.
     fn finish(&self) -> Result<()>;
 }
 
@@ -179,6 +215,10 @@ impl Fabric for InProcess {
 
 /// The ledger's [`unaccounted`] over the whole job, on every process (a collective):
 /// `sent` and `applied` are this process's counts.
+///
+/// # Errors
+///
+/// As [`Fabric::sum`].
 pub fn unaccounted_in_job(
     fabric: &dyn Fabric,
     sent: &PushCounts,

@@ -160,6 +160,10 @@ impl Endpoint {
     /// Mean of the payloads over `group` (which must contain this endpoint) in
     /// round `round`; `Ok(None)` if the mesh was stopped while waiting. See
     /// [`Endpoint::group_reduce`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Endpoint::group_reduce`].
     pub fn group_mean(
         &mut self,
         round: u64,
@@ -205,6 +209,12 @@ impl Endpoint {
     /// part in the round and receives the mean of the others, but its payload is
     /// left out of it; [`Error::NonFinite`] if nobody contributed. A member that
     /// does not answer within the timeout is left out too, and named.
+    ///
+    /// # Errors
+    ///
+    /// A group without this endpoint or a payload of another length ([`Error::Layout`]), or
+    /// [`Error::NonFinite`] if nobody contributed. (A member that does not answer in time
+    /// is left out and named, not an error.)
     pub fn group_reduce(
         &mut self,
         round: u64,

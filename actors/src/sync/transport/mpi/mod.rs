@@ -83,6 +83,11 @@ impl MpiNode {
     /// initialized (or already was, in this process). A send or a collective
     /// that does not complete within `watchdog` ends the process (and so the
     /// job), naming the rank and what it waited for.
+    ///
+    /// # Errors
+    ///
+    /// MPI that cannot be initialized with the thread support the node needs, or a
+    /// communication thread that cannot start.
     pub fn start(watchdog: Option<Duration>) -> Result<Self> {
         // Not bounded by capacity but by the protocols that fill them: a
         // trainer's sync round sends at most 2 (m − 1) messages and one request
@@ -139,6 +144,10 @@ impl MpiNode {
     /// Endpoints for this rank's `per_rank` trainers, connected to all
     /// `ranks · per_rank` trainers of the job. The simulated `link` delays
     /// messages within this rank only; between ranks the network is real.
+    ///
+    /// # Errors
+    ///
+    /// `per_rank` of 0, or a communication thread that stopped.
     pub fn mesh(
         &self,
         per_rank: usize,

@@ -88,6 +88,11 @@ impl ServerClient {
     /// running actix system), reporting on `events` and injecting the
     /// `server-panic` faults of `faults`, and returns the client of every
     /// shard of the job.
+    ///
+    /// # Errors
+    ///
+    /// No shards ([`Error::Config`] naming `sync.server_shards`), a shard that no process
+    /// serves ([`Error::ShardFailed`]), or a fabric that cannot serve them.
     pub fn start(
         initial: &[f32],
         shards: usize,
@@ -185,6 +190,11 @@ impl ServerClient {
     /// shard at once, once it is off the wire ([`ServerClient::simulated_arrival`]);
     /// returns the replica's target, in the shards' parts, or `None` if
     /// `stopped()` turns true while waiting for their answers.
+    ///
+    /// # Errors
+    ///
+    /// A snapshot of another length than the centre ([`Error::Layout`]), or a shard that
+    /// failed, stopped or cannot be reached ([`Error::ShardFailed`], [`Error::Stopped`]).
     pub fn elastic(
         &self,
         snapshot: Arc<[f32]>,
@@ -239,6 +249,11 @@ impl ServerClient {
     /// while it is in cache (no answer assembled, no message). Every shard
     /// must be served here ([`ServerClient::all_here`]); an injected
     /// `server-panic` fails the step on every shard, as it fails requests.
+    ///
+    /// # Errors
+    ///
+    /// A shard served by another process, an injected `server-panic`, a snapshot of another
+    /// length, or `write`'s own error.
     pub fn elastic_on_this_thread(
         &self,
         snapshot: &[f32],
@@ -272,6 +287,10 @@ impl ServerClient {
     }
 
     /// A copy of the whole centre.
+    ///
+    /// # Errors
+    ///
+    /// A shard that failed, stopped or cannot be reached.
     pub fn center(&self) -> Result<Vec<f32>> {
         let centre = self.gather(|_, _| ShardRequest::Center, || false)?;
         let centre = centre.ok_or(Error::Stopped("parameter server"))?;

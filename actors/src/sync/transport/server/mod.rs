@@ -79,6 +79,10 @@ pub struct ServerShard {
 
 impl ServerShard {
     /// The shard of `initial` over `range`.
+    ///
+    /// # Errors
+    ///
+    /// A range outside `initial` ([`Error::Layout`]).
     pub fn new(initial: &[f32], range: Range<usize>) -> Result<Self> {
         let center = initial
             .get(range.clone())
@@ -90,6 +94,10 @@ impl ServerShard {
     /// The elastic step (see [`elastic`]) of a replica's `values`, which start
     /// at index `at` of the whole vector, on this shard; returns the target
     /// for the shard's range.
+    ///
+    /// # Errors
+    ///
+    /// Values that do not cover the shard's range from `at` ([`Error::Layout`]).
     pub fn elastic(&mut self, values: &[f32], at: usize, alpha: f32) -> Result<Vec<f32>> {
         let slice = self
             .range
@@ -154,6 +162,10 @@ pub(crate) fn serve(
 pub trait RemoteShards: Send + Sync + std::fmt::Debug {
     /// Sends `request` to shard `shard`, served by process `process`; the
     /// answer comes on `reply`.
+    ///
+    /// # Errors
+    ///
+    /// The fabric has stopped or cannot reach `process`.
     fn send(
         &self,
         process: usize,
