@@ -143,6 +143,10 @@ impl DataFile {
 
     /// The fingerprint of `path`; `None` for what is not a regular file (a
     /// pipe or standard input must not be read ahead of the run).
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be inspected ([`Error::Io`] naming it).
     pub fn of(path: &Path) -> Result<Option<Self>> {
         use std::io::Read;
         if path == Path::new(crate::data::criteo::STDIN) {
@@ -164,6 +168,11 @@ impl DataFile {
     }
 
     /// An error unless the file at `self.path` is still the one fingerprinted.
+    ///
+    /// # Errors
+    ///
+    /// A file that changed or moved since it was fingerprinted ([`Error::Config`]
+    /// naming `resume`, and the file), or one that cannot be inspected ([`Error::Io`]).
     pub fn check_unchanged(&self) -> Result<()> {
         let now = Self::of(&self.path)?;
         let changed = match &now {
@@ -325,6 +334,10 @@ pub struct CheckpointStore {
 
 impl CheckpointStore {
     /// The store in `dir` (created if missing), keeping the newest `keep`.
+    ///
+    /// # Errors
+    ///
+    /// A directory that cannot be created ([`Error::Io`] naming the part of the path at fault).
     pub fn open(dir: &Path, keep: usize) -> Result<Self> {
         crate::output::create_dir(dir)?;
         Ok(Self {
@@ -340,6 +353,11 @@ impl CheckpointStore {
 
     /// Writes `checkpoint` as the newest, atomically, and removes all but the
     /// newest `keep`; returns its directory.
+    ///
+    /// # Errors
+    ///
+    /// A checkpoint that cannot be written, or old ones that cannot be removed
+    /// ([`Error::Io`]).
     pub fn save(&self, checkpoint: &Checkpoint) -> Result<PathBuf> {
         let number = self.numbered()?.last().map_or(1, |(n, _)| n + 1);
         let tmp = self.dir.join(format!("{TMP_PREFIX}{number:06}"));
@@ -362,6 +380,11 @@ impl CheckpointStore {
 
     /// The newest checkpoint that is whole, and those newer than it that were
     /// not (with why); an error if there is none to resume from.
+    ///
+    /// # Errors
+    ///
+    /// No whole checkpoint in the directory ([`Error::Checkpoint`], with why each was
+    /// rejected), or a directory that cannot be read.
     pub fn load_latest(&self) -> Result<(PathBuf, Checkpoint, Vec<Rejected>)> {
         let mut rejected = Vec::new();
         for number in self.numbers()?.into_iter().rev() {
@@ -374,6 +397,10 @@ impl CheckpointStore {
     }
 
     /// The numbers of the checkpoints in the directory, oldest first.
+    ///
+    /// # Errors
+    ///
+    /// A directory that cannot be read ([`Error::Io`]).
     pub fn numbers(&self) -> Result<Vec<u64>> {
         Ok(self.numbered()?.into_iter().map(|(n, _)| n).collect())
     }
@@ -384,6 +411,11 @@ impl CheckpointStore {
     }
 
     /// Checkpoint `number` if it is whole, or why not.
+    ///
+    /// # Errors
+    ///
+    /// Why checkpoint `number` is not whole: missing, truncated, unreadable or of another
+    /// version ([`Rejected`]).
     pub fn load(&self, number: u64) -> std::result::Result<(PathBuf, Checkpoint), Rejected> {
         let path = self.path(number);
         load(&path).map(|c| (path.clone(), c)).map_err(|reason| {
@@ -396,6 +428,10 @@ impl CheckpointStore {
     /// `passed-over-ckpt-NNNNNN` beside them (`…-2` and on if taken; kept,
     /// not read again), so that the next one saved takes the number after
     /// those that remain.
+    ///
+    /// # Errors
+    ///
+    /// A checkpoint that cannot be renamed ([`Error::Io`]).
     pub fn set_aside(&self, number: u64) -> Result<PathBuf> {
         let from = self.path(number);
         let name = format!("passed-over-{PREFIX}{number:06}");

@@ -620,6 +620,10 @@ impl Config {
 
     /// Bytes of the embedding table and its optimizer state, for rows of
     /// `shape`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::table_layout`].
     pub fn table_bytes(&self, shape: RowShape) -> Result<u64> {
         let rows = self.table_layout()?.total_rows().max(0) as u64;
         Ok(rows
@@ -631,6 +635,10 @@ impl Config {
     /// `processes` processes keeps: about 1/`processes` of it when sharded;
     /// the whole table in one process; replicated across processes, the
     /// whole table and the common base its merges start from.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::table_bytes`].
     pub fn table_bytes_per_process(&self, shape: RowShape, processes: usize) -> Result<u64> {
         let whole = self.table_bytes(shape)?;
         Ok(match (self.train.embeddings_for(processes), processes) {
@@ -643,6 +651,11 @@ impl Config {
     /// Refuses a table whose part in each of `processes` processes does not
     /// fit in `available` bytes of memory, naming the key that sizes it and
     /// the bytes it needs.
+    ///
+    /// # Errors
+    ///
+    /// A table that does not fit, naming the key that sizes it and the bytes it needs
+    /// ([`Error::Config`]).
     pub fn check_table_fits(
         &self,
         available: u64,
@@ -681,6 +694,11 @@ impl Config {
     }
 
     /// The hashing layout of the embedding table.
+    ///
+    /// # Errors
+    ///
+    /// A table of 0 rows a field, or per-field sizes that are not 26 sizes of at
+    /// least 1 ([`Error::Config`] naming `data.table_size` or `data.table_sizes`).
     pub fn table_layout(&self) -> Result<TableLayout> {
         match &self.data.table_sizes {
             Some(sizes) => TableLayout::new(sizes),

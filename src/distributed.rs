@@ -57,6 +57,10 @@ impl TableSync {
     /// from their common base, which it sets before it returns: before any
     /// trainer writes a row (a row written before the base was read would
     /// count once over the processes' mean, 1/R of it).
+    ///
+    /// # Errors
+    ///
+    /// A thread that cannot start, or a base copy of the table that cannot be made.
     pub fn start(fabric: Arc<dyn Fabric>, table: EmbeddingTable, every: Duration) -> Result<Self> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&done);
@@ -79,6 +83,11 @@ impl TableSync {
 
     /// This process is done training: returns after the last round, in which
     /// every process was (the replicas are then equal).
+    ///
+    /// # Errors
+    ///
+    /// A merge round that failed (a collective of the fabric), or a merge thread that
+    /// panicked.
     pub fn finish(self) -> Result<TableSyncReport> {
         self.done.store(true, Ordering::Relaxed);
         self.thread
@@ -231,6 +240,10 @@ impl Shape {
 
 /// Every process's `mine` (evaluations of its replicas), in process order: a
 /// collective, as [`Fabric::gather`].
+///
+/// # Errors
+///
+/// As [`Fabric::gather`]; words from another process that are not metrics.
 pub fn every_process_metrics(fabric: &dyn Fabric, mine: Vec<Metrics>) -> Result<Vec<Metrics>> {
     if fabric.processes() == 1 {
         return Ok(mine);
@@ -254,6 +267,10 @@ pub fn every_process_metrics(fabric: &dyn Fabric, mine: Vec<Metrics>) -> Result<
 
 /// Every process's `mine`, in process order: a collective, as
 /// [`Fabric::gather`].
+///
+/// # Errors
+///
+/// As [`Fabric::gather`].
 pub fn every_process_u64s(fabric: &dyn Fabric, mine: &[u64]) -> Result<Vec<Vec<u64>>> {
     let words = mine
         .iter()

@@ -152,6 +152,11 @@ pub struct Skipped {
 
 impl Experiment {
     /// Reads an experiment from TOML text; `origin` names it in errors.
+    ///
+    /// # Errors
+    ///
+    /// TOML that does not parse, or a grid that cannot run (an unknown key, a
+    /// value out of range), named with `origin`.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
         let file: ExperimentFile =
             toml::from_str(text).map_err(|e| Error::config(origin, e.to_string()))?;
@@ -259,6 +264,11 @@ impl Experiment {
     }
 
     /// A built-in experiment by name, or the experiment file at that path.
+    ///
+    /// # Errors
+    ///
+    /// No built-in experiment of that name and no readable file at that path, or a file
+    /// that does not parse (as [`Experiment::parse`]).
     pub fn named(name_or_path: &str) -> Result<Self> {
         if let Some((name, text)) = BUILT_IN.iter().find(|(n, _)| *n == name_or_path) {
             return Self::parse(text, &format!("built-in experiment {name}"));
@@ -416,6 +426,11 @@ pub struct RunResult {
 
 impl RunResult {
     /// Reads a run's results file.
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be read ([`Error::Io`]) or is not a results file
+    /// ([`Error::Parse`]).
     pub fn read(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         serde_json::from_slice(&bytes)

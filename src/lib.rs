@@ -31,6 +31,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 pub mod checkpoint;
 pub mod cli;

@@ -67,6 +67,11 @@ fn target(path: &Path) -> Result<Target> {
 /// directory as the file it names (created if missing), synced, then renamed
 /// over it. On an error that file is as it was and the temporary file is
 /// gone. A device or FIFO is written in place.
+///
+/// # Errors
+///
+/// A temporary file that cannot be written or renamed over `path` ([`Error::Io`] naming
+/// it).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let path = match target(path)? {
         Target::Special(device) => {
@@ -98,6 +103,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Makes the directory `dir` and its parents; where one of them is a file,
 /// the error names it as such (not the OS's "file exists").
+///
+/// # Errors
+///
+/// A directory that cannot be made, naming which part of the path is a file or cannot be
+/// created ([`Error::Io`]).
 pub fn create_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| {
         match dir.ancestors().find(|a| a.exists() && !a.is_dir()) {
@@ -119,6 +129,11 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
 /// Checks that `path` can be written by [`write_atomic`] (its directory made,
 /// a file created there and removed), without touching what is there, and
 /// that it names none of `inputs` (through links and other spellings alike).
+///
+/// # Errors
+///
+/// A path that names an input ([`Error::Data`] naming it), or a place where no
+/// file can be created ([`Error::Io`]).
 pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<()> {
     let file = match target(path)? {
         Target::Special(_) => return Ok(()),

@@ -39,6 +39,11 @@ pub struct ExperimentResults {
 
 impl ExperimentResults {
     /// Reads the results directory of an experiment (`OUT/NAME`).
+    ///
+    /// # Errors
+    ///
+    /// A directory without an experiment's results, or a results file that cannot be read
+    /// or parsed.
     pub fn load(directory: &Path) -> Result<Self> {
         let spec = directory.join("experiment.toml");
         let text = std::fs::read_to_string(&spec).map_err(|e| Error::io(&spec, e))?;
@@ -119,6 +124,10 @@ pub struct Report {
 impl Report {
     /// Writes `OUT/NAME.md` and the plots into `OUT/NAME/`; returns the
     /// document's path.
+    ///
+    /// # Errors
+    ///
+    /// A document or plot that cannot be written ([`Error::Io`]).
     pub fn write(&self, out: &Path) -> Result<PathBuf> {
         let plots = out.join(&self.name);
         for (file, svg) in &self.plots {
@@ -225,6 +234,10 @@ const SYNC: &str = "sync";
 const TRAINERS: &str = "train.trainers";
 
 /// The document and plots of `results`.
+///
+/// # Errors
+///
+/// A plot that cannot be drawn.
 pub fn render(results: &ExperimentResults, provenance: &Provenance) -> Result<Report> {
     let experiment = &results.experiment;
     let cells = cells(&results.results);

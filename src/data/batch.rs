@@ -22,6 +22,10 @@ pub struct Batch {
 
 impl Batch {
     /// Builds the tensors of `examples`, hashing categorical values with `layout`.
+    ///
+    /// # Errors
+    ///
+    /// A tensor libtorch cannot make.
     pub fn from_examples(examples: &[Example], layout: &TableLayout) -> Result<Self> {
         let n = examples.len() as i64;
         let mut dense = Vec::with_capacity(examples.len() * NUM_DENSE);

@@ -95,6 +95,11 @@ impl LineError {
 }
 
 /// Parses one line (without its `\n`; a trailing `\r` is ignored).
+///
+/// # Errors
+///
+/// A line that is not a Criteo row: its field count, or the field and value that do not
+/// parse ([`LineError`]).
 pub fn parse_line(line: &[u8]) -> Result<Example, LineError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut example = Example {
@@ -188,6 +193,11 @@ pub enum Line {
 /// and `line` (1-based) name it in errors. A line longer than
 /// [`MAX_LINE_BYTES`] is read past, not kept; one with no end within
 /// [`MAX_SKIPPED_BYTES`] more is an error.
+///
+/// # Errors
+///
+/// A line with no end within [`MAX_SKIPPED_BYTES`] past [`MAX_LINE_BYTES`], or a read that
+/// fails ([`Error::Io`]).
 pub fn read_line(
     input: &mut dyn BufRead,
     buf: &mut Vec<u8>,
@@ -249,6 +259,10 @@ pub const STDIN: &str = "-";
 /// Whether `path` is a regular file that is not gzip: one that can be read
 /// many times over, cheaply (a pipe or standard input is read once; a gzip
 /// stream costs its decompression each time).
+///
+/// # Errors
+///
+/// A path that cannot be inspected ([`Error::Io`] naming it).
 pub fn rereadable(path: &Path) -> Result<bool> {
     if path == Path::new(STDIN) {
         return Ok(false);
@@ -269,6 +283,11 @@ pub fn rereadable(path: &Path) -> Result<bool> {
 /// the stream's first two bytes, read once: nothing is read twice, so a pipe
 /// loses nothing. Reaching a regular file's end is an error if it shrank or
 /// was removed or replaced meanwhile.
+///
+/// # Errors
+///
+/// A file that cannot be opened or read, or a gzip header that is not one ([`Error::Io`]
+/// naming it).
 pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
     let mut input: Box<dyn Read + Send> = if path == Path::new(STDIN) {
         Box::new(std::io::stdin())
@@ -402,6 +421,10 @@ pub struct CriteoReader {
 
 impl CriteoReader {
     /// Opens `path` (plain or gzip).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`].
     pub fn open(path: impl AsRef<Path>, policy: BadLinePolicy) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let input = open(&path)?;

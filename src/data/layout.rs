@@ -16,11 +16,19 @@ pub struct TableLayout {
 
 impl TableLayout {
     /// Every field hashed into `size` rows.
+    ///
+    /// # Errors
+    ///
+    /// A size of 0 ([`Error::Config`]).
     pub fn uniform(size: u32) -> Result<Self> {
         Self::new(&[size; NUM_SPARSE])
     }
 
     /// Field `f` hashed into `sizes[f]` rows (26 sizes, each at least 1).
+    ///
+    /// # Errors
+    ///
+    /// Not 26 sizes, or a size of 0 ([`Error::Config`]).
     pub fn new(sizes: &[u32]) -> Result<Self> {
         let sizes: [u32; NUM_SPARSE] = sizes.try_into().map_err(|_| {
             Error::config(

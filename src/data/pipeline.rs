@@ -98,6 +98,11 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Opens `path` (an error here if it cannot be read) and starts the threads.
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be opened ([`Error::Io`] naming it), or threads that cannot
+    /// start.
     pub fn spawn(path: &Path, layout: TableLayout, config: &PipelineConfig) -> Result<Self> {
         if config.batch_size == 0 || config.shards == 0 {
             return Err(Error::config(
@@ -189,6 +194,11 @@ impl Pipeline {
     }
 
     /// Stops the threads (if still running) and returns the read counts.
+    ///
+    /// # Errors
+    ///
+    /// A reader or parser thread that failed or panicked: the bad line or read error it
+    /// met, named ([`Error::Data`], [`Error::Io`], [`Error::Pipeline`]).
     pub fn finish(mut self) -> Result<ReadStats> {
         self.shutdown()
     }

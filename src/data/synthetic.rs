@@ -191,6 +191,10 @@ impl PlantedModel {
     }
 
     /// Writes `rows` labelled rows as Criteo TSV; returns the oracle's figures.
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be written ([`Error::Io`]).
     pub fn write_tsv(
         &self,
         out: &mut impl Write,
@@ -301,6 +305,11 @@ impl SyntheticData {
     /// Writes `train.tsv`, `test.tsv` and `oracle.json` into `dir`, where it
     /// never replaces files it did not make (a `train.tsv` or `test.tsv`
     /// without the `oracle.json` of an earlier generation: the user's own).
+    ///
+    /// # Errors
+    ///
+    /// Files in `dir` it did not make, or a directory or file that cannot be written
+    /// ([`Error::Io`]).
     pub fn generate(spec: SyntheticSpec, dir: &Path) -> Result<Self> {
         if !dir.join(Self::MANIFEST).exists() {
             let theirs = ["train.tsv", "test.tsv"]
@@ -361,6 +370,10 @@ impl SyntheticData {
     }
 
     /// Reuses the data set in `dir` if it was generated from `spec`, else generates it.
+    ///
+    /// # Errors
+    ///
+    /// As [`SyntheticData::generate`].
     pub fn ensure(spec: SyntheticSpec, dir: &Path) -> Result<Self> {
         let manifest = dir.join(Self::MANIFEST);
         if let Ok(bytes) = std::fs::read(&manifest) {

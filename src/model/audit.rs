@@ -64,6 +64,10 @@ impl RowAudit {
     }
 
     /// Adds a push: `grads` (a row of values per id of `ids`) at rate `lr`.
+    ///
+    /// # Errors
+    ///
+    /// A row outside the audited table ([`Error::Config`] naming `train.audit_rows`).
     pub fn record(&self, ids: &[u64], grads: &[f32], lr: f32) -> Result<()> {
         self.record_while(ids, grads, lr, || Ok(()))
     }
@@ -77,6 +81,10 @@ impl RowAudit {
 
     /// [`RowAudit::record`], once `write` has applied the push, holding off
     /// every other push recorded meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// As [`RowAudit::record`], and `write`'s own error.
     pub fn record_while(
         &self,
         ids: &[u64],
@@ -106,6 +114,11 @@ impl RowAudit {
     }
 
     /// The sums over every process's pushes (a collective).
+    ///
+    /// # Errors
+    ///
+    /// As [`Fabric::average`](shadowsync_actors::sync::Fabric::average) and
+    /// [`Fabric::sum`](shadowsync_actors::sync::Fabric::sum).
     pub fn job_sums(&self, fabric: &dyn Fabric) -> Result<JobSums> {
         let mut job: Vec<f32> = {
             let sums = self.sums.lock().unwrap_or_else(|p| p.into_inner());

@@ -20,6 +20,10 @@ pub trait CtrModel: Send + std::fmt::Debug {
     /// Width of an embedding row this model expects.
     fn embedding_width(&self) -> i64;
     /// Click logits `[B]`.
+    ///
+    /// # Errors
+    ///
+    /// A tensor operation that fails (a shape the model does not take).
     fn forward(&self, dense: &Tensor, embedded: &Tensor) -> Result<Tensor>;
 }
 
@@ -124,6 +128,10 @@ pub struct Dlrm {
 
 impl Dlrm {
     /// DLRM with `config`'s embedding dimension and MLP widths.
+    ///
+    /// # Errors
+    ///
+    /// Widths that cannot make the model, or a tensor libtorch cannot make.
     pub fn new(root: &nn::Path, config: &ModelConfig) -> Result<Self> {
         let dim = config.embedding_dim;
         let mut bottom_widths = config.bottom_mlp.clone();
@@ -159,12 +167,20 @@ impl CtrModel for Dlrm {
 /// step times them apart).
 impl Dlrm {
     /// The bottom MLP's output `[B, dim]` for dense features `[B, 13]`.
+    ///
+    /// # Errors
+    ///
+    /// A tensor operation that fails (a shape the model does not take).
     pub fn bottom(&self, dense: &Tensor) -> Result<Tensor> {
         self.bottom.forward(dense)
     }
 
     /// The top MLP's input: `x` beside the pairwise dot products of the 27
     /// vectors (`x` and the 26 embeddings `[B, 26, dim]`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Dlrm::bottom`].
     pub fn interact(&self, x: &Tensor, embedded: &Tensor) -> Result<Tensor> {
         let batch = x.size()[0];
         let vectors = Tensor::f_cat(&[x.f_unsqueeze(1)?, embedded.shallow_clone()], 1)?;
@@ -176,6 +192,10 @@ impl Dlrm {
     }
 
     /// Click logits `[B]` from the top MLP's input.
+    ///
+    /// # Errors
+    ///
+    /// As [`Dlrm::bottom`].
     pub fn top(&self, top_input: &Tensor) -> Result<Tensor> {
         Ok(self.top.forward(top_input)?.f_view(-1)?)
     }

@@ -113,6 +113,11 @@ impl CtrLearner {
 
     /// Forward and backward on `batch`; the gradients wait for
     /// [`CtrLearner::apply`]. Returns the batch's mean logloss.
+    ///
+    /// # Errors
+    ///
+    /// A tensor operation that fails, or rows that cannot be read (an owner that stopped,
+    /// under sharded tables).
     pub fn backward_on(&mut self, batch: &Batch) -> Result<f64> {
         let prefetch = self.table.begin(&batch.sparse)?;
         self.backward_with(batch, prefetch)
@@ -136,6 +141,11 @@ impl CtrLearner {
 
     /// Applies the gradients of the last [`CtrLearner::backward_on`]: a dense
     /// optimizer step and the sparse embedding update.
+    ///
+    /// # Errors
+    ///
+    /// Nothing computed to apply, a failed optimizer step, or rows that cannot be pushed to
+    /// their owners.
     pub fn apply(&mut self) -> Result<()> {
         self.dense_optimizer.step(&self.dense)?;
         match self.pending.take() {
@@ -145,6 +155,10 @@ impl CtrLearner {
     }
 
     /// One whole step on `batch`. Returns the batch's mean logloss.
+    ///
+    /// # Errors
+    ///
+    /// As [`CtrLearner::backward_on`] and [`CtrLearner::apply`].
     pub fn train_on(&mut self, batch: &Batch) -> Result<f64> {
         let loss = self.backward_on(batch)?;
         self.apply()?;
@@ -181,6 +195,10 @@ impl CtrLearner {
     }
 
     /// Click probabilities `[B]` for `batch` (no gradients).
+    ///
+    /// # Errors
+    ///
+    /// As [`CtrLearner::backward_on`].
     pub fn predict(&self, batch: &Batch) -> Result<Tensor> {
         tch::no_grad(|| {
             let embedded = self.table.lookup(&batch.sparse)?;
@@ -189,6 +207,10 @@ impl CtrLearner {
     }
 
     /// Predictions and labels over `batches`, as flat vectors.
+    ///
+    /// # Errors
+    ///
+    /// As [`CtrLearner::predict`].
     pub fn predict_all(&self, batches: &[Batch]) -> Result<(Vec<f32>, Vec<f32>)> {
         let mut predictions = Vec::new();
         let mut labels = Vec::new();

@@ -100,6 +100,10 @@ pub struct RowInit {
 
 impl RowInit {
     /// The rows of `layout`, from a seed drawn from libtorch's generator.
+    ///
+    /// # Errors
+    ///
+    /// A table too large for libtorch to allocate.
     pub fn new(layout: &TableLayout) -> Result<Self> {
         let seed = Tensor::f_randint(i64::MAX, [1], (Kind::Int64, Device::Cpu))?
             .f_int64_value(&[0])? as u64;
@@ -204,6 +208,10 @@ impl EmbeddingTable {
 
     /// Compares the table with its initial rows minus every update of the
     /// job's (see [`RowAudit`]); `None` unless audited.
+    ///
+    /// # Errors
+    ///
+    /// A fabric collective that fails (as [`RowAudit::job_sums`]).
     pub fn audit(&self, fabric: &dyn Fabric) -> Result<Option<AuditReport>> {
         let Some(audit) = &self.audit else {
             return Ok(None);
@@ -264,6 +272,10 @@ impl EmbeddingTable {
     /// The table and its optimizer's state arrays, by name (`weight`,
     /// Adagrad's `sum`, ...), each `[rows, width]` (views: writing them
     /// writes the table).
+    ///
+    /// # Errors
+    ///
+    /// A state tensor libtorch cannot view.
     pub fn state(&self) -> Result<Vec<(&'static str, Tensor)>> {
         let mut state = vec![("weight", self.weight.shallow_clone())];
         if let Some(arrays) = &self.state {
@@ -276,6 +288,11 @@ impl EmbeddingTable {
 
     /// Overwrites the table and its optimizer state with `values` of the names
     /// [`EmbeddingTable::state`] gives (every handle sees them).
+    ///
+    /// # Errors
+    ///
+    /// `values`' own error, or values of another length than the table's array
+    /// ([`Error::Config`] naming `resume`).
     pub fn load_state(&self, values: impl Fn(&str) -> Result<Vec<f32>>) -> Result<()> {
         for (name, tensor) in self.state()? {
             let values = values(name)?;
@@ -297,6 +314,10 @@ impl EmbeddingTable {
     }
 
     /// Rows for `[B, F]` indices, as `[B, F, width]` (no gradient tracking).
+    ///
+    /// # Errors
+    ///
+    /// Indices out of the table, or a tensor operation that fails.
     pub fn lookup(&self, rows: &Tensor) -> Result<Tensor> {
         let size = rows.size();
         let flat = self.weight.f_index_select(0, &rows.f_view(-1)?)?;
@@ -306,6 +327,10 @@ impl EmbeddingTable {
     /// Applies the gradient `grad` (`[B, F, width]`) of the rows `rows` (`[B, F]`):
     /// each row once, with the sum of its lookups' gradients (Adagrad is not
     /// linear in the gradient), in one pass over the batch's unique rows.
+    ///
+    /// # Errors
+    ///
+    /// Indices out of the table or a gradient of another shape.
     pub fn apply(&mut self, rows: &Tensor, grad: &Tensor) -> Result<()> {
         let ids = Vec::<i64>::try_from(rows.f_reshape(-1)?)?;
         let grad = grad.f_contiguous()?;
@@ -315,6 +340,10 @@ impl EmbeddingTable {
 
     /// Applies coalesced gradients (a row of values per id, each id once) to
     /// the rows `ids` with the table's rule.
+    ///
+    /// # Errors
+    ///
+    /// Gradients that are not a row per id, or an id outside the table.
     pub fn apply_rows(&mut self, ids: &[u64], grads: &[f32]) -> Result<()> {
         match &self.audit {
             // Audited, the process's updates take turns: a race of Hogwild's

@@ -42,6 +42,10 @@ const ADAM_EPS: f64 = 1e-8;
 
 impl DenseOptimizer {
     /// A fresh optimizer for `params`.
+    ///
+    /// # Errors
+    ///
+    /// A state buffer libtorch cannot allocate.
     pub fn new(kind: OptimizerKind, lr: f64, params: &FlatParams) -> Result<Self> {
         let zeros = || params.values().f_zeros_like();
         Ok(match kind {
@@ -72,6 +76,10 @@ impl DenseOptimizer {
 
     /// Forgets the accumulated state (Adagrad's sums, Adam's moments and step
     /// count), as if freshly built; the learning rate stays.
+    ///
+    /// # Errors
+    ///
+    /// A tensor operation that fails.
     pub fn reset(&mut self) -> Result<()> {
         match self {
             Self::Sgd { .. } => {}
@@ -88,6 +96,10 @@ impl DenseOptimizer {
     }
 
     /// The accumulated state as named arrays (none for SGD).
+    ///
+    /// # Errors
+    ///
+    /// A state buffer that cannot be read.
     pub fn state(&self) -> Result<Vec<(String, Vec<f32>)>> {
         let array = |name: &str, t: &Tensor| -> Result<(String, Vec<f32>)> {
             Ok((name.to_string(), Vec::<f32>::try_from(t)?))
@@ -105,6 +117,11 @@ impl DenseOptimizer {
 
     /// Takes back a state from [`DenseOptimizer::state`]; an error naming the
     /// array that is missing or of the wrong size.
+    ///
+    /// # Errors
+    ///
+    /// An array that is missing or of the wrong size, named ([`Error::Config`] naming
+    /// `resume`).
     pub fn load_state(&mut self, arrays: &[(String, Vec<f32>)]) -> Result<()> {
         let find = |name: &str, len: i64| -> Result<&Vec<f32>> {
             match arrays.iter().find(|(n, _)| n == name) {

@@ -120,6 +120,11 @@ impl Table {
     }
 
     /// Starts reading the rows of a batch's `[B, F]` ids, to be trained on.
+    ///
+    /// # Errors
+    ///
+    /// Ids of another shape than `[B, F]`, or rows that cannot be fetched from their
+    /// owners.
     pub fn begin(&mut self, sparse: &Tensor) -> Result<Prefetch> {
         match self {
             Self::Local(_) => Ok(Prefetch::Local(sparse.shallow_clone())),
@@ -138,6 +143,11 @@ impl Table {
 
     /// The rows of `prefetch` as `[B, F, width]`, computed from a leaf that
     /// will hold their gradient.
+    ///
+    /// # Errors
+    ///
+    /// Rows that cannot be read (an owner that failed or stopped), or a tensor operation
+    /// that fails.
     pub fn gather(&self, prefetch: Prefetch) -> Result<(Tensor, Pending)> {
         match (self, prefetch) {
             (Self::Local(table), Prefetch::Local(rows)) => {
@@ -173,6 +183,10 @@ impl Table {
     }
 
     /// Applies the gradient in `pending`'s leaf to its rows.
+    ///
+    /// # Errors
+    ///
+    /// As [`Table::apply_rows`]; a leaf without a gradient.
     pub fn apply(&mut self, pending: Pending) -> Result<()> {
         let grad = pending.leaf.grad();
         match (self, pending.rows) {
@@ -189,6 +203,10 @@ impl Table {
 
     /// The gradient in `pending`'s leaf, coalesced: each row once, with the
     /// sum of its lookups' gradients (rows sorted by id).
+    ///
+    /// # Errors
+    ///
+    /// A leaf without a gradient, or a tensor operation that fails.
     pub fn coalesce(&self, pending: Pending) -> Result<(Vec<u64>, Vec<f32>)> {
         let grad = pending.leaf.grad().f_contiguous()?;
         match pending.rows {
@@ -203,6 +221,11 @@ impl Table {
 
     /// Applies `grads` (a row of values per id, each id once) to the rows
     /// `ids` with the table's optimizer: here, or pushed to their owners.
+    ///
+    /// # Errors
+    ///
+    /// Gradients that are not a row per id, an id outside the table, or an owner that
+    /// stopped.
     pub fn apply_rows(&mut self, ids: &[u64], grads: &[f32]) -> Result<()> {
         match self {
             Self::Local(table) => table.apply_rows(ids, grads),
@@ -211,6 +234,10 @@ impl Table {
     }
 
     /// Waits until every update this handle sent is applied.
+    ///
+    /// # Errors
+    ///
+    /// A push that failed at its owner, or an owner that stopped or did not answer in time.
     pub fn flush(&mut self) -> Result<()> {
         match self {
             Self::Local(_) => Ok(()),
@@ -219,6 +246,10 @@ impl Table {
     }
 
     /// Rows for `[B, F]` indices, as `[B, F, width]` (no gradient tracking).
+    ///
+    /// # Errors
+    ///
+    /// As [`Table::begin`] and [`Table::gather`].
     pub fn lookup(&self, sparse: &Tensor) -> Result<Tensor> {
         match self {
             Self::Local(table) => table.lookup(sparse),
@@ -246,6 +277,10 @@ impl Table {
 
     /// The rows this process keeps and their optimizer state, by name: the
     /// whole table, or this process's shard.
+    ///
+    /// # Errors
+    ///
+    /// A state that cannot be read.
     pub fn arrays(&self) -> Result<Vec<(String, Vec<f32>)>> {
         match self {
             Self::Local(table) => table
@@ -275,6 +310,10 @@ impl Table {
     /// Compares the rows this process keeps with their initial values minus
     /// every update of the job's, once every update is applied (a
     /// collective); `None` unless audited.
+    ///
+    /// # Errors
+    ///
+    /// As [`Table::flush`]; a fabric collective that fails.
     pub fn audit(&self, fabric: &dyn Fabric) -> Result<Option<AuditReport>> {
         match self {
             Self::Local(table) => table.audit(fabric),
@@ -299,6 +338,10 @@ impl Table {
     }
 
     /// Overwrites what [`Table::arrays`] gives with `values(name)`.
+    ///
+    /// # Errors
+    ///
+    /// A name `values` does not know, or values of another length ([`Error::Checkpoint`]).
     pub fn load_arrays(&self, values: impl Fn(&str) -> Result<Vec<f32>>) -> Result<()> {
         match self {
             Self::Local(table) => table.load_state(values),

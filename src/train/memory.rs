@@ -27,6 +27,10 @@ impl MemoryReport {
     }
 
     /// Every process's, in process order (a collective).
+    ///
+    /// # Errors
+    ///
+    /// As [`Fabric::gather`](shadowsync_actors::sync::Fabric::gather).
     pub fn every_process(self, fabric: &dyn Fabric) -> Result<Vec<Self>> {
         let mine = [self.table_bytes, self.peak_rss_bytes.unwrap_or(u64::MAX)];
         Ok(every_process_u64s(fabric, &mine)?

@@ -219,6 +219,11 @@ pub trait Observer {
 impl Observer for () {}
 
 /// Reads a whole (test) file into batches.
+///
+/// # Errors
+///
+/// A file that cannot be read, a bad line (under the policy of `config`), or a tensor that
+/// cannot be made.
 pub fn load_batches(
     path: &Path,
     layout: &TableLayout,
