@@ -10,6 +10,7 @@ use crate::data::{BadLinePolicy, Profile, SyntheticSpec, TableLayout, NUM_SPARSE
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::faults::Fault;
+use shadowsync_actors::stragglers::Straggler;
 use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig};
 use std::path::{Path, PathBuf};
 
@@ -34,6 +35,9 @@ pub struct Config {
     pub checkpoint: CheckpointConfig,
     /// Faults to inject, for testing that the runtime contains them.
     pub faults: Vec<Fault>,
+    /// Trainers slowed on purpose (`[[stragglers]]`), for experiments on
+    /// stragglers.
+    pub stragglers: Vec<Straggler>,
 }
 
 /// What each embedding row holds: its values, and beside them the row
@@ -535,6 +539,9 @@ impl Config {
                 "faults.trainer",
                 format!("{} names no trainer; trainers are 0..{n}", fault.trainer),
             ));
+        }
+        for straggler in &self.stragglers {
+            straggler.check(n)?;
         }
         // Groups are formed over the whole job's trainers.
         let n = n * processes.max(1);

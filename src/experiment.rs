@@ -68,6 +68,11 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../experiments/e5-ablations.toml"),
     ),
     (
+        "e8-stragglers",
+        include_str!("../experiments/e8-stragglers.toml"),
+    ),
+    ("e10-diloco", include_str!("../experiments/e10-diloco.toml")),
+    (
         "d1-schedules",
         include_str!("../experiments/d1-schedules.toml"),
     ),

@@ -188,3 +188,47 @@ fn ftrl_rows_learn_and_an_unknown_row_optimizer_is_named_with_the_known_ones() {
         "{stderr}"
     );
 }
+
+#[test]
+fn diloco_and_a_straggler_run_from_the_config_and_learn() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("diloco.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[data.synthetic]\ntrain_rows = 20000\ntest_rows = 4000\ndir = {:?}\n\
+             [model]\nkind = \"lr\"\n[train]\ntrainers = 4\neval_every = 0\n\
+             [sync]\nalgorithm = \"shadow-diloco\"\n\
+             [sync.diloco]\nouter_lr = 1.0\nmomentum = 0.5\n\
+             [[stragglers]]\ntrainer = 3\nslowdown = 2.0\n",
+            dir.path().join("data")
+        ),
+    )
+    .unwrap();
+    let results = dir.path().join("results.json");
+    let config = config.to_str().unwrap();
+    let out = shadowsync(&[
+        "train",
+        "--config",
+        config,
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    assert_eq!(json["config"]["sync"]["diloco"]["momentum"], 0.5);
+    assert_eq!(json["config"]["stragglers"][0]["slowdown"], 2.0);
+    let ne = json["final_metrics"]["ne"].as_f64().unwrap();
+    assert!(ne < 0.95, "shadow-diloco did not learn: NE {ne}");
+    // DiLoCo's settings under another rule would be ignored: refused, named.
+    let out = shadowsync(&["train", "--config", config, "--sync", "shadow-ma"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("sync.diloco"), "{stderr}");
+    // A straggler of no trainer is refused, named.
+    let out = shadowsync(&["train", "--config", config, "--trainers", "2"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("stragglers.trainer"), "{stderr}");
+}

@@ -23,7 +23,7 @@
 //! | [`sync`] | the algorithm ([`sync::Algorithm`], [`sync::SyncConfig`]); rules ([`sync::SyncRule`], [`sync::Rules`], the built-in ones and their math); schedules ([`sync::GroupSchedule`], [`sync::Schedule`], [`sync::Schedules`], [`sync::GroupPlan`]); where trainers live ([`sync::Fabric`], [`sync::InProcess`], `sync::mpi` with feature `mpi`) |
 //! | [`embedding`] | tables sharded over processes: their rows' rules ([`embedding::RowRule`]: SGD, Adagrad, FTRL), shards, server, clients, the push ledger |
 //! | [`monitor`], [`events`], [`stats`], [`evaluator`] | watching and steering a run, live evaluation |
-//! | [`faults`] | faults injected on purpose |
+//! | [`faults`], [`stragglers`] | faults injected and trainers slowed on purpose |
 //! | [`system`] | the actix system threads the runtime's actors run on |
 //!
 //! Open in name only: a [`sync::Fabric`] hands out endpoints that only the
@@ -94,6 +94,7 @@ mod params;
 mod recovery;
 mod shadow;
 pub mod stats;
+pub mod stragglers;
 pub mod sync;
 pub mod system;
 mod trainer;

@@ -20,7 +20,15 @@ type Module = Vec<String>;
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "foundation",
-        &["error", "events", "faults", "named", "stats", "system"],
+        &[
+            "error",
+            "events",
+            "faults",
+            "named",
+            "stats",
+            "stragglers",
+            "system",
+        ],
     ),
     ("the replica", &["recovery", "hogwild", "params", "learner"]),
     ("the tables", &["embedding"]),

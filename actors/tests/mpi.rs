@@ -18,7 +18,7 @@ use shadowsync_actors::embedding::{
 use shadowsync_actors::events::EventBus;
 use shadowsync_actors::sync::mpi::MpiNode;
 use shadowsync_actors::sync::{
-    unaccounted_in_job, BmufParams, BmufState, Fabric, GroupPlan, GroupSchedule, LinkModel,
+    unaccounted_in_job, BmufParams, Fabric, GroupPlan, GroupSchedule, LinkModel, OuterState,
     Schedule, ServerClient,
 };
 use shadowsync_actors::system::spawn_system;
@@ -156,7 +156,7 @@ fn sync_and_check_on_this_rank() {
             endpoint.set_timeout(Some(Duration::from_secs(20)));
             s.spawn(move || {
                 let me = endpoint.id();
-                let mut bmuf = BmufState::new(&[0.0; VALUES]);
+                let mut bmuf = OuterState::new(&[0.0; VALUES]);
                 let (mut global, mut momentum) = (vec![0f64; VALUES], vec![0f64; VALUES]);
                 for (p, plan) in plans.iter().enumerate() {
                     for r in 0..ROUNDS {
@@ -191,7 +191,7 @@ fn sync_and_check_on_this_rank() {
                             );
                         }
                         let mut target = vec![0.0; mean.mean.len()];
-                        bmuf.round(BMUF, 0, &mean.mean, &mut target);
+                        bmuf.bmuf(BMUF, 0, &mean.mean, &mut target);
                         let expected = bmuf_round(&mut global, &mut momentum, &expected);
                         for (j, got) in target.iter().enumerate() {
                             assert!(

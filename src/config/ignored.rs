@@ -214,6 +214,7 @@ fn modal_keys() -> Vec<Modal> {
         modal!("sync.eta", sync.eta, rule "bmuf", "BMUF's block momentum"),
         modal!("sync.zeta", sync.zeta, rule "bmuf", "BMUF's block learning rate"),
         modal!("sync.nesterov", sync.nesterov, rule "bmuf", "BMUF's Nesterov look-ahead"),
+        modal!("sync.diloco", sync.diloco, rule "diloco", "DiLoCo's outer optimizer"),
         // Checkpoints.
         modal!(
             "checkpoint.every_steps",

@@ -268,6 +268,7 @@ impl<'a> Session<'a> {
             consensus_every_ms: config.train.consensus_every_ms,
             workers: config.train.workers,
             faults: config.faults.clone(),
+            stragglers: config.stragglers.clone(),
             checkpoint_every: match saver {
                 Some(_) => config.checkpoint.every_steps,
                 None => 0,

@@ -2,6 +2,7 @@
 
 use crate::events::EventBus;
 use crate::faults::Fault;
+use crate::stragglers::Straggler;
 use crate::sync::{Rules, Schedules, SyncConfig};
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +23,8 @@ pub struct ClusterConfig {
     pub workers: usize,
     /// Faults to inject, for testing that they are contained (none normally).
     pub faults: Vec<Fault>,
+    /// Trainers slowed on purpose, for experiments (none normally).
+    pub stragglers: Vec<Straggler>,
     /// Trainer steps between two points where every trainer parks so that
     /// [`Cluster::checkpoint`](crate::Cluster::checkpoint) can save the whole state (0 = never); rounded
     /// up to a multiple of a foreground algorithm's sync period.
@@ -50,6 +53,7 @@ impl Default for ClusterConfig {
             intra_op_threads: 1,
             workers: 1,
             faults: Vec::new(),
+            stragglers: Vec::new(),
             checkpoint_every: 0,
             events: EventBus::default(),
             rules: Rules::default(),

@@ -56,6 +56,9 @@ impl Wiring {
         sync.validate()?;
         check_workers(learners, workers, &sync.algorithm)?;
         let trainers = learners.len() / workers;
+        for straggler in &config.stragglers {
+            straggler.check(trainers)?;
+        }
         let plan = group_plan(config, trainers, trainers * fabric.processes())?;
         let (initial, counters) = starting_point(learners, workers, resumed)?;
         let replicas = learners
@@ -482,7 +485,8 @@ pub(super) struct Parts<L: Learner> {
 /// Builds the [`Parts`] of `learners`, `learners.len() / counters.len()` per
 /// trainer: the first of a trainer's learners syncs through a peer on its
 /// endpoint (and takes the injected faults); the others are its Hogwild
-/// workers. A trainer's learners share one recovery point.
+/// workers. A trainer's learners share one recovery point, and a straggler's
+/// are all slowed.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build_parts<L: Learner>(
     learners: Vec<L>,
@@ -512,7 +516,8 @@ pub(super) fn build_parts<L: Learner>(
         if worker % workers != 0 {
             // A Hogwild worker: steps the replica; its trainer's loop syncs it.
             let core = TrainerCore::new(learner, Foreground::Nothing, counters)?
-                .with_recovery(Arc::clone(&recovery), false);
+                .with_recovery(Arc::clone(&recovery), false)
+                .with_stragglers(&config.stragglers);
             parts.cores.push(core);
             continue;
         }
@@ -546,7 +551,8 @@ pub(super) fn build_parts<L: Learner>(
         };
         let core = TrainerCore::new(learner, foreground, counters)?
             .with_recovery(Arc::clone(&recovery), keeps_own_state)
-            .with_faults(&config.faults);
+            .with_faults(&config.faults)
+            .with_stragglers(&config.stragglers);
         parts.cores.push(core);
     }
     Ok(parts)

@@ -2,7 +2,7 @@
 //! the algorithm, the group schedule, the rules' parameters, the simulated
 //! link, the threads of the shadow rounds.
 
-use crate::sync::{Algorithm, BmufParams, LinkModel, Schedule, WriteBack};
+use crate::sync::{Algorithm, BmufParams, DilocoParams, LinkModel, Schedule, WriteBack};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +28,9 @@ pub struct SyncConfig {
     pub zeta: f32,
     /// BMUF's Nesterov look-ahead.
     pub nesterov: bool,
+    /// DiLoCo's outer optimizer (`[sync.diloco]`: `outer_lr`, `momentum`,
+    /// `nesterov`).
+    pub diloco: DilocoParams,
     /// Shards of the EASGD parameter server (default: see
     /// [`SyncConfig::server_shards_for`]).
     pub server_shards: Option<usize>,
@@ -80,6 +83,7 @@ impl Default for SyncConfig {
             eta: None,
             zeta: 1.0,
             nesterov: false,
+            diloco: DilocoParams::default(),
             server_shards: None,
             min_interval_ms: 20.0,
             min_steps: 4,
@@ -197,6 +201,13 @@ impl SyncConfig {
         }
         if !(self.zeta > 0.0 && self.zeta.is_finite()) {
             return bad("sync.zeta", "must be > 0");
+        }
+        let diloco = self.diloco;
+        if !(diloco.outer_lr > 0.0 && diloco.outer_lr.is_finite()) {
+            return bad("sync.diloco.outer_lr", "must be > 0");
+        }
+        if !(0.0..1.0).contains(&diloco.momentum) {
+            return bad("sync.diloco.momentum", "must be in [0, 1)");
         }
         if self
             .server_shards

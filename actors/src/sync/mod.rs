@@ -20,8 +20,9 @@ pub use config::{ShadowThreads, SyncConfig};
 pub(crate) use peer::SharedPeer;
 pub use peer::{PeerState, SyncPeer};
 pub use rules::{
-    elastic, mean_into, Algorithm, BlockMomentum, BmufParams, BmufState, Elastic, Exchange,
-    ModelAveraging, RuleContext, RuleFactory, RuleState, Rules, SyncRule, WriteBack,
+    elastic, mean_into, Algorithm, BlockMomentum, BmufParams, Diloco, DilocoParams, Elastic,
+    Exchange, ModelAveraging, OuterState, RuleContext, RuleFactory, RuleState, Rules, SyncRule,
+    WriteBack,
 };
 pub(crate) use rules::{elastic_into, resident_zeros, Combined, SharedSlice};
 pub use schedule::{

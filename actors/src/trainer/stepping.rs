@@ -3,9 +3,11 @@
 use crate::faults::{faults_due, Fault, FaultKind};
 use crate::recovery::{unpanicked, RecoveryPoint};
 use crate::stats::TrainerCounters;
+use crate::stragglers::{straggler_of, Straggler};
 use crate::sync::{Payload, SyncPeer};
 use crate::{Error, Learner, Result};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// What the trainer itself does to synchronize.
 #[derive(Debug)]
@@ -72,6 +74,8 @@ pub(crate) struct TrainerCore<L> {
     /// parameters (when no sync hands it group averages).
     keeps_own_state: bool,
     faults: Vec<Fault>,
+    /// How this trainer is slowed on purpose, if it is.
+    straggler: Option<Straggler>,
     /// Attempts that failed, all told: a fault's `at_step` counts attempts
     /// (steps taken plus failed attempts), so a retry is a new attempt and a
     /// fault hitting every attempt fails every retry too.
@@ -104,6 +108,7 @@ impl<L: Learner> TrainerCore<L> {
             counters,
             keeps_own_state,
             faults: Vec::new(),
+            straggler: None,
             failed_attempts: 0,
             catch_up: 0,
             consecutive_faults: 0,
@@ -142,6 +147,12 @@ impl<L: Learner> TrainerCore<L> {
             .filter(|f| f.trainer == trainer)
             .copied()
             .collect();
+        self
+    }
+
+    /// Slows this trainer as the straggler of `stragglers` naming it says.
+    pub(crate) fn with_stragglers(mut self, stragglers: &[Straggler]) -> Self {
+        self.straggler = straggler_of(stragglers, self.counters.trainer());
         self
     }
 
@@ -293,6 +304,10 @@ impl<L: Learner> TrainerCore<L> {
     /// Attempts one step; `Ok(false)` once the data is exhausted.
     fn try_step(&mut self) -> std::result::Result<bool, Failure> {
         let diverge = self.inject()?;
+        if let Some(straggler) = &self.straggler {
+            std::thread::sleep(straggler.pause_before(self.counters.steps()));
+        }
+        let started = Instant::now();
         let outcome = match self.learner.compute_gradients() {
             Ok(Some(outcome)) => outcome,
             Ok(None) => return Ok(false),
@@ -305,14 +320,21 @@ impl<L: Learner> TrainerCore<L> {
                 outcome.loss
             )));
         }
+        let mut took = started.elapsed();
         let catching_up = self.counters.steps() < self.catch_up;
         let sync_sgd = matches!(self.foreground, Foreground::SyncSgd(_)) && !catching_up;
         if sync_sgd && !self.all_reduce_gradients()? {
             self.counters.record_dropped(outcome.examples);
             return Ok(false);
         }
+        let applying = Instant::now();
         if let Err(e) = self.learner.apply_gradients() {
             return Err(self.learner_failure(e));
+        }
+        took += applying.elapsed();
+        if let Some(straggler) = &self.straggler {
+            // The step's own time (not sync-sgd's wait for the others), stretched.
+            std::thread::sleep(straggler.lag(took));
         }
         if diverge.is_some() {
             // An infinite learning rate for this step's dense update.

@@ -103,17 +103,42 @@ impl BmufParams {
     }
 }
 
-/// One replica's BMUF memory between rounds: the global model `w_g` and the
-/// block momentum `Δ` (plain data, kept in checkpoints).
+/// DiLoCo's outer optimizer (Douillard et al., 2023): Nesterov SGD on the
+/// round's pseudo-gradient `G = w_g − avg`, the outer model minus the group's
+/// mean (config section `[sync.diloco]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DilocoParams {
+    /// The outer learning rate (the paper's 0.7).
+    pub outer_lr: f32,
+    /// The outer momentum μ (the paper's 0.9).
+    pub momentum: f32,
+    /// Nesterov's form of the momentum (the paper's), else heavy ball.
+    pub nesterov: bool,
+}
+
+impl Default for DilocoParams {
+    fn default() -> Self {
+        Self {
+            outer_lr: 0.7,
+            momentum: 0.9,
+            nesterov: true,
+        }
+    }
+}
+
+/// One replica's memory between rounds under an outer optimizer (BMUF's block
+/// momentum, DiLoCo's Nesterov step): the outer model `w_g` and its momentum
+/// (plain data, kept in checkpoints).
 #[derive(Debug, Clone, PartialEq)]
-pub struct BmufState {
-    /// The global model `w_g`.
+pub struct OuterState {
+    /// The outer (global) model `w_g`.
     pub global: Vec<f32>,
-    /// The block momentum `Δ`.
+    /// Its momentum: BMUF's block momentum `Δ`, DiLoCo's outer momentum.
     pub momentum: Vec<f32>,
 }
 
-impl BmufState {
+impl OuterState {
     /// Starts from the initial parameters `initial`, with no momentum.
     pub fn new(initial: &[f32]) -> Self {
         Self {
@@ -122,22 +147,61 @@ impl BmufState {
         }
     }
 
-    /// Folds the group average of the parameters at `offset..offset +
-    /// average.len()` into the state and writes the replica's target for
-    /// them into `target`. A span past the state's end writes nothing (the
-    /// runtime only hands over blocks of the replica's own length).
-    pub fn round(
-        &mut self,
-        params: BmufParams,
-        offset: usize,
-        average: &[f32],
-        target: &mut [f32],
-    ) {
+    /// BMUF: folds the group average of the parameters at `offset..offset +
+    /// average.len()` into the state (`Δ = η Δ + ζ (1 − η) (avg − w_g)`,
+    /// `w_g += Δ`) and writes the replica's target for them into `target`
+    /// (`w_g`, or `w_g + η Δ` with Nesterov).
+    pub fn bmuf(&mut self, params: BmufParams, offset: usize, average: &[f32], target: &mut [f32]) {
         let BmufParams {
             eta,
             zeta,
             nesterov,
         } = params;
+        self.each(offset, average, target, |g, m, x| {
+            *m = eta * *m + zeta * (1.0 - eta) * (x - *g);
+            *g += *m;
+            if nesterov {
+                *g + eta * *m
+            } else {
+                *g
+            }
+        });
+    }
+
+    /// DiLoCo: an outer SGD step on the pseudo-gradient `G = w_g − avg` of
+    /// the parameters at `offset..offset + average.len()` (`m = μ m + G`,
+    /// `w_g −= lr (G + μ m)` with Nesterov, `w_g −= lr m` without), as
+    /// PyTorch's SGD takes it, and writes `w_g` into `target`.
+    pub fn diloco(
+        &mut self,
+        params: DilocoParams,
+        offset: usize,
+        average: &[f32],
+        target: &mut [f32],
+    ) {
+        let DilocoParams {
+            outer_lr,
+            momentum: mu,
+            nesterov,
+        } = params;
+        self.each(offset, average, target, |g, m, x| {
+            let pseudo = *g - x;
+            *m = mu * *m + pseudo;
+            *g -= outer_lr * if nesterov { pseudo + mu * *m } else { *m };
+            *g
+        });
+    }
+
+    /// Runs `step(w_g, momentum, avg)` on each value of the span, writing what
+    /// it returns into `target`. A span past the state's end writes nothing
+    /// (the runtime only hands over blocks of the replica's own length).
+    fn each(
+        &mut self,
+        offset: usize,
+        average: &[f32],
+        target: &mut [f32],
+        step: impl Fn(&mut f32, &mut f32, f32) -> f32,
+    ) {
         let span = offset..offset.saturating_add(average.len());
         let global = self.global.get_mut(span.clone()).unwrap_or_default();
         let momentum = self.momentum.get_mut(span).unwrap_or_default();
@@ -146,11 +210,7 @@ impl BmufState {
             .zip(momentum)
             .zip(average)
             .zip(target)
-            .for_each(|(((g, m), x), t)| {
-                *m = eta * *m + zeta * (1.0 - eta) * (*x - *g);
-                *g += *m;
-                *t = if nesterov { *g + eta * *m } else { *g };
-            });
+            .for_each(|(((g, m), &x), t)| *t = step(g, m, x));
     }
 }
 
@@ -215,39 +275,77 @@ mod tests {
             zeta: 1.0,
             nesterov: false,
         };
-        let mut state = BmufState::new(&[0.0, 1.0]);
+        let mut state = OuterState::new(&[0.0, 1.0]);
         // Round 1: G = (2,0)-(0,1) = (2,-1); Δ = 0.5*(2,-1) = (1,-0.5); w_g = (1,0.5).
         let mut x = [0.0; 2];
-        state.round(params, 0, &[2.0, 0.0], &mut x);
+        state.bmuf(params, 0, &[2.0, 0.0], &mut x);
         assert_eq!(x, [1.0, 0.5]);
         // Round 2: avg (3,0): G = (2,-0.5); Δ = 0.5*(1,-0.5) + 0.5*(2,-0.5) = (1.5,-0.5);
         // w_g = (2.5,0).
         // Block by block, as a round calls it: the same numbers.
-        state.round(params, 1, &[0.0], &mut x[1..]);
-        state.round(params, 0, &[3.0], &mut x[..1]);
+        state.bmuf(params, 1, &[0.0], &mut x[1..]);
+        state.bmuf(params, 0, &[3.0], &mut x[..1]);
         assert_eq!(x, [2.5, 0.0]);
         assert_eq!(state.momentum, [1.5, -0.5]);
-        let mut nesterov = BmufState::new(&[0.0, 1.0]);
+        let mut nesterov = OuterState::new(&[0.0, 1.0]);
         let look_ahead = BmufParams {
             nesterov: true,
             ..params
         };
         // w_g = (1,0.5) after round 1, plus η Δ = (0.5,-0.25).
-        nesterov.round(look_ahead, 0, &[2.0, 0.0], &mut x);
+        nesterov.bmuf(look_ahead, 0, &[2.0, 0.0], &mut x);
         assert_eq!(x, [1.5, 0.25]);
         assert_eq!(nesterov.global, [1.0, 0.5]);
         // A steady G moves w_g by ζ G per round once the momentum has built up.
-        let mut steady = BmufState::new(&[0.0]);
+        let mut steady = OuterState::new(&[0.0]);
         let mut avg = 0.0f32;
         for _ in 0..60 {
             avg = steady.global[0] + 1.0;
-            steady.round(params, 0, &[avg], &mut [0.0]);
+            steady.bmuf(params, 0, &[avg], &mut [0.0]);
         }
         assert!(
             (steady.global[0] - avg).abs() < 1e-3,
             "{:?} vs {avg}",
             steady.global
         );
+    }
+
+    #[test]
+    fn diloco_takes_pytorchs_nesterov_step_on_the_pseudo_gradient() {
+        let params = DilocoParams::default();
+        let mut state = OuterState::new(&[1.0]);
+        let mut x = [0.0f32];
+        // Round 1: G = 1 − 0.5 = 0.5; m = 0.5; w_g = 1 − 0.7 (0.5 + 0.9·0.5) = 0.335.
+        state.diloco(params, 0, &[0.5], &mut x);
+        assert!((x[0] - 0.335).abs() < 1e-6, "{x:?}");
+        // Round 2: G = 0.335 − 0.2 = 0.135; m = 0.9·0.5 + 0.135 = 0.585;
+        // w_g = 0.335 − 0.7 (0.135 + 0.9·0.585) = −0.12805.
+        state.diloco(params, 0, &[0.2], &mut x);
+        assert!((x[0] + 0.12805).abs() < 1e-6, "{x:?}");
+        assert!((state.momentum[0] - 0.585).abs() < 1e-6);
+        // Heavy ball: w_g −= lr m.
+        let heavy = DilocoParams {
+            nesterov: false,
+            ..params
+        };
+        let mut plain = OuterState::new(&[1.0]);
+        plain.diloco(heavy, 0, &[0.5], &mut x);
+        assert!((x[0] - 0.65).abs() < 1e-6, "{x:?}");
+    }
+
+    #[test]
+    fn diloco_with_unit_rate_and_no_momentum_is_model_averaging() {
+        let params = DilocoParams {
+            outer_lr: 1.0,
+            momentum: 0.0,
+            nesterov: true,
+        };
+        let mut state = OuterState::new(&[3.0, -1.0, 0.5]);
+        let mut target = [0.0f32; 3];
+        for average in [[1.0, 2.0, 3.0], [-4.0, 0.25, 8.0]] {
+            state.diloco(params, 0, &average, &mut target);
+            assert_eq!(target, average);
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! then names it like a built-in one. Its memory is checkpointed as named
 //! arrays ([`RuleState`]) and given back on resume.
 
-use crate::sync::{mean_into, BmufParams, BmufState, SyncConfig};
+use crate::sync::{mean_into, BmufParams, DilocoParams, OuterState, SyncConfig};
 use crate::{Error, Named, Result};
 use std::fmt;
 use std::sync::Arc;
@@ -142,8 +142,8 @@ pub struct RuleContext<'a> {
 /// Makes a trainer's rule.
 pub type RuleFactory = Arc<dyn Fn(&RuleContext<'_>) -> Result<Box<dyn SyncRule>> + Send + Sync>;
 
-/// Sync rules by the name `sync.algorithm` gives them: `ma`, `easgd` and
-/// `bmuf`, and those added with [`Rules::with`].
+/// Sync rules by the name `sync.algorithm` gives them: `ma`, `easgd`,
+/// `bmuf` and `diloco`, and those added with [`Rules::with`].
 #[derive(Clone, Debug)]
 pub struct Rules(Named<RuleFactory>);
 
@@ -159,7 +159,13 @@ impl Default for Rules {
             .with("bmuf", |c| {
                 Ok(Box::new(BlockMomentum {
                     params: c.config.bmuf_for(c.group_size),
-                    state: BmufState::new(c.initial),
+                    state: OuterState::new(c.initial),
+                }))
+            })
+            .with("diloco", |c| {
+                Ok(Box::new(Diloco {
+                    params: c.config.diloco,
+                    state: OuterState::new(c.initial),
                 }))
             })
     }
@@ -227,7 +233,7 @@ pub struct BlockMomentum {
     /// η, ζ and the Nesterov look-ahead.
     pub params: BmufParams,
     /// The global model and the block momentum.
-    pub state: BmufState,
+    pub state: OuterState,
 }
 
 impl SyncRule for BlockMomentum {
@@ -237,24 +243,68 @@ impl SyncRule for BlockMomentum {
         combined: &'a [f32],
         scratch: &'a mut [f32],
     ) -> &'a [f32] {
-        self.state.round(self.params, offset, combined, scratch);
+        self.state.bmuf(self.params, offset, combined, scratch);
         scratch
     }
 
     fn state(&self) -> RuleState {
+        self.state.saved()
+    }
+
+    fn restore(&mut self, saved: &RuleState) -> Result<()> {
+        self.state.restore(saved)
+    }
+}
+
+/// DiLoCo's outer step (Douillard et al., 2023): the group's mean is the
+/// round's inner result, and the replica's outer model takes a Nesterov SGD
+/// step on the pseudo-gradient (outer model − mean); outer model and
+/// momentum are kept between rounds and checkpointed.
+#[derive(Debug, Clone)]
+pub struct Diloco {
+    /// The outer learning rate and momentum.
+    pub params: DilocoParams,
+    /// The outer model and its momentum.
+    pub state: OuterState,
+}
+
+impl SyncRule for Diloco {
+    fn target<'a>(
+        &mut self,
+        offset: usize,
+        combined: &'a [f32],
+        scratch: &'a mut [f32],
+    ) -> &'a [f32] {
+        self.state.diloco(self.params, offset, combined, scratch);
+        scratch
+    }
+
+    fn state(&self) -> RuleState {
+        self.state.saved()
+    }
+
+    fn restore(&mut self, saved: &RuleState) -> Result<()> {
+        self.state.restore(saved)
+    }
+}
+
+impl OuterState {
+    /// As a rule's memory: the arrays `global` and `momentum`.
+    fn saved(&self) -> RuleState {
         RuleState {
             arrays: vec![
-                ("global".into(), self.state.global.clone()),
-                ("momentum".into(), self.state.momentum.clone()),
+                ("global".into(), self.global.clone()),
+                ("momentum".into(), self.momentum.clone()),
             ],
         }
     }
 
+    /// Takes back what [`OuterState::saved`] gave.
     fn restore(&mut self, saved: &RuleState) -> Result<()> {
-        let len = self.state.global.len();
+        let len = self.global.len();
         let global = saved.array("global", len)?.to_vec();
         let momentum = saved.array("momentum", len)?.to_vec();
-        self.state = BmufState { global, momentum };
+        *self = OuterState { global, momentum };
         Ok(())
     }
 }
@@ -286,7 +336,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("sync.algorithm") && e.contains("bmuf, easgd, ma"),
+            e.contains("sync.algorithm") && e.contains("bmuf, diloco, easgd, ma"),
             "{e}"
         );
     }
@@ -310,5 +360,26 @@ mod tests {
         let mut ma = Rules::default().make("ma", &context(&config)).unwrap();
         assert!(ma.restore(&saved).is_err());
         assert!(ma.restore(&RuleState::default()).is_ok());
+    }
+
+    #[test]
+    fn diloco_steps_from_the_configured_params_and_its_memory_round_trips() {
+        let config = SyncConfig {
+            diloco: DilocoParams {
+                outer_lr: 0.5,
+                momentum: 0.0,
+                nesterov: false,
+            },
+            ..SyncConfig::default()
+        };
+        let mut diloco = Rules::default().make("diloco", &context(&config)).unwrap();
+        let mut scratch = [0.0; 2];
+        // G = (1,2) − (3,0) = (−2,2); w_g = (1,2) − 0.5 G = (2,1).
+        assert_eq!(diloco.target(0, &[3.0, 0.0], &mut scratch), [2.0, 1.0]);
+        let saved = diloco.state();
+        let mut fresh = Rules::default().make("diloco", &context(&config)).unwrap();
+        fresh.restore(&saved).unwrap();
+        assert_eq!(fresh.state(), saved);
+        assert_eq!(fresh.target(0, &[2.0, 1.0], &mut scratch), [2.0, 1.0]);
     }
 }
