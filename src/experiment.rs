@@ -68,6 +68,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../experiments/e5-ablations.toml"),
     ),
     (
+        "e6-staleness",
+        include_str!("../experiments/e6-staleness.toml"),
+    ),
+    (
         "e8-stragglers",
         include_str!("../experiments/e8-stragglers.toml"),
     ),

@@ -13,6 +13,30 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Trains on 20,000 synthetic rows (generated in `dir`) under the config
+/// file `dir/run.toml`: `settings` after the data section. The config's path
+/// and the results JSON; fails the test if the run fails.
+fn train_with(dir: &std::path::Path, settings: &str) -> (String, serde_json::Value) {
+    let config = dir.join("run.toml");
+    let data = format!(
+        "[data.synthetic]\ntrain_rows = 20000\ntest_rows = 4000\ndir = {:?}\n",
+        dir.join("data")
+    );
+    std::fs::write(&config, data + settings).unwrap();
+    let results = dir.join("results.json");
+    let config = config.to_str().unwrap().to_string();
+    let out = shadowsync(&[
+        "train",
+        "--config",
+        &config,
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    (config, json)
+}
+
 #[test]
 fn train_from_a_config_file_writes_json_results_and_a_summary() {
     let dir = tempfile::tempdir().unwrap();
@@ -154,29 +178,12 @@ fn gen_data_writes_files_and_reports_the_oracle() {
 #[test]
 fn ftrl_rows_learn_and_an_unknown_row_optimizer_is_named_with_the_known_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("ftrl.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[data.synthetic]\ntrain_rows = 20000\ntest_rows = 4000\ndir = {:?}\n\
-             [model]\nkind = \"lr\"\n[optim]\nsparse = \"ftrl\"\nsparse_lr = 1.0\n\
-             [optim.ftrl]\nbeta = 1.0\nl1 = 0.001\n[train]\neval_every = 0\n",
-            dir.path().join("data")
-        ),
-    )
-    .unwrap();
-    let results = dir.path().join("results.json");
-    let config = config.to_str().unwrap();
-    let out = shadowsync(&[
-        "train",
-        "--config",
-        config,
-        "--results",
-        results.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    let (config, json) = train_with(
+        dir.path(),
+        "[model]\nkind = \"lr\"\n[optim]\nsparse = \"ftrl\"\nsparse_lr = 1.0\n\
+         [optim.ftrl]\nbeta = 1.0\nl1 = 0.001\n[train]\neval_every = 0\n",
+    );
+    let config = config.as_str();
     assert_eq!(json["config"]["optim"]["sparse"], "ftrl");
     let ne = json["final_metrics"]["ne"].as_f64().unwrap();
     assert!(ne < 0.95, "FTRL's rows did not learn: NE {ne}");
@@ -192,31 +199,14 @@ fn ftrl_rows_learn_and_an_unknown_row_optimizer_is_named_with_the_known_ones() {
 #[test]
 fn diloco_and_a_straggler_run_from_the_config_and_learn() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("diloco.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[data.synthetic]\ntrain_rows = 20000\ntest_rows = 4000\ndir = {:?}\n\
-             [model]\nkind = \"lr\"\n[train]\ntrainers = 4\neval_every = 0\n\
-             [sync]\nalgorithm = \"shadow-diloco\"\n\
-             [sync.diloco]\nouter_lr = 1.0\nmomentum = 0.5\n\
-             [[stragglers]]\ntrainer = 3\nslowdown = 2.0\n",
-            dir.path().join("data")
-        ),
-    )
-    .unwrap();
-    let results = dir.path().join("results.json");
-    let config = config.to_str().unwrap();
-    let out = shadowsync(&[
-        "train",
-        "--config",
-        config,
-        "--results",
-        results.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    let (config, json) = train_with(
+        dir.path(),
+        "[model]\nkind = \"lr\"\n[train]\ntrainers = 4\neval_every = 0\n\
+         [sync]\nalgorithm = \"shadow-diloco\"\n\
+         [sync.diloco]\nouter_lr = 1.0\nmomentum = 0.5\n\
+         [[stragglers]]\ntrainer = 3\nslowdown = 2.0\n",
+    );
+    let config = config.as_str();
     assert_eq!(json["config"]["sync"]["diloco"]["momentum"], 0.5);
     assert_eq!(json["config"]["stragglers"][0]["slowdown"], 2.0);
     let ne = json["final_metrics"]["ne"].as_f64().unwrap();

@@ -48,6 +48,9 @@ pub struct TrainerCounters {
     staleness_sum: AtomicU64,
     staleness_max: AtomicU64,
     steps_at_last_sync: AtomicU64,
+    /// The step count at the snapshot of the newest average applied to the
+    /// replica (see [`TrainerCounters::average_age`]).
+    fresh_from: AtomicU64,
     gaps: AtomicHistogram,
     stalenesses: AtomicHistogram,
     busy_micros: AtomicU64,
@@ -121,6 +124,7 @@ impl TrainerCounters {
             staleness_sum: AtomicU64::new(0),
             staleness_max: AtomicU64::new(0),
             steps_at_last_sync: AtomicU64::new(0),
+            fresh_from: AtomicU64::new(0),
             gaps: AtomicHistogram::default(),
             stalenesses: AtomicHistogram::default(),
             busy_micros: AtomicU64::new(0),
@@ -141,6 +145,7 @@ impl TrainerCounters {
         self.steps = AtomicU64::new(steps);
         self.examples = AtomicU64::new(examples);
         self.steps_at_last_sync = AtomicU64::new(steps);
+        self.fresh_from = AtomicU64::new(steps);
         self.resumed_from = (steps, examples);
         self
     }
@@ -177,15 +182,25 @@ impl TrainerCounters {
         self.examples.fetch_add(examples as u64, Relaxed);
     }
 
-    /// Records a completed sync whose snapshot was taken `staleness` steps ago.
-    pub fn record_sync(&self, staleness: u64) {
+    /// Records a completed sync whose snapshot was taken at step `snapshot`
+    /// (the step count then); returns its staleness, the steps taken since.
+    pub fn record_sync_since(&self, snapshot: u64) -> u64 {
+        let steps = self.steps();
+        let staleness = steps.saturating_sub(snapshot);
         self.syncs.fetch_add(1, Relaxed);
         self.staleness_sum.fetch_add(staleness, Relaxed);
         self.staleness_max.fetch_max(staleness, Relaxed);
         self.stalenesses.record(staleness);
-        let steps = self.steps();
+        self.fresh_from.fetch_max(snapshot.min(steps), Relaxed);
         let previous = self.steps_at_last_sync.swap(steps, Relaxed);
         self.gaps.record(steps.saturating_sub(previous));
+        staleness
+    }
+
+    /// How many of the trainer's steps old the newest average applied to its
+    /// replica is: steps now, less the steps at that average's snapshot.
+    pub fn average_age(&self) -> u64 {
+        self.steps().saturating_sub(self.fresh_from.load(Relaxed))
     }
 
     /// Charges this thread's CPU time to the trainer's steps until dropped.
@@ -330,23 +345,27 @@ mod tests {
         for _ in 0..10 {
             c.record_step(128);
         }
-        c.record_sync(2);
+        assert_eq!(c.record_sync_since(8), 2);
+        assert_eq!(c.average_age(), 2);
         for _ in 0..10 {
             c.record_step(128);
         }
-        c.record_sync(6);
+        assert_eq!(c.record_sync_since(14), 6);
+        // An older snapshot landing late leaves the newest average in place.
+        assert_eq!(c.record_sync_since(4), 16);
+        assert_eq!(c.average_age(), 6);
         c.finish();
         let s = c.stats();
-        assert_eq!((s.trainer, s.steps, s.examples, s.syncs), (3, 20, 2560, 2));
+        assert_eq!((s.trainer, s.steps, s.examples, s.syncs), (3, 20, 2560, 3));
         assert_eq!(
             (s.mean_sync_gap, s.mean_staleness, s.max_staleness),
-            (10.0, 4.0, 6)
+            (20.0 / 3.0, 8.0, 16)
         );
         assert!(s.finished && s.examples_per_sec > 0.0);
-        // Gaps 10 and 10 fall in [8, 16); stalenesses 2 in [2, 4), 6 in [4, 8).
+        // Gaps 10, 10 and 0; stalenesses 2 in [2, 4), 6 in [4, 8), 16 in [16, 32).
         assert_eq!(s.sync_gap_histogram[4], 2);
-        assert_eq!(s.staleness_histogram[2..4], [1, 1]);
-        assert_eq!(s.staleness_histogram.iter().sum::<u64>(), 2);
+        assert_eq!(s.staleness_histogram[2..6], [1, 1, 0, 1]);
+        assert_eq!(s.staleness_histogram.iter().sum::<u64>(), 3);
     }
 
     #[test]

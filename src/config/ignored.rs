@@ -204,6 +204,9 @@ fn modal_keys() -> Vec<Modal> {
         modal!("sync.min_steps", sync.min_steps, not_shadow),
         modal!("sync.max_cpu_share", sync.max_cpu_share, not_shadow),
         modal!("sync.shadow_threads", sync.shadow_threads, not_shadow),
+        modal!("sync.max_staleness", sync.max_staleness, not_shadow),
+        modal!("sync.delay_ms", sync.delay_ms, not_shadow),
+        modal!("sync.delay_jitter_ms", sync.delay_jitter_ms, not_shadow),
         modal!("sync.alpha", sync.alpha, rule "easgd", "EASGD's elasticity"),
         modal!(
             "sync.server_shards",

@@ -8,7 +8,9 @@ use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;
 use crate::monitor::{ClusterControl, Watcher};
 use crate::recovery::RecoveryPoint;
-use crate::shadow::{Pacing, ShadowActor, ShadowExit, ShadowHub, ShadowHubActor, ShadowLoop};
+use crate::shadow::{
+    Pacing, RoundDelay, ShadowActor, ShadowExit, ShadowHub, ShadowHubActor, ShadowLoop,
+};
 use crate::stats::TrainerCounters;
 use crate::sync::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::sync::{
@@ -117,11 +119,17 @@ impl Wiring {
             state.restore_peers(&parts.peers, &config.sync.algorithm)?;
         }
         // A resumed foreground algorithm syncs again once every trainer is
-        // past the furthest one.
+        // past the furthest one. Staleness is bounded under shadow rounds only
+        // (foreground rounds are exact).
         let catch_up = resumed.map_or(0, ClusterState::furthest_steps);
+        let sync = &config.sync;
+        let bound = sync.max_staleness.filter(|_| sync.algorithm.is_shadow());
         parts.cores = std::mem::take(&mut parts.cores)
             .into_iter()
-            .map(|core| core.catching_up_to(catch_up))
+            .map(|core| {
+                core.catching_up_to(catch_up)
+                    .with_staleness_bound(bound, &self.stop)
+            })
             .collect();
         Ok(parts)
     }
@@ -358,8 +366,13 @@ impl<L: Learner> Actors<L> {
             threads: config.intra_op_threads.max(1),
             pacing: Pacing {
                 min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
-                min_steps: sync.min_steps,
+                // A trainer waiting for a fresher average takes no more steps.
+                min_steps: sync.min_steps.min(sync.max_staleness.unwrap_or(u64::MAX)),
                 max_cpu_share: sync.max_cpu_share,
+                delay: RoundDelay {
+                    fixed: Duration::from_secs_f64(sync.delay_ms / 1000.0),
+                    jitter: Duration::from_secs_f64(sync.delay_jitter_ms / 1000.0),
+                },
             },
             hub_link: (sync.shadow_threads == ShadowThreads::PerProcess && fabric.processes() == 1)
                 .then_some(sync.link),

@@ -122,6 +122,36 @@ pub(crate) struct Pacing {
     /// Most CPU time the loop's rounds may take against its trainer's steps
     /// (0: no bound).
     pub max_cpu_share: f64,
+    /// Held back on purpose between each round's snapshot and its write-back.
+    pub delay: RoundDelay,
+}
+
+/// A delay added on purpose to every shadow round between its snapshot and
+/// its write-back (`sync.delay_ms`, `sync.delay_jitter_ms`): staleness
+/// injected.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct RoundDelay {
+    /// Every round's.
+    pub fixed: Duration,
+    /// Up to this much more, drawn uniformly for each round.
+    pub jitter: Duration,
+}
+
+impl RoundDelay {
+    /// No delay (the tests' pacing).
+    #[cfg(test)]
+    pub(crate) const NONE: RoundDelay = RoundDelay {
+        fixed: Duration::ZERO,
+        jitter: Duration::ZERO,
+    };
+
+    /// This round's delay.
+    pub(crate) fn draw(&self) -> Duration {
+        match self.jitter.is_zero() {
+            true => self.fixed,
+            false => self.fixed + self.jitter.mul_f64(rand::random::<f64>()),
+        }
+    }
 }
 
 impl Pacing {
@@ -211,6 +241,7 @@ mod tests {
             min_interval: 20 * MS,
             min_steps: 4,
             max_cpu_share: 0.0,
+            delay: RoundDelay::NONE,
         };
         // Enough steps: only the interval is left.
         assert_eq!(pacing.wait(5 * MS, Some(4), Duration::ZERO), 15 * MS);
@@ -234,12 +265,14 @@ mod tests {
             min_interval: Duration::ZERO,
             min_steps: 4,
             max_cpu_share: 0.0,
+            delay: RoundDelay::NONE,
         };
         assert_eq!(steps_only.wait(Duration::ZERO, Some(0), Duration::ZERO), MS);
         let unpaced = Pacing {
             min_interval: Duration::ZERO,
             min_steps: 0,
             max_cpu_share: 0.0,
+            delay: RoundDelay::NONE,
         };
         assert_eq!(
             unpaced.wait(Duration::ZERO, Some(0), Duration::ZERO),
@@ -268,6 +301,7 @@ mod tests {
             min_interval: Duration::ZERO,
             min_steps: 0,
             max_cpu_share: 0.03,
+            delay: RoundDelay::NONE,
         };
         // The trainer owes 3 ms of CPU time: at least 3 ms of the clock.
         assert_eq!(unpaced.wait(Duration::ZERO, Some(9), 3 * MS), 3 * MS);

@@ -191,8 +191,7 @@ impl ShadowLoop {
         if landing.offer {
             self.recovery.offer(&self.whole_target);
         }
-        let staleness = self.counters.steps().saturating_sub(self.last_snapshot.1);
-        self.counters.record_sync(staleness);
+        let staleness = self.counters.record_sync_since(self.last_snapshot.1);
         RoundOutcome {
             round: landing.round,
             staleness,
@@ -201,11 +200,13 @@ impl ShadowLoop {
         }
     }
 
-    /// One round through the transport; `Ok(None)` once syncing has stopped.
-    pub(crate) fn round(&mut self) -> Result<Option<RoundOutcome>> {
+    /// One round through the transport, its write-back held back `delay`;
+    /// `Ok(None)` once syncing has stopped.
+    pub(crate) fn round(&mut self, delay: Duration) -> Result<Option<RoundOutcome>> {
         std::thread::sleep(self.injected_hang());
         let contributed = self.take_snapshot()?;
         let combined = self.peer.combine(&self.snapshot, contributed);
+        std::thread::sleep(delay);
         // The round just taken (the coordinator may have moved the peer on).
         let round = self.peer.round().saturating_sub(1);
         self.write_back_combined(round, contributed, combined)
@@ -348,7 +349,8 @@ impl Handler<Round> for ShadowActor {
             return;
         }
         let round = self.shadow.next_round();
-        let result = match catching_panics(|| self.shadow.round()) {
+        let delay = self.pacing.delay.draw();
+        let result = match catching_panics(|| self.shadow.round(delay)) {
             Ok(None) => return self.end(ctx, None),
             Ok(Some(outcome)) => Ok(outcome),
             Err(cause) => Err(cause),

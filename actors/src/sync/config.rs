@@ -31,6 +31,18 @@ pub struct SyncConfig {
     /// DiLoCo's outer optimizer (`[sync.diloco]`: `outer_lr`, `momentum`,
     /// `nesterov`).
     pub diloco: DilocoParams,
+    /// Bounded staleness (`shadow-*`): a trainer takes a step only while the
+    /// newest average applied to its replica is at most this many of its
+    /// steps old, and waits for the next one otherwise (none: unbounded, the
+    /// default). An average then lands at most `max_staleness + 1` steps
+    /// after its snapshot (plus one a Hogwild worker beyond the first), and
+    /// a shadow round needs no more than `max_staleness` steps to start.
+    pub max_staleness: Option<u64>,
+    /// A delay added on purpose to every shadow round between its snapshot
+    /// and its write-back, in milliseconds: staleness injected.
+    pub delay_ms: f64,
+    /// Up to this many milliseconds more, drawn uniformly for each round.
+    pub delay_jitter_ms: f64,
     /// Shards of the EASGD parameter server (default: see
     /// [`SyncConfig::server_shards_for`]).
     pub server_shards: Option<usize>,
@@ -84,6 +96,9 @@ impl Default for SyncConfig {
             zeta: 1.0,
             nesterov: false,
             diloco: DilocoParams::default(),
+            max_staleness: None,
+            delay_ms: 0.0,
+            delay_jitter_ms: 0.0,
             server_shards: None,
             min_interval_ms: 20.0,
             min_steps: 4,
@@ -201,6 +216,14 @@ impl SyncConfig {
         }
         if !(self.zeta > 0.0 && self.zeta.is_finite()) {
             return bad("sync.zeta", "must be > 0");
+        }
+        for (key, ms) in [
+            ("sync.delay_ms", self.delay_ms),
+            ("sync.delay_jitter_ms", self.delay_jitter_ms),
+        ] {
+            if !(ms >= 0.0 && ms.is_finite()) {
+                return bad(key, "must be a number of milliseconds, at least 0");
+            }
         }
         let diloco = self.diloco;
         if !(diloco.outer_lr > 0.0 && diloco.outer_lr.is_finite()) {

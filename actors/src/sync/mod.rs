@@ -21,8 +21,8 @@ pub(crate) use peer::SharedPeer;
 pub use peer::{PeerState, SyncPeer};
 pub use rules::{
     elastic, mean_into, Algorithm, BlockMomentum, BmufParams, Diloco, DilocoParams, Elastic,
-    Exchange, ModelAveraging, OuterState, RuleContext, RuleFactory, RuleState, Rules, SyncRule,
-    WriteBack,
+    Exchange, ModelAveraging, Outer, OuterState, OuterStep, RuleContext, RuleFactory, RuleState,
+    Rules, SyncRule, WriteBack,
 };
 pub(crate) use rules::{elastic_into, resident_zeros, Combined, SharedSlice};
 pub use schedule::{

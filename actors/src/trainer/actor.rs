@@ -99,6 +99,9 @@ pub(crate) struct WorkerState {
 #[rtype(result = "()")]
 struct Chunk;
 
+/// How soon a trainer waiting for a fresher average looks again.
+const WAITING_RECHECK: Duration = Duration::from_millis(1);
+
 /// The actor running a [`TrainerCore`] on its own arbiter.
 pub(crate) struct TrainerActor<L: Learner> {
     core: Option<TrainerCore<L>>,
@@ -224,6 +227,12 @@ impl<L: Learner> Handler<Chunk> for TrainerActor<L> {
                         step,
                         cause,
                     });
+                }
+                // Looked at again shortly, the mailbox answered meanwhile.
+                Ok(Stepped::Waiting) => {
+                    drop(cpu);
+                    ctx.run_later(WAITING_RECHECK, |_, ctx| ctx.notify(Chunk));
+                    return;
                 }
                 // The trainer's CPU is all counted before it reports its end.
                 Ok(Stepped::Exhausted) => {

@@ -6,6 +6,7 @@ use crate::stats::TrainerCounters;
 use crate::stragglers::{straggler_of, Straggler};
 use crate::sync::{Payload, SyncPeer};
 use crate::{Error, Learner, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,6 +33,9 @@ pub(crate) enum Stepped {
     Trained,
     /// The data is exhausted.
     Exhausted,
+    /// No step was taken: the newest average applied to the replica is more
+    /// than `sync.max_staleness` steps old, and the next one is awaited.
+    Waiting,
     /// The step failed or diverged; the replica was reloaded from its recovery
     /// point.
     Recovered {
@@ -76,6 +80,9 @@ pub(crate) struct TrainerCore<L> {
     faults: Vec<Fault>,
     /// How this trainer is slowed on purpose, if it is.
     straggler: Option<Straggler>,
+    /// The most steps past its newest average the replica may take
+    /// (`sync.max_staleness`), until syncing has ended (the flag).
+    staleness_bound: Option<(u64, Arc<AtomicBool>)>,
     /// Attempts that failed, all told: a fault's `at_step` counts attempts
     /// (steps taken plus failed attempts), so a retry is a new attempt and a
     /// fault hitting every attempt fails every retry too.
@@ -109,6 +116,7 @@ impl<L: Learner> TrainerCore<L> {
             keeps_own_state,
             faults: Vec::new(),
             straggler: None,
+            staleness_bound: None,
             failed_attempts: 0,
             catch_up: 0,
             consecutive_faults: 0,
@@ -156,6 +164,18 @@ impl<L: Learner> TrainerCore<L> {
         self
     }
 
+    /// Takes a step only while the newest average applied to the replica is
+    /// at most `bound` steps old (none: always), until `syncing_ended` is
+    /// raised.
+    pub(crate) fn with_staleness_bound(
+        mut self,
+        bound: Option<u64>,
+        syncing_ended: &Arc<AtomicBool>,
+    ) -> Self {
+        self.staleness_bound = bound.map(|b| (b, Arc::clone(syncing_ended)));
+        self
+    }
+
     /// The learner.
     pub(crate) fn learner(&self) -> &L {
         &self.learner
@@ -179,6 +199,11 @@ impl<L: Learner> TrainerCore<L> {
     /// One step (plus any in-line sync), recovering from a failed or diverged
     /// one; an error only when the trainer cannot go on.
     pub(crate) fn step(&mut self) -> Result<Stepped> {
+        if let Some((bound, ended)) = &self.staleness_bound {
+            if self.counters.average_age() > *bound && !ended.load(Ordering::Relaxed) {
+                return Ok(Stepped::Waiting);
+            }
+        }
         let attempt = unpanicked(|| self.try_step());
         let cause = match attempt {
             Ok(Ok(false)) => return Ok(Stepped::Exhausted),
@@ -276,7 +301,7 @@ impl<L: Learner> TrainerCore<L> {
             Ok(Some(mean)) => {
                 params.load_grad_from(&mean)?;
                 peer.recycle(mean);
-                self.counters.record_sync(0);
+                self.counters.record_sync_since(self.counters.steps());
             }
             Ok(None) => return Ok(false),
             Err(Error::NonFinite { group }) => {
@@ -364,7 +389,7 @@ impl<L: Learner> TrainerCore<L> {
                         }
                         params.load_from(&target)?;
                         peer.recycle(target);
-                        self.counters.record_sync(0);
+                        self.counters.record_sync_since(self.counters.steps());
                     }
                     Ok(None) | Err(Error::NonFinite { .. }) => {}
                     Err(e) => return Err(Failure::sync(e)),

@@ -340,7 +340,7 @@ impl ShadowHub {
         }
         let peer = &self.members[by].shadow.peer;
         if !peer.meets_group() {
-            let due = peer.centre_due();
+            let due = peer.centre_due() + self.pacing.delay.draw();
             self.flights.push(Flight {
                 round,
                 members: flying,
@@ -357,7 +357,7 @@ impl ShadowHub {
         self.flights.push(Flight {
             round,
             members: flying,
-            due: Instant::now() + self.link.group_round_time(&ids, len),
+            due: Instant::now() + self.link.group_round_time(&ids, len) + self.pacing.delay.draw(),
         });
     }
 

@@ -1,6 +1,7 @@
 use super::*;
 use crate::events::EventBus;
 use crate::recovery::RecoveryPoint;
+use crate::shadow::RoundDelay;
 use crate::stats::TrainerCounters;
 use crate::sync::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::sync::{mesh, GroupPlan, ModelAveraging, Schedule, SyncPeer, WriteBack};
@@ -22,6 +23,7 @@ const UNPACED: Pacing = Pacing {
     min_interval: Duration::ZERO,
     min_steps: 0,
     max_cpu_share: 0.0,
+    delay: RoundDelay::NONE,
 };
 
 fn group_of(values: &[Vec<f32>], link: LinkModel) -> Group {

@@ -22,6 +22,7 @@
 //! and so did `fr-bmuf:4`.
 
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
 /// `out = mean(inputs)`, all of one length (zeros for no input). One pass
 /// over memory: block by block, the block of `out` stays in L1 while every
@@ -110,9 +111,9 @@ impl BmufParams {
 #[serde(deny_unknown_fields, default)]
 pub struct DilocoParams {
     /// The outer learning rate (the paper's 0.7).
-    pub outer_lr: f32,
+    pub outer_lr: f64,
     /// The outer momentum μ (the paper's 0.9).
-    pub momentum: f32,
+    pub momentum: f64,
     /// Nesterov's form of the momentum (the paper's), else heavy ball.
     pub nesterov: bool,
 }
@@ -179,11 +180,8 @@ impl OuterState {
         average: &[f32],
         target: &mut [f32],
     ) {
-        let DilocoParams {
-            outer_lr,
-            momentum: mu,
-            nesterov,
-        } = params;
+        let (outer_lr, mu) = (params.outer_lr as f32, params.momentum as f32);
+        let nesterov = params.nesterov;
         self.each(offset, average, target, |g, m, x| {
             let pseudo = *g - x;
             *m = mu * *m + pseudo;
@@ -211,6 +209,26 @@ impl OuterState {
             .zip(average)
             .zip(target)
             .for_each(|(((g, m), &x), t)| *t = step(g, m, x));
+    }
+}
+
+/// An outer optimizer's step over a round's group mean: folds the mean at
+/// `offset..offset + average.len()` into `state` and writes the replica's
+/// target into `target` ([`Outer`](crate::sync::Outer)'s rounds).
+pub trait OuterStep: Copy + Send + fmt::Debug {
+    /// One round's step over one span.
+    fn step(self, state: &mut OuterState, offset: usize, average: &[f32], target: &mut [f32]);
+}
+
+impl OuterStep for BmufParams {
+    fn step(self, state: &mut OuterState, offset: usize, average: &[f32], target: &mut [f32]) {
+        state.bmuf(self, offset, average, target);
+    }
+}
+
+impl OuterStep for DilocoParams {
+    fn step(self, state: &mut OuterState, offset: usize, average: &[f32], target: &mut [f32]) {
+        state.diloco(self, offset, average, target);
     }
 }
 

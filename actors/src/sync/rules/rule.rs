@@ -20,7 +20,7 @@
 //! then names it like a built-in one. Its memory is checkpointed as named
 //! arrays ([`RuleState`]) and given back on resume.
 
-use crate::sync::{mean_into, BmufParams, DilocoParams, OuterState, SyncConfig};
+use crate::sync::{mean_into, BmufParams, DilocoParams, OuterState, OuterStep, SyncConfig};
 use crate::{Error, Named, Result};
 use std::fmt;
 use std::sync::Arc;
@@ -226,56 +226,34 @@ impl SyncRule for Elastic {
     }
 }
 
-/// BMUF: the group's mean, filtered by block momentum against the replica's
-/// global model (both kept between rounds and checkpointed).
+/// A rule whose rounds hand the group's mean to an outer optimizer `P`,
+/// which steps the replica's outer model (kept between rounds with its
+/// momentum, and checkpointed) and makes it the target.
 #[derive(Debug, Clone)]
-pub struct BlockMomentum {
-    /// η, ζ and the Nesterov look-ahead.
-    pub params: BmufParams,
-    /// The global model and the block momentum.
-    pub state: OuterState,
-}
-
-impl SyncRule for BlockMomentum {
-    fn target<'a>(
-        &mut self,
-        offset: usize,
-        combined: &'a [f32],
-        scratch: &'a mut [f32],
-    ) -> &'a [f32] {
-        self.state.bmuf(self.params, offset, combined, scratch);
-        scratch
-    }
-
-    fn state(&self) -> RuleState {
-        self.state.saved()
-    }
-
-    fn restore(&mut self, saved: &RuleState) -> Result<()> {
-        self.state.restore(saved)
-    }
-}
-
-/// DiLoCo's outer step (Douillard et al., 2023): the group's mean is the
-/// round's inner result, and the replica's outer model takes a Nesterov SGD
-/// step on the pseudo-gradient (outer model − mean); outer model and
-/// momentum are kept between rounds and checkpointed.
-#[derive(Debug, Clone)]
-pub struct Diloco {
-    /// The outer learning rate and momentum.
-    pub params: DilocoParams,
+pub struct Outer<P> {
+    /// The outer optimizer's settings.
+    pub params: P,
     /// The outer model and its momentum.
     pub state: OuterState,
 }
 
-impl SyncRule for Diloco {
+/// BMUF: the group's mean, filtered by block momentum against the replica's
+/// global model.
+pub type BlockMomentum = Outer<BmufParams>;
+
+/// DiLoCo's outer step (Douillard et al., 2023): the group's mean is the
+/// round's inner result, and the replica's outer model takes a Nesterov SGD
+/// step on the pseudo-gradient (outer model − mean).
+pub type Diloco = Outer<DilocoParams>;
+
+impl<P: OuterStep> SyncRule for Outer<P> {
     fn target<'a>(
         &mut self,
         offset: usize,
         combined: &'a [f32],
         scratch: &'a mut [f32],
     ) -> &'a [f32] {
-        self.state.diloco(self.params, offset, combined, scratch);
+        self.params.step(&mut self.state, offset, combined, scratch);
         scratch
     }
 
