@@ -1,11 +1,11 @@
 //! The [`Cluster`] handle: start, steer, stop and wait for a running cluster.
 
+use super::actors::{start_actors, Actors};
 use super::checkpoint::{read_peer, ClusterState, TrainerState};
 use super::config::ClusterConfig;
 use super::report::{ClusterOutcome, ClusterReport, ConsensusPoint};
 use super::wiring::{
-    parking_of, shadow_errors, spawn_watchers, start_actors, start_monitor, start_services, Actors,
-    Parts, Wiring,
+    parking_of, shadow_errors, spawn_watchers, start_monitor, start_services, Parts, Wiring,
 };
 use crate::events::{Event, EventBus};
 use crate::hogwild::ParamAlias;

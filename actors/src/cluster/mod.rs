@@ -28,6 +28,7 @@
 //! nothing can hang, and [`Cluster::wait`] hands back the learners with a
 //! [`ClusterReport`].
 
+mod actors;
 mod builder;
 mod checkpoint;
 mod config;
