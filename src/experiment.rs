@@ -77,6 +77,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ),
     ("e10-diloco", include_str!("../experiments/e10-diloco.toml")),
     (
+        "e11-bmuf-eta",
+        include_str!("../experiments/e11-bmuf-eta.toml"),
+    ),
+    (
         "d1-schedules",
         include_str!("../experiments/d1-schedules.toml"),
     ),

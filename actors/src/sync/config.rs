@@ -22,7 +22,8 @@ pub struct SyncConfig {
     pub write_back: WriteBack,
     /// EASGD's elasticity α per round (default: see [`SyncConfig::alpha_for`]).
     pub alpha: Option<f32>,
-    /// BMUF's block momentum η (default 1 − 1/group size).
+    /// BMUF's block momentum η (default: [`BmufParams::SHADOW_ETA`] for shadow
+    /// rounds, the rule of thumb 1 − 1/group size for `fr-bmuf:K`).
     pub eta: Option<f32>,
     /// BMUF's block learning rate ζ.
     pub zeta: f32,
@@ -183,10 +184,16 @@ impl SyncConfig {
         })
     }
 
-    /// BMUF's parameters for groups of `group_size`.
+    /// BMUF's parameters for groups of `group_size`: unless `sync.eta` says,
+    /// η is [`BmufParams::SHADOW_ETA`] for shadow rounds (which land every few
+    /// steps) and the rule of thumb 1 − 1/group size for foreground blocks.
     pub fn bmuf_for(&self, group_size: usize) -> BmufParams {
+        let default = match self.algorithm.is_shadow() {
+            true => BmufParams::SHADOW_ETA,
+            false => BmufParams::for_group(group_size).eta,
+        };
         BmufParams {
-            eta: self.eta.unwrap_or(BmufParams::for_group(group_size).eta),
+            eta: self.eta.unwrap_or(default),
             zeta: self.zeta,
             nesterov: self.nesterov,
         }
@@ -301,6 +308,16 @@ mod tests {
         assert_eq!([shards(None, 16, 1), shards(None, 8, 4)], [4, 4]);
         assert_eq!(shards(Some(1), 16, 1), 1);
         assert_eq!(c.bmuf_for(4).eta, 0.75);
+        let shadow = SyncConfig {
+            algorithm: "shadow-bmuf".parse().unwrap(),
+            ..SyncConfig::default()
+        };
+        assert_eq!(shadow.bmuf_for(16).eta, BmufParams::SHADOW_ETA);
+        let set = SyncConfig {
+            eta: Some(0.9),
+            ..shadow
+        };
+        assert_eq!(set.bmuf_for(16).eta, 0.9);
         for (c, key) in [
             (
                 SyncConfig {

@@ -94,6 +94,15 @@ pub struct BmufParams {
 }
 
 impl BmufParams {
+    /// The default block momentum over shadow rounds. Chosen on E11
+    /// (docs/results/e11-bmuf-eta.md: N = 8 and 16, 3 seeds): over rounds
+    /// every ~5–8 steps the rule of thumb 1 − 1/N was the worst η at both N
+    /// (NE +0.026 and +0.052 against no sync), 0.75 was worse than no sync
+    /// at N = 16, and 0.25 was best or tied at both; momentum this light
+    /// leaves BMUF close to model averaging, which is what frequent rounds
+    /// stand.
+    pub const SHADOW_ETA: f32 = 0.25;
+
     /// docs/design.md §1: the rule of thumb for a group of `n`: ζ = 1, η = 1 − 1/n.
     pub fn for_group(n: usize) -> Self {
         Self {
