@@ -171,6 +171,8 @@ impl<L: Learner> TrainerActor<L> {
             }),
             None => {}
         }
+        // The exits queue has room for every worker's one exit: a send fails
+        // only when the cluster's handle is gone, with nobody to tell.
         let _ = self.exits.send(TrainerExit {
             trainer: stats.trainer,
             worker: self.worker,

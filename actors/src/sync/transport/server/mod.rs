@@ -254,6 +254,8 @@ impl Handler<Serve> for ServerShardActor {
                 round,
             } => hosted.serve(trainer, round, |shard| shard.elastic(&values, at, alpha)),
         };
+        // The asker's queue has room for every shard's one answer: a send
+        // fails only when it stopped waiting (syncing ended), with nobody to tell.
         let _ = serve.reply.send((hosted.index, answer));
     }
 }
