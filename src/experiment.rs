@@ -72,6 +72,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../experiments/e6-staleness.toml"),
     ),
     (
+        "e7-compression",
+        include_str!("../experiments/e7-compression.toml"),
+    ),
+    (
         "e8-stragglers",
         include_str!("../experiments/e8-stragglers.toml"),
     ),
@@ -79,6 +83,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     (
         "e11-bmuf-eta",
         include_str!("../experiments/e11-bmuf-eta.toml"),
+    ),
+    (
+        "e12-sgd-n16",
+        include_str!("../experiments/e12-sgd-n16.toml"),
     ),
     (
         "d1-schedules",

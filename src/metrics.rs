@@ -7,7 +7,8 @@
 //! * **AUC**: exact ROC AUC over all examples, tied scores counting one half;
 //! * **calibration**: mean prediction ÷ observed CTR (1.0 = calibrated).
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
+use shadowsync_actors::stats::null_as_nan;
 
 /// Metrics of one evaluation. In JSON a figure that is not finite (an AUC
 /// with one class absent) is `null`, read back as NaN.
@@ -30,11 +31,6 @@ pub struct Metrics {
     /// Observed click-through rate.
     #[serde(deserialize_with = "null_as_nan")]
     pub ctr: f64,
-}
-
-/// A number JSON holds as `null` (`serde_json` writes NaN and ±∞ so) as NaN.
-fn null_as_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl Metrics {

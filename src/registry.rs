@@ -1,6 +1,7 @@
 //! What a run names that one can add to: sync rules (`sync.algorithm =
-//! "shadow-RULE"`), group schedules (`sync.schedule`), models (`model.kind`)
-//! and embedding row optimizers (`optim.sparse`). The built-in ones are
+//! "shadow-RULE"`), group schedules (`sync.schedule`), codecs of the sync's
+//! payloads (`sync.compression`), models (`model.kind`) and embedding row
+//! optimizers (`optim.sparse`). The built-in ones are
 //! registered the same way as one's own; a [`Registry`] goes to the training
 //! API ([`train::train_on`](crate::train::train_on)) or to the command line
 //! ([`cli::main`](crate::cli::main)), where its names work in configs and
@@ -31,18 +32,21 @@ use crate::model::{CtrModel, Models, RowRules, Table};
 use crate::Result;
 use shadowsync_actors::embedding::{check_rule, RowRule};
 use shadowsync_actors::sync::{
-    GroupSchedule, RuleContext, Rules, ScheduleContext, Schedules, SyncRule,
+    Codec, CodecContext, Codecs, GroupSchedule, RuleContext, Rules, ScheduleContext, Schedules,
+    SyncConfig, SyncRule,
 };
 use std::sync::Arc;
 use tch::nn;
 
-/// Sync rules, group schedules, models and row optimizers by name: the
-/// built-in ones and those added with [`Registry::rule`],
-/// [`Registry::schedule`], [`Registry::model`] and [`Registry::row_rule`].
+/// Sync rules, group schedules, codecs, models and row optimizers by name:
+/// the built-in ones and those added with [`Registry::rule`],
+/// [`Registry::schedule`], [`Registry::codec`], [`Registry::model`] and
+/// [`Registry::row_rule`].
 #[derive(Clone, Debug, Default)]
 pub struct Registry {
     rules: Rules,
     schedules: Schedules,
+    codecs: Codecs,
     models: Models,
     row_rules: RowRules,
 }
@@ -76,6 +80,20 @@ impl Registry {
         self
     }
 
+    /// Adds the codec `name` (`sync.compression = "NAME"`), made by `make`
+    /// for each stream of a trainer's messages.
+    pub fn codec(
+        mut self,
+        name: &str,
+        make: impl Fn(&CodecContext<'_>) -> shadowsync_actors::Result<Box<dyn Codec>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.codecs = self.codecs.with(name, make);
+        self
+    }
+
     /// Adds the model `name` (`model.kind = "NAME"`), built by `make` for
     /// every replica, its variables under the path given.
     pub fn model(
@@ -106,6 +124,30 @@ impl Registry {
     /// The group schedules of one's own.
     pub fn schedules(&self) -> &Schedules {
         &self.schedules
+    }
+
+    /// The codecs.
+    pub fn codecs(&self) -> &Codecs {
+        &self.codecs
+    }
+
+    /// The codec of a sharded table's rows and gradients across processes:
+    /// `sync.compression`'s if it keeps no memory of a link (`fp16`, `int8`);
+    /// none for `none` and for the others (`topk`), which compress the dense
+    /// sync only.
+    ///
+    /// # Errors
+    ///
+    /// A codec registered nowhere, or its factory's error.
+    pub fn row_codec(&self, sync: &SyncConfig) -> Result<Option<Box<dyn Codec>>> {
+        let context = CodecContext {
+            config: sync,
+            initial: &[],
+        };
+        Ok(self
+            .codecs
+            .make(&context)?
+            .filter(|codec| codec.stateless()))
     }
 
     /// The models.
@@ -142,6 +184,7 @@ impl Registry {
             self.rules.check(rule)?;
         }
         self.schedules.check(&config.sync.schedule)?;
+        self.codecs.check(&config.sync.compression)?;
         let width = self.models.embedding_width(&config.model)?;
         let rule = self.row_rules.build(&config.optim)?;
         check_rule(&*rule)?;
@@ -172,6 +215,7 @@ mod tests {
         for (key, value, error) in [
             ("sync.algorithm", "shadow-gossip", "\"gossip\""),
             ("sync.schedule", "ring", "\"ring\""),
+            ("sync.compression", "zip", "\"zip\""),
             ("model.kind", "wide", "\"wide\""),
             ("optim.sparse", "adam", "\"adam\""),
         ] {
@@ -179,6 +223,7 @@ mod tests {
             match key {
                 "sync.algorithm" => bad.sync.algorithm = value.parse().unwrap(),
                 "sync.schedule" => bad.sync.schedule = value.parse().unwrap(),
+                "sync.compression" => bad.sync.compression = value.into(),
                 "model.kind" => bad.model.kind = value.into(),
                 _ => bad.optim.sparse = value.into(),
             }
@@ -190,6 +235,9 @@ mod tests {
         });
         let mut gossip = Config::default();
         gossip.sync.algorithm = "shadow-gossip".parse().unwrap();
+        own.check(&gossip).unwrap();
+        let own = own.codec("zip", |_| Ok(Box::new(shadowsync_actors::sync::Fp16)));
+        gossip.sync.compression = "zip".into();
         own.check(&gossip).unwrap();
     }
 }

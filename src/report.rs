@@ -18,6 +18,7 @@ use crate::experiment::{run_file, Experiment, RunResult};
 use crate::{output, Error, Result};
 use plotters::prelude::*;
 use shadowsync_actors::stats::HISTOGRAM_BUCKETS;
+use shadowsync_actors::ClusterReport;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -289,6 +290,12 @@ pub fn render(results: &ExperimentResults, provenance: &Provenance) -> Result<Re
     );
     figure(
         &mut md,
+        "ne-vs-bytes.svg",
+        "test NE against the dense sync's bytes per example",
+        bytes_plot(&cells)?,
+    );
+    figure(
+        &mut md,
         "throughput.svg",
         "total examples/s against trainers",
         throughput_plot(experiment, &cells)?,
@@ -374,6 +381,7 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
             ),
             false => String::new(),
         });
+        row.push(sync_bytes(cell));
         row.push(format!("{:.1}", cell.stat(|r| r.report.train_seconds).0));
         if let Some(target) = experiment.target_ne {
             let round = cell.stat(|r| {
@@ -400,7 +408,9 @@ fn table(md: &mut String, experiment: &Experiment, cells: &[Cell]) {
          consensus distance: mean over the replicas of ‖w_i − w̄‖² at the end; examples/s: \
          all trainers together{}; sync gap and staleness: mean over trainers, in steps; sync \
          CPU: the CPU time of the shadow loops' rounds and of EASGD's server shards against \
-         the trainers' own (a foreground sync counts in its trainer's).\n",
+         the trainers' own (a foreground sync counts in its trainer's); sync bytes/example: \
+         the dense sync's payload bytes between trainers per example trained (of: before \
+         compression).\n",
         if seeds {
             " (mean ± standard deviation over seeds)"
         } else {
@@ -517,7 +527,16 @@ fn header(keys: &[&String], baseline: Option<&str>, target_ne: Option<f64>) -> V
     if let Some(name) = baseline {
         header.extend([format!("÷ {name}"), format!("NE − {name}'s (p)")]);
     }
-    header.extend(["sync gap", "staleness", "sync CPU", "seconds"].map(String::from));
+    header.extend(
+        [
+            "sync gap",
+            "staleness",
+            "sync CPU",
+            "sync bytes/example",
+            "seconds",
+        ]
+        .map(String::from),
+    );
     if let Some(target) = target_ne {
         header.extend([
             "ms per sync round".into(),
@@ -525,6 +544,21 @@ fn header(keys: &[&String], baseline: Option<&str>, target_ne: Option<f64>) -> V
         ]);
     }
     header
+}
+
+/// The dense sync's bytes sent per example trained (mean over runs), with
+/// what they were before compression where they were compressed.
+fn sync_bytes(cell: &Cell) -> String {
+    let per_example = |bytes: fn(&ClusterReport) -> u64| {
+        cell.stat(|r| bytes(&r.report.cluster) as f64 / r.report.cluster.examples.max(1) as f64)
+            .0
+    };
+    let sent = per_example(|c| c.bytes_sent);
+    let before = per_example(|c| c.bytes_before_compression);
+    match before > sent {
+        true => format!("{sent:.0} (of {before:.0})"),
+        false => format!("{sent:.0}"),
+    }
 }
 
 /// `cell`'s test NE against the baseline's: [`difference`].
@@ -945,6 +979,75 @@ fn quality_plot(
         "test NE (band: ± sd over seeds)",
         Axes::default(),
     )
+}
+
+/// Test NE against the dense sync's bytes sent per example (a log axis),
+/// one point per cell that synced, with bars of ± sd over seeds; only for
+/// an experiment that compresses its payloads (what each codec saves and
+/// costs).
+fn bytes_plot(cells: &[Cell]) -> Result<Option<String>> {
+    let compressed = |c: &&Cell| {
+        let shrunk =
+            |cluster: &ClusterReport| cluster.bytes_before_compression > cluster.bytes_sent;
+        c.runs.iter().any(|r| shrunk(&r.report.cluster))
+    };
+    if !cells.iter().any(|c| compressed(&c)) {
+        return Ok(None);
+    }
+    let synced: Vec<&Cell> = cells
+        .iter()
+        .filter(|c| c.runs.iter().all(|r| r.report.cluster.bytes_sent > 0))
+        .collect();
+    let per_example = |r: &RunResult| {
+        r.report.cluster.bytes_sent as f64 / r.report.cluster.examples.max(1) as f64
+    };
+    let points: Vec<(String, Point)> = legend_labels(&synced, "")
+        .into_iter()
+        .zip(&synced)
+        .map(|(label, cell)| {
+            let (ne, sd) = cell.stat(|r| r.report.final_metrics.ne);
+            (label, (cell.stat(per_example).0, ne, sd))
+        })
+        .filter(|(_, (x, y, _))| *x > 0.0 && y.is_finite())
+        .collect();
+    let series: Series = points.iter().map(|(l, p)| (l.clone(), vec![*p])).collect();
+    let Some((_, (y0, y1))) = bounds(&series, Axes::default()) else {
+        return Ok(None);
+    };
+    let xs = points.iter().map(|(_, (x, _, _))| *x);
+    let (x0, x1) = xs.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let longest = points.iter().map(|(l, _)| l.chars().count()).max();
+    let legend = legend_width(longest.unwrap_or(0));
+    let text = svg(DATA_WIDTH + legend, 1, |area| {
+        let draw = |e: DrawingAreaErrorKind<_>| e.to_string();
+        let (data, legend_area) = area.split_horizontally(DATA_WIDTH);
+        let (x0, x1) = (x0 * 0.7, x1 * 1.4);
+        let mut chart = ChartBuilder::on(&data)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+            .map_err(draw)?;
+        chart
+            .configure_mesh()
+            .x_desc("dense sync bytes sent per example (log)")
+            .y_desc("test NE (bar: ± sd over seeds)")
+            .x_label_formatter(&log_tick)
+            .draw()
+            .map_err(draw)?;
+        for (i, (_, (x, y, sd))) in points.iter().enumerate() {
+            let colour = COLOURS[i % COLOURS.len()];
+            let bar = vec![(*x, y - sd), (*x, y + sd)];
+            chart
+                .draw_series(std::iter::once(PathElement::new(bar, colour)))
+                .map_err(draw)?;
+            chart
+                .draw_series(std::iter::once(Circle::new((*x, *y), 5, colour.filled())))
+                .map_err(draw)?;
+        }
+        draw_legend(&legend_area, &series).map_err(draw)
+    })?;
+    Ok(Some(text))
 }
 
 /// Examples/s against trainers (a log₂ axis, y from 0), one line per setting

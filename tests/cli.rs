@@ -222,3 +222,33 @@ fn diloco_and_a_straggler_run_from_the_config_and_learn() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("stragglers.trainer"), "{stderr}");
 }
+
+#[test]
+fn compressed_sync_learns_counts_both_sizes_and_refuses_what_it_would_ignore() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, json) = train_with(
+        dir.path(),
+        "[train]\ntrainers = 4\neval_every = 0\n\
+         [sync]\nalgorithm = \"shadow-ma\"\ncompression = \"int8\"\n",
+    );
+    let config = config.as_str();
+    let cluster = &json["cluster"];
+    let sent = cluster["bytes_sent"].as_f64().unwrap();
+    let before = cluster["bytes_before_compression"].as_f64().unwrap();
+    // A byte a value and 4 a block of 256, against 4 a value.
+    assert!(sent > 0.0 && before / sent > 3.8, "{sent} of {before}");
+    let ne = json["final_metrics"]["ne"].as_f64().unwrap();
+    assert!(ne < 0.95, "compressed shadow-ma did not learn: NE {ne}");
+    for (flags, key) in [
+        (&["--compression", "zip"][..], "sync.compression"),
+        (&["--topk-ratio", "0.5"][..], "sync.topk_ratio"),
+        (&["--sync", "shadow-easgd"][..], "sync.compression"),
+    ] {
+        let mut args = vec!["train", "--config", config];
+        args.extend(flags);
+        let out = shadowsync(&args);
+        assert!(!out.status.success(), "{flags:?} ran");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(key), "{flags:?}: {stderr}");
+    }
+}

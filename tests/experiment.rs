@@ -136,7 +136,7 @@ fn a_grid_runs_resumes_and_is_reported() {
         assert!(cpu(&shadow, "sync_cpu_seconds") > 0.0);
     }
     assert!(
-        document.contains("| staleness | sync CPU | seconds |"),
+        document.contains("| staleness | sync CPU | sync bytes/example | seconds |"),
         "{document}"
     );
     assert!(rows.iter().all(|r| r.contains("% | ")), "{rows:?}");

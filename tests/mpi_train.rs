@@ -1,5 +1,6 @@
 //! `mpirun -np R shadowsync train` (feature `mpi`): a job of 2 ranks × 2
-//! trainers trains the whole pass and learns (under MA on sharded tables, and
+//! trainers trains the whole pass and learns (under MA on sharded tables,
+//! compressed or not, and
 //! under EASGD with the centre sharded over the ranks), a job killed mid-run
 //! resumes with the same ranks from the job's last whole checkpoint with
 //! every push applied once, every row ends at its initial values minus every
@@ -65,6 +66,28 @@ fn two_ranks_of_two_trainers_train_the_whole_pass_on_half_a_table_each() {
     );
     assert!(distributed["sparse_bytes_per_example"].as_f64().unwrap() > 0.0);
     assert!(distributed["dense_bytes_sent"].as_u64().unwrap() > 0);
+    // Compressed: the rows and the gradients cross in int8
+    // (a byte a value and 4 a block of 256, against 4; a row's id, 8 bytes,
+    // is not compressed: logistic regression's rows are 1 value wide, so its
+    // row traffic shrinks to about (8 + 1) / (8 + 4)), every push still
+    // applied once, and the job learns.
+    let (ne, int8) = train_with(
+        dir.path(),
+        Some(2),
+        2,
+        1,
+        "shadow-ma",
+        ("", &["--compression", "int8"]),
+    );
+    assert!(ne < LEARNED, "int8: NE {ne:.4}");
+    let compressed = &int8["distributed"];
+    assert_eq!(compressed["unaccounted_pushes"], serde_json::json!([]));
+    let per_example = |d: &Value, key: &str| d[key].as_f64().unwrap();
+    // (Its dense messages, 14 values, are mostly header: the dense codecs
+    // are checked in one process.)
+    let key = "sparse_bytes_per_example";
+    let (plain, coded) = (per_example(distributed, key), per_example(compressed, key));
+    assert!(coded < 0.85 * plain, "{coded} against {plain}");
     // Each rank holds its half of the rows one process holds.
     let (_, alone) = train(dir.path(), None, 4, 1, "shadow-ma");
     let whole = alone["memory"]["table_bytes"].as_u64().unwrap();

@@ -10,7 +10,7 @@
 //! difference in examples/s.
 
 use cpu_time::ThreadTime;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -333,6 +333,17 @@ impl Drop for CpuCharge<'_> {
             self.account.add(spent);
         }
     }
+}
+
+/// Reads a number JSON holds as `null` (`serde_json` writes NaN and ±∞
+/// so) as NaN: `#[serde(deserialize_with = "null_as_nan")]` on a figure
+/// that may not be finite (a diverged run's).
+///
+/// # Errors
+///
+/// Neither a number nor `null`.
+pub fn null_as_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 #[cfg(test)]

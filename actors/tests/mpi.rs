@@ -455,7 +455,7 @@ fn sharded_rows_on_this_rank(adagrad: bool) {
     let sharding = RowSharding::new(TABLE_ROWS, ranks).unwrap();
     let store = RowStore::new(sharding, rank, WIDTH, rule(adagrad), initial_row).unwrap();
     let server = RowServer::start(rank, store).unwrap();
-    let remote = node.serve_rows(server.addr()).unwrap();
+    let remote = node.serve_rows(server.addr(), None).unwrap();
     let stats = Arc::new(RowStats::default());
     let timeout = Duration::from_secs(20);
     let client = |in_flight| {
@@ -584,7 +584,7 @@ fn a_fetch_nobody_answers_ends_in_an_error_naming_the_rank() {
         let server = RowServer::start(rank, store).unwrap();
         // Rank 1 never serves its rows (a rank stuck in its own work).
         let remote = match rank {
-            0 => node.serve_rows(server.addr()).unwrap(),
+            0 => node.serve_rows(server.addr(), None).unwrap(),
             _ => {
                 std::thread::sleep(Duration::from_secs(30));
                 return;

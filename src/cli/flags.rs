@@ -132,6 +132,21 @@ pub(crate) struct TrainArgs {
     /// Shards of the EASGD parameter server.
     #[arg(long, group = "setup")]
     pub(crate) server_shards: Option<usize>,
+    /// How the values of group rounds cross: none, fp16, int8, topk, or a
+    /// codec the binary registered.
+    #[arg(long, group = "setup")]
+    pub(crate) compression: Option<String>,
+    /// The share of each message's values topk sends, in (0, 1].
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) topk_ratio: Option<f64>,
+    /// Bounded staleness (shadow-*): a trainer waits while the newest
+    /// average applied is more than this many of its steps old.
+    #[arg(long, group = "setup")]
+    pub(crate) max_staleness: Option<u64>,
+    /// Milliseconds added on purpose to every shadow round (staleness
+    /// injected).
+    #[arg(long, group = "setup", allow_negative_numbers = true)]
+    pub(crate) delay_ms: Option<f64>,
     /// Simulated link latency in microseconds.
     #[arg(long, group = "setup", allow_negative_numbers = true)]
     pub(crate) link_latency_us: Option<f64>,
@@ -321,6 +336,8 @@ impl TrainArgs {
             peer_timeout_ms => sync.peer_timeout_ms,
             link_latency_us => sync.link.latency_us,
             link_gbps => sync.link.bandwidth_gbps,
+            topk_ratio => sync.topk_ratio,
+            delay_ms => sync.delay_ms,
             checkpoint_every => checkpoint.every_steps,
             keep_checkpoints => checkpoint.keep,
         );
@@ -335,6 +352,12 @@ impl TrainArgs {
         }
         if self.server_shards.is_some() {
             c.sync.server_shards = self.server_shards;
+        }
+        if self.max_staleness.is_some() {
+            c.sync.max_staleness = self.max_staleness;
+        }
+        if let Some(compression) = &self.compression {
+            c.sync.compression.clone_from(compression);
         }
         c.validate_for(processes)?;
         Ok(c)

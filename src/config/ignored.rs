@@ -61,6 +61,16 @@ fn not_shadow(c: &Config, _: usize) -> Option<String> {
     })
 }
 
+/// Read by the group rounds only: not without sync, nor by EASGD's rounds
+/// against its centre.
+fn uncompressed(c: &Config, p: usize) -> Option<String> {
+    unsynced(c, p).or_else(|| {
+        (c.sync.algorithm.rule() == Some("easgd")).then(|| {
+            "it compresses the group rounds; EASGD's rounds meet its centre uncompressed".into()
+        })
+    })
+}
+
 /// Read by the rule called `rule` only (`what` it is to that rule).
 fn not_rule(c: &Config, rule: &str, what: &str) -> Option<String> {
     (c.sync.algorithm.rule() != Some(rule)).then(|| {
@@ -199,6 +209,14 @@ fn modal_keys() -> Vec<Modal> {
         )),
         modal!("sync.peer_timeout_ms", sync.peer_timeout_ms, unsynced),
         modal!("sync.link", sync.link, unsynced),
+        modal!("sync.compression", sync.compression, uncompressed),
+        modal!("sync.topk_ratio", sync.topk_ratio, |c, p| uncompressed(
+            c, p
+        )
+        .or_else(|| {
+            (c.sync.compression != "topk")
+                .then(|| "it is topk's share of values; sync.compression is not topk".into())
+        })),
         modal!("sync.write_back", sync.write_back, not_shadow),
         modal!("sync.min_interval_ms", sync.min_interval_ms, not_shadow),
         modal!("sync.min_steps", sync.min_steps, not_shadow),

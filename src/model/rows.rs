@@ -18,7 +18,7 @@ use crate::{Error, Result};
 use shadowsync_actors::embedding::{
     Fetch, Pushes, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore,
 };
-use shadowsync_actors::sync::Fabric;
+use shadowsync_actors::sync::{Codec, Fabric};
 use shadowsync_actors::with_values;
 use std::sync::Arc;
 use std::time::Duration;
@@ -406,7 +406,8 @@ impl ShardedTable {
     /// Starts serving this process's shard of a table of `layout`'s rows of
     /// `width` over `fabric`'s processes; its rows start as
     /// [`EmbeddingTable::new`]'s would ([`RowInit`]), whatever the number of
-    /// processes.
+    /// processes. With a `codec`, the rows fetched and the gradients pushed
+    /// cross between processes encoded.
     ///
     /// # Errors
     ///
@@ -417,14 +418,14 @@ impl ShardedTable {
         width: i64,
         (rule, lr): (Box<dyn RowRule>, f64),
         train: &TrainConfig,
-        fabric: &dyn Fabric,
+        (fabric, codec): (&dyn Fabric, Option<Box<dyn Codec>>),
     ) -> Result<Self> {
         let sharding = RowSharding::new(layout.total_rows() as u64, fabric.processes())?;
         let init = RowInit::new(layout)?;
         let fill = |id: u64, row: &mut [f32]| init.fill(id, row);
         let store = RowStore::new(sharding, fabric.process(), width as usize, rule, fill)?;
         let server = Arc::new(RowServer::start(fabric.process(), store)?);
-        let remote = fabric.serve_rows(server.addr())?;
+        let remote = fabric.serve_rows(server.addr(), codec)?;
         let client = RowClient::new(
             sharding,
             &server,
@@ -500,7 +501,7 @@ mod tests {
         let layout = config.table_layout().unwrap();
         let rule = RowRules::default().build(&config.optim).unwrap();
         let rule = (rule, config.optim.sparse_lr);
-        let table = ShardedTable::start(&layout, 4, rule, &config.train, &InProcess);
+        let table = ShardedTable::start(&layout, 4, rule, &config.train, (&InProcess, None));
         Table::Sharded(table.unwrap())
     }
 

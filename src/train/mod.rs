@@ -108,8 +108,8 @@ pub struct TrainReport {
     /// average.
     pub replica_metrics: Vec<Metrics>,
     /// Mean over the replicas of `‖w_i − w̄‖²` at the end (0 when they
-    /// agree).
-    #[serde(default)]
+    /// agree; NaN once a replica diverged).
+    #[serde(default, deserialize_with = "shadowsync_actors::stats::null_as_nan")]
     pub consensus_distance: f64,
     /// Why the run stopped early, if it did.
     pub error: Option<String>,
@@ -585,7 +585,7 @@ fn build_learners(
             width,
             (rule, lr),
             &config.train,
-            fabric,
+            (fabric, registry.row_codec(&config.sync)?),
         )?),
     };
     if config.train.audit_rows && resumed.is_none() {

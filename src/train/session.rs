@@ -275,6 +275,7 @@ impl<'a> Session<'a> {
             },
             rules: registry.rules().clone(),
             schedules: registry.schedules().clone(),
+            codecs: registry.codecs().clone(),
             ..ClusterConfig::default()
         };
         // Subscribed before the start: a trainer failing at once is seen.

@@ -6,7 +6,7 @@ use crate::events::EventBus;
 use crate::shadow::{
     Pacing, RoundDelay, ShadowActor, ShadowExit, ShadowHub, ShadowHubActor, ShadowLoop,
 };
-use crate::sync::{Fabric, LinkModel, ShadowThreads};
+use crate::sync::{Codecs, Fabric, LinkModel, ShadowThreads};
 use crate::trainer::{Parking, TrainerActor, TrainerCore, TrainerExit};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
@@ -57,7 +57,9 @@ impl<L: Learner> Actors<L> {
                     jitter: Duration::from_secs_f64(sync.delay_jitter_ms / 1000.0),
                 },
             },
-            hub_link: (sync.shadow_threads == ShadowThreads::PerProcess && fabric.processes() == 1)
+            hub_link: (sync.shadow_threads == ShadowThreads::PerProcess
+                && fabric.processes() == 1
+                && sync.compression == Codecs::NONE)
                 .then_some(sync.link),
             events: config.events.clone(),
             stop: Arc::clone(stop),

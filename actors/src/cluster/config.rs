@@ -3,7 +3,7 @@
 use crate::events::EventBus;
 use crate::faults::Fault;
 use crate::stragglers::Straggler;
-use crate::sync::{Rules, Schedules, SyncConfig};
+use crate::sync::{Codecs, Rules, Schedules, SyncConfig};
 use serde::{Deserialize, Serialize};
 
 /// Runtime settings besides the sync algorithm.
@@ -42,6 +42,10 @@ pub struct ClusterConfig {
     /// [`Schedules::with`] (the built-in ones need no registering).
     #[serde(skip)]
     pub schedules: Schedules,
+    /// The codecs `sync.compression` may name: the built-in ones, and those
+    /// of one's own added with [`Codecs::with`].
+    #[serde(skip)]
+    pub codecs: Codecs,
 }
 
 impl Default for ClusterConfig {
@@ -58,6 +62,7 @@ impl Default for ClusterConfig {
             events: EventBus::default(),
             rules: Rules::default(),
             schedules: Schedules::default(),
+            codecs: Codecs::default(),
         }
     }
 }

@@ -57,7 +57,8 @@ pub(crate) struct Inner<L: Learner> {
     pub(super) stop: Arc<AtomicBool>,
     pub(super) events: EventBus,
     pub(crate) server: Option<ServerClient>,
-    pub(super) bytes_sent: Vec<Arc<AtomicU64>>,
+    /// Each endpoint's bytes sent: on the wire, and before compression.
+    pub(super) bytes_sent: Vec<[Arc<AtomicU64>; 2]>,
     pub(super) started: Instant,
     pub(super) fabric: Arc<dyn Fabric>,
     pub(crate) running: Mutex<Option<Running<L>>>,
@@ -74,6 +75,15 @@ pub(crate) struct Inner<L: Learner> {
     /// The monitors' and actors' threads, and the flag that ends them.
     pub(super) watchers: Mutex<Vec<JoinHandle<()>>>,
     pub(super) ended: Arc<AtomicBool>,
+}
+
+impl<L: Learner> Inner<L> {
+    /// The endpoints' bytes sent, counter `which` (0: on the wire, 1:
+    /// before compression), summed.
+    fn bytes_sent_total(&self, which: usize) -> u64 {
+        let counted = self.bytes_sent.iter();
+        counted.map(|c| c[which].load(Ordering::Relaxed)).sum()
+    }
 }
 
 /// A cloneable handle on a running cluster.
@@ -304,12 +314,8 @@ impl<L: Learner> Cluster<L> {
                 examples_per_sec: trained_here as f64 / seconds.max(1e-9),
                 trainer_stats,
                 consensus,
-                bytes_sent: self
-                    .inner
-                    .bytes_sent
-                    .iter()
-                    .map(|b| b.load(Ordering::Relaxed))
-                    .sum(),
+                bytes_sent: self.inner.bytes_sent_total(0),
+                bytes_before_compression: self.inner.bytes_sent_total(1),
                 server_cpu_seconds: self
                     .inner
                     .server

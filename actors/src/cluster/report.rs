@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 pub struct ConsensusPoint {
     /// Seconds since the start.
     pub seconds: f64,
-    /// Consensus distance.
+    /// Consensus distance (NaN once a replica diverged).
+    #[serde(deserialize_with = "crate::stats::null_as_nan")]
     pub distance: f64,
 }
 
@@ -38,8 +39,12 @@ pub struct ClusterReport {
     pub trainer_stats: Vec<TrainerStats>,
     /// Consensus distance over time.
     pub consensus: Vec<ConsensusPoint>,
-    /// Parameter bytes sent between trainers.
+    /// Parameter bytes sent between trainers (compressed, if
+    /// `sync.compression` says).
     pub bytes_sent: u64,
+    /// The same, counted before compression (as `f32`).
+    #[serde(default)]
+    pub bytes_before_compression: u64,
     /// CPU seconds EASGD's server shards in this process spent serving.
     #[serde(default)]
     pub server_cpu_seconds: f64,

@@ -13,9 +13,9 @@ use crate::shadow::{ShadowExit, ShadowLoop};
 use crate::stats::TrainerCounters;
 use crate::sync::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::sync::{
-    check_partitions, Algorithm, Endpoint, Exchange, Fabric, GroupPlan, GroupSchedule, LinkModel,
-    ModelAveraging, RuleContext, Schedule, ScheduleContext, ServerClient, SharedPeer, SyncPeer,
-    SyncRule,
+    check_partitions, Algorithm, Codecs, Endpoint, Exchange, Fabric, GroupPlan, GroupSchedule,
+    LinkModel, ModelAveraging, RuleContext, Schedule, ScheduleContext, ServerClient, SharedPeer,
+    SyncConfig, SyncPeer, SyncRule,
 };
 use crate::system::spawn_system;
 use crate::trainer::{Foreground, Parking, TrainerCore};
@@ -39,7 +39,8 @@ pub(super) struct Wiring {
     pub(super) replicas: Vec<ParamAlias>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) endpoints: Vec<Endpoint>,
-    pub(super) bytes_sent: Vec<Arc<AtomicU64>>,
+    /// Each endpoint's bytes sent: on the wire, and before compression.
+    pub(super) bytes_sent: Vec<[Arc<AtomicU64>; 2]>,
     pub(super) rules: Vec<Box<dyn SyncRule>>,
     /// Whether the rule syncs against a centre (EASGD's server shards).
     pub(super) centre: bool,
@@ -69,10 +70,15 @@ impl Wiring {
             .collect::<Result<Vec<_>>>()?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut endpoints = fabric.endpoints(trainers, sync.link, Arc::clone(&stop))?;
+        let codecs_start = codecs_start(fabric, sync, &initial)?;
         for endpoint in &mut endpoints {
             endpoint.set_timeout(sync.peer_timeout());
+            endpoint.compress_with(&config.codecs, sync, &codecs_start)?;
         }
-        let bytes_sent = endpoints.iter().map(|e| e.bytes_counter()).collect();
+        let bytes_sent = endpoints
+            .iter()
+            .map(|e| [e.bytes_counter(), e.values_counter()])
+            .collect();
         let rules = make_rules(config, &endpoints, &*plan, &initial)?;
         let centre = rules
             .first()
@@ -236,6 +242,18 @@ pub(super) fn group_plan(
     };
     check_partitions(&*plan, 64)?;
     Ok(plan)
+}
+
+/// What both ends of every link of a compressed sync start from (a codec
+/// with memory, `topk`, decodes what it has not sent yet as these values):
+/// the starting point, the same in every process (averaged over them: a
+/// resumed run's processes restore replicas of their own).
+fn codecs_start(fabric: &Arc<dyn Fabric>, sync: &SyncConfig, initial: &[f32]) -> Result<Vec<f32>> {
+    let mut start = initial.to_vec();
+    if sync.compression != Codecs::NONE && fabric.processes() > 1 {
+        fabric.average(&mut start)?;
+    }
+    Ok(start)
 }
 
 /// Each of this process's trainers' sync rule (the mean for the algorithms

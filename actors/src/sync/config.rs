@@ -67,6 +67,13 @@ pub struct SyncConfig {
     pub peer_timeout_ms: f64,
     /// The simulated network.
     pub link: LinkModel,
+    /// How the values of group rounds cross: `none` (as `f32`), `fp16`,
+    /// `int8`, `topk` or a codec of one's own (see
+    /// [`Codecs`](crate::sync::Codecs)). Compressed shadow rounds run on a
+    /// thread per trainer.
+    pub compression: String,
+    /// The share of each message's values `topk` sends.
+    pub topk_ratio: f64,
     /// Which threads run the shadow rounds.
     pub shadow_threads: ShadowThreads,
 }
@@ -76,7 +83,8 @@ pub struct SyncConfig {
 #[serde(rename_all = "kebab-case")]
 pub enum ShadowThreads {
     /// One thread serving every trainer of the process, where it can: a job
-    /// of one process, a rule that averages a group (MA, BMUF and one's own);
+    /// of one process, a rule that averages a group (MA, BMUF and one's own),
+    /// uncompressed;
     /// a thread per trainer otherwise.
     #[default]
     PerProcess,
@@ -106,6 +114,8 @@ impl Default for SyncConfig {
             max_cpu_share: Self::DEFAULT_MAX_CPU_SHARE,
             peer_timeout_ms: 5000.0,
             link: LinkModel::default(),
+            compression: "none".into(),
+            topk_ratio: 0.1,
             shadow_threads: ShadowThreads::PerProcess,
         }
     }
@@ -231,6 +241,9 @@ impl SyncConfig {
             if !(ms >= 0.0 && ms.is_finite()) {
                 return bad(key, "must be a number of milliseconds, at least 0");
             }
+        }
+        if !(self.topk_ratio > 0.0 && self.topk_ratio <= 1.0) {
+            return bad("sync.topk_ratio", "must be a share of values in (0, 1]");
         }
         let diloco = self.diloco;
         if !(diloco.outer_lr > 0.0 && diloco.outer_lr.is_finite()) {

@@ -32,8 +32,9 @@ pub use schedule::{
 #[cfg(feature = "mpi")]
 pub use transport::mpi;
 pub use transport::{
-    launched_by_mpirun, mesh, unaccounted_in_job, Endpoint, Fabric, InProcess, LinkModel,
-    RemoteShards, ServerClient, ServerShard, ServerShardActor,
+    launched_by_mpirun, mesh, unaccounted_in_job, Codec, CodecContext, CodecFactory, Codecs,
+    Endpoint, Fabric, Fp16, InProcess, Int8, LinkModel, RemoteShards, ServerClient, ServerShard,
+    ServerShardActor, TopK,
 };
 #[cfg(feature = "mpi")]
 pub(crate) use transport::{serve, ShardRequest};

@@ -9,7 +9,7 @@
 //! process keeps a replica of). The cluster and its actors are
 //! the same code on any fabric.
 
-use super::{mesh, Endpoint, LinkModel, RemoteShards, ServerShardActor};
+use super::{mesh, Codec, Endpoint, LinkModel, RemoteShards, ServerShardActor};
 use crate::embedding::{unaccounted, PushCounts, RemoteRows, RowServerActor, Unaccounted};
 use crate::Result;
 use actix::Addr;
@@ -96,12 +96,18 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
 
     /// Hands the other processes' requests for this process's rows of a
     /// sharded embedding table to its server, and returns how to reach the
-    /// others' shards (`None` in one process).
+    /// others' shards (`None` in one process). With a `codec` (stateless),
+    /// rows and gradients cross encoded both ways (every process must give
+    /// the same).
     ///
     /// # Errors
     ///
     /// A communication thread that stopped.
-    fn serve_rows(&self, server: Addr<RowServerActor>) -> Result<Option<Arc<dyn RemoteRows>>>;
+    fn serve_rows(
+        &self,
+        server: Addr<RowServerActor>,
+        codec: Option<Box<dyn Codec>>,
+    ) -> Result<Option<Arc<dyn RemoteRows>>>;
 
     /// Replaces `values` by their mean over the processes. A collective: every
     /// process calls it, the same number of times, with vectors of one length
@@ -188,7 +194,11 @@ impl Fabric for InProcess {
         Ok(None)
     }
 
-    fn serve_rows(&self, _server: Addr<RowServerActor>) -> Result<Option<Arc<dyn RemoteRows>>> {
+    fn serve_rows(
+        &self,
+        _server: Addr<RowServerActor>,
+        _codec: Option<Box<dyn Codec>>,
+    ) -> Result<Option<Arc<dyn RemoteRows>>> {
         Ok(None)
     }
 

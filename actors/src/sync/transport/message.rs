@@ -1,6 +1,6 @@
-//! What travels between endpoints: a [`Payload`] (shared, refilled in place),
-//! the messages that carry a span of it in a round's phase, and how a vector
-//! is cut into a group's slices.
+//! What travels between endpoints: a [`Payload`] (shared, refilled in place)
+//! and the messages that carry a span of it, or its encoding, in a round's
+//! phase.
 
 use crate::Result;
 use std::sync::Arc;
@@ -62,7 +62,7 @@ impl From<Vec<f32>> for Payload {
 }
 
 /// The two phases of a group mean (reduce-scatter, then all-gather).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Phase {
     /// A member's values of the receiver's slice.
     Scatter,
@@ -75,22 +75,61 @@ pub(crate) enum Phase {
     Applied,
 }
 
-/// A payload in flight: the values `data[span]` (in one process `data` is the
-/// sender's whole buffer, shared; across processes only the span crosses).
+/// A payload in flight: its round, phase and sender, and its values.
 #[derive(Debug, Clone)]
 pub(crate) struct Message {
     pub(crate) round: u64,
     pub(crate) phase: Phase,
     pub(crate) from: usize,
-    pub(crate) data: Arc<[f32]>,
-    pub(crate) span: std::ops::Range<usize>,
+    pub(crate) body: Body,
     pub(crate) deliver_at: Instant,
 }
 
+/// The values of a [`Message`].
+#[derive(Debug, Clone)]
+pub(crate) enum Body {
+    /// `data[span]` as `f32` (in one process `data` is the sender's whole
+    /// buffer, shared; across processes only the span crosses).
+    Values {
+        data: Arc<[f32]>,
+        span: std::ops::Range<usize>,
+    },
+    /// `len` values as the sender's codec encoded them.
+    Encoded { wire: Arc<[u8]>, len: usize },
+}
+
+impl Body {
+    /// The whole of `data`.
+    pub(crate) fn whole(data: Arc<[f32]>) -> Self {
+        let span = 0..data.len();
+        Self::Values { data, span }
+    }
+
+    /// Bytes on the wire.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Self::Values { span, .. } => span.len() * std::mem::size_of::<f32>(),
+            Self::Encoded { wire, .. } => wire.len(),
+        }
+    }
+}
+
 impl Message {
-    /// The values sent.
+    /// How many values it carries.
+    pub(crate) fn len(&self) -> usize {
+        match &self.body {
+            Body::Values { span, .. } => span.len(),
+            Body::Encoded { len, .. } => *len,
+        }
+    }
+
+    /// The values sent as `f32` (none if encoded: the receiving endpoint
+    /// decodes them).
     pub(crate) fn values(&self) -> &[f32] {
-        self.data.get(self.span.clone()).unwrap_or_default()
+        match &self.body {
+            Body::Values { data, span } => data.get(span.clone()).unwrap_or_default(),
+            Body::Encoded { .. } => &[],
+        }
     }
 }
 

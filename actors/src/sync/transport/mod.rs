@@ -3,8 +3,10 @@
 //! [`mesh`], [`Endpoint`]), to EASGD's parameter server ([`ServerClient`] and
 //! its shard actors), and across processes and hosts through MPI (`mpi`,
 //! feature `mpi`). A [`Fabric`] says where a job's trainers live and hands
-//! out their endpoints.
+//! out their endpoints. A [`Codec`] compresses the values of group rounds
+//! (`sync.compression`).
 
+mod codec;
 mod fabric;
 mod in_process;
 mod link;
@@ -13,6 +15,7 @@ mod message;
 pub mod mpi;
 mod server;
 
+pub use codec::{Codec, CodecContext, CodecFactory, Codecs, Fp16, Int8, TopK};
 pub use fabric::{launched_by_mpirun, unaccounted_in_job, Fabric, InProcess};
 #[cfg(feature = "mpi")]
 pub(crate) use in_process::mesh_part;
@@ -20,7 +23,7 @@ pub use in_process::{mesh, Endpoint};
 pub(crate) use link::sleep_until;
 pub use link::LinkModel;
 #[cfg(feature = "mpi")]
-pub(crate) use message::{Message, Outgoing};
+pub(crate) use message::{Body, Message, Outgoing};
 pub(crate) use message::{Payload, Phase, Reduce};
 #[cfg(feature = "mpi")]
 pub(crate) use server::{serve, ShardRequest};

@@ -25,10 +25,12 @@
 //! trainer's link. The bytes counted are those a real reduce-scatter/all-gather
 //! moves: `2 (m − 1) / m` of the vector per member and round. The receiver really waits until delivery time, so the cost
 
+use super::codec::LinkCodecs;
 use super::link::slice;
 use super::link::{sleep_until, LinkModel, POLL};
-use super::message::{Message, Outgoing, Payload, Phase, Reduce};
-use crate::sync::{mean_into, Combined, SharedSlice};
+use super::message::{Body, Message, Outgoing, Payload, Phase, Reduce};
+use super::Codecs;
+use crate::sync::{mean_into, Combined, SharedSlice, SyncConfig};
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,6 +56,10 @@ pub struct Endpoint {
     link: LinkModel,
     stop: Arc<AtomicBool>,
     bytes_sent: Arc<AtomicU64>,
+    /// The bytes sent, counted before compression.
+    values_sent: Arc<AtomicU64>,
+    /// The codecs of its links (none: uncompressed).
+    codecs: Option<LinkCodecs>,
     timeout: Option<Duration>,
     /// Results handed back ([`Endpoint::recycle`]), for the next rounds to
     /// fill (a foreground EASGD round fills two: the server's target and
@@ -122,6 +128,8 @@ pub(crate) fn mesh_part(
             link,
             stop: Arc::clone(&stop),
             bytes_sent: Arc::new(AtomicU64::new(0)),
+            values_sent: Arc::new(AtomicU64::new(0)),
+            codecs: None,
             timeout: None,
             spares: Vec::new(),
             reduced: Payload::zeros(0),
@@ -141,10 +149,72 @@ impl Endpoint {
         Arc::clone(&self.bytes_sent)
     }
 
+    /// A shared counter of the payload bytes this endpoint sends, counted
+    /// before compression (as `f32`).
+    pub fn values_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.values_sent)
+    }
+
     /// Counts `bytes` as sent (a round that moved them without this
-    /// endpoint's messages).
+    /// endpoint's messages; uncompressed).
     pub fn count_sent(&self, bytes: u64) {
         self.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+        self.values_sent.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Compresses the values of its group rounds with the codec
+    /// `config.compression` names (an instance for each end of each link in
+    /// each phase, starting from `initial`, the parameters every replica
+    /// starts from), and decodes its peers' with it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Codecs::make`].
+    pub fn compress_with(
+        &mut self,
+        codecs: &Codecs,
+        config: &SyncConfig,
+        initial: &[f32],
+    ) -> Result<()> {
+        self.codecs = LinkCodecs::new(codecs, config, initial)?;
+        Ok(())
+    }
+
+    /// The bodies of the messages carrying `data[span_of(k)]` to the `k`-th
+    /// member of `group` (none to this one), the values at `offset(span)`
+    /// of the synced vector: encoded if compressing.
+    fn bodies(
+        &mut self,
+        phase: Phase,
+        group: &[usize],
+        data: &Arc<[f32]>,
+        span_of: impl Fn(usize) -> std::ops::Range<usize>,
+        offset: impl Fn(&std::ops::Range<usize>) -> usize,
+    ) -> Result<Vec<Body>> {
+        let Some(codecs) = &mut self.codecs else {
+            let body = |k| Body::Values {
+                data: Arc::clone(data),
+                span: span_of(k),
+            };
+            return Ok((0..group.len()).map(body).collect());
+        };
+        let mut once: Option<(std::ops::Range<usize>, Body)> = None;
+        let mut bodies = Vec::with_capacity(group.len());
+        for (k, &peer) in group.iter().enumerate() {
+            let span = span_of(k);
+            if peer == self.id || span.is_empty() {
+                bodies.push(Body::whole(Arc::from([])));
+                continue;
+            }
+            // A stateless codec encodes a span sent to many peers once.
+            let body = match &once {
+                Some((sent, body)) if codecs.stateless() && *sent == span => body.clone(),
+                _ => codecs.encode(peer, phase, offset(&span), &data[span.clone()])?,
+            };
+            once = Some((span, body.clone()));
+            bodies.push(body);
+        }
+        Ok(bodies)
     }
 
     /// Waits for each phase of a round at most `timeout` (`None`: for ever).
@@ -276,15 +346,13 @@ impl Endpoint {
     /// reduced slice; `Ok(None)` once stopped.
     fn scatter_reduce(&mut self, round: &Round, reduce: &Reduce) -> Result<Option<Scattered>> {
         let (group, len, m) = (round.group, round.len(), round.group.len());
-        let sent = match round.contribute {
-            true => round.payload.shared(),
-            false => Arc::from([]),
-        };
+        let sent = round.payload.shared();
         let span_of = |k: usize| match round.contribute {
             true => slice(len, m, k),
             false => 0..0,
         };
-        if !self.broadcast(round.round, Phase::Scatter, group, &sent, span_of)? {
+        let bodies = self.bodies(Phase::Scatter, group, &sent, span_of, |s| s.start)?;
+        if !self.broadcast(round.round, Phase::Scatter, group, bodies)? {
             return Ok(None);
         }
         let Some((payloads, unresponsive)) = self.collect(round.round, Phase::Scatter, group)?
@@ -292,10 +360,20 @@ impl Endpoint {
             return Ok(None);
         };
         let mine = slice(len, m, round.me);
+        let own = &round.payload.values()[mine.clone()];
+        let decoded = payloads
+            .iter()
+            .filter(|m| m.len() > 0 && m.values().is_empty())
+            .map(|message| {
+                let mut values = vec![0.0; own.len()];
+                decode_into(self.codecs.as_mut(), message, mine.start, &mut values)?;
+                Ok(values)
+            })
+            .collect::<Result<Vec<_>>>()?;
         // The contributors' values of this member's slice, its own first.
         let mut contributions: Vec<&[f32]> = Vec::with_capacity(m);
         if round.contribute {
-            contributions.push(&round.payload.values()[mine.clone()]);
+            contributions.push(own);
         }
         for message in payloads.iter().filter(|m| !m.values().is_empty()) {
             if message.values().len() != mine.len() {
@@ -309,6 +387,7 @@ impl Endpoint {
             }
             contributions.push(message.values());
         }
+        contributions.extend(decoded.iter().map(Vec::as_slice));
         // Every member that heard from the same members counts the same
         // contributors: all or none of the slices are known.
         if contributions.is_empty() {
@@ -334,9 +413,15 @@ impl Endpoint {
     fn all_gather(&mut self, round: &Round, reduced: Arc<[f32]>) -> Result<Option<Gathered>> {
         let (group, len, m) = (round.group, round.len(), round.group.len());
         let whole = 0..reduced.len();
-        if !self.broadcast(round.round, Phase::Gather, group, &reduced, |_| {
-            whole.clone()
-        })? {
+        let offset = slice(len, m, round.me).start;
+        let bodies = self.bodies(
+            Phase::Gather,
+            group,
+            &reduced,
+            |_| whole.clone(),
+            |_| offset,
+        )?;
+        if !self.broadcast(round.round, Phase::Gather, group, bodies)? {
             return Ok(None);
         }
         let Some((slices, late)) = self.collect(round.round, Phase::Gather, group)? else {
@@ -350,13 +435,20 @@ impl Endpoint {
                 .position(|&t| t == message.from)
                 .unwrap_or(round.me);
             let range = slice(len, m, k);
-            if message.values().len() != range.len() {
+            if message.len() != range.len() {
                 return Err(Error::Layout(format!(
                     "trainer {} sent a slice of the wrong length",
                     message.from
                 )));
             }
-            parts.push((range.start, message.data, message.span));
+            match message.body {
+                Body::Values { data, span } => parts.push((range.start, data, span)),
+                Body::Encoded { .. } => {
+                    let mut values = vec![0.0; range.len()];
+                    decode_into(self.codecs.as_mut(), &message, range.start, &mut values)?;
+                    parts.push((range.start, values.into(), 0..range.len()));
+                }
+            }
         }
         Ok(Some((parts, late)))
     }
@@ -371,43 +463,43 @@ impl Endpoint {
         group: &[usize],
         payload: Arc<[f32]>,
     ) -> Result<Option<(Vec<Message>, Vec<usize>)>> {
-        let whole = 0..payload.len();
-        if !self.broadcast(round, phase, group, &payload, |_| whole.clone())? {
+        let bodies = vec![Body::whole(payload); group.len()];
+        if !self.broadcast(round, phase, group, bodies)? {
             return Ok(None);
         }
         self.collect(round, phase, group)
     }
 
-    /// Sends `payload[span_of(k)]` to the `k`-th member of `group` (each but
-    /// this one): in one process the whole payload is shared and the span
-    /// marks the values meant, across processes only they cross; the simulated
-    /// link carries them. `Ok(false)` once stopped.
+    /// Sends `bodies[k]` to the `k`-th member of `group` (each but this
+    /// one): in one process a body of values shares the whole payload and
+    /// its span marks the values meant, across processes only they cross;
+    /// the simulated link carries them. `Ok(false)` once stopped.
     fn broadcast(
         &self,
         round: u64,
         phase: Phase,
         group: &[usize],
-        payload: &Arc<[f32]>,
-        span_of: impl Fn(usize) -> std::ops::Range<usize>,
+        bodies: Vec<Body>,
     ) -> Result<bool> {
         let mut clock = Instant::now();
-        for (k, &peer) in group.iter().enumerate().filter(|&(_, &p)| p != self.id) {
-            let span = span_of(k);
-            let bytes = span.len() * std::mem::size_of::<f32>();
+        let to = group.iter().zip(bodies).filter(|&(&p, _)| p != self.id);
+        for (&peer, body) in to {
+            let bytes = body.bytes();
             // Messages leaving one endpoint go out one after another.
             clock += self.link.wire_time(self.id, peer, bytes);
             let message = Message {
                 round,
                 phase,
                 from: self.id,
-                data: Arc::clone(payload),
-                span,
+                body,
                 deliver_at: clock,
             };
+            let values = message.len() * std::mem::size_of::<f32>();
             if !self.send(peer, message)? {
                 return Ok(false);
             }
             self.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
+            self.values_sent.fetch_add(values as u64, Ordering::Relaxed);
         }
         Ok(true)
     }
@@ -527,12 +619,14 @@ impl Round<'_> {
             .position(|&t| t == member)
             .unwrap_or(self.me);
         let range = slice(len, m, k);
-        let mut everyone: Vec<&[f32]> = payloads
-            .iter()
-            .filter(|m| !m.values().is_empty())
-            .map(|m| &m.data[..])
-            .collect();
-        let all_whole = everyone.iter().all(|p| p.len() == len);
+        let mut all_whole = true;
+        let mut everyone: Vec<&[f32]> = Vec::with_capacity(payloads.len() + 1);
+        for message in payloads.iter().filter(|m| m.len() > 0) {
+            match &message.body {
+                Body::Values { data, .. } if data.len() == len => everyone.push(data),
+                _ => all_whole = false,
+            }
+        }
         if self.contribute {
             everyone.insert(0, data);
         }
@@ -543,6 +637,37 @@ impl Round<'_> {
         let whole = 0..values.len();
         (range.start, values, whole)
     }
+}
+
+/// Writes the values `message` carries, at `offset` of the synced vector,
+/// into `out` (as long): decoded by `codecs` if encoded.
+fn decode_into(
+    codecs: Option<&mut LinkCodecs>,
+    message: &Message,
+    offset: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    if message.len() != out.len() {
+        return Err(Error::Layout(format!(
+            "trainer {} sent {} values where {} were due",
+            message.from,
+            message.len(),
+            out.len()
+        )));
+    }
+    match (&message.body, codecs) {
+        (Body::Values { .. }, _) => out.copy_from_slice(message.values()),
+        (Body::Encoded { wire, .. }, Some(codecs)) => {
+            codecs.decode(message.from, message.phase, offset, wire, out)?
+        }
+        (Body::Encoded { .. }, None) => {
+            return Err(Error::Layout(format!(
+                "trainer {} sent compressed values, and sync.compression is \"none\" here",
+                message.from
+            )))
+        }
+    }
+    Ok(())
 }
 
 /// `contributions` over `range`, combined by `reduce`.

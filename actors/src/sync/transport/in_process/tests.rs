@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::sync::Schedule;
-use crate::sync::{GroupPlan, GroupSchedule};
+use crate::sync::{Codecs, GroupPlan, GroupSchedule, Int8};
 
 #[test]
 fn group_means_over_several_rounds_with_peers_running_ahead() {
@@ -50,11 +50,36 @@ fn group_means_over_several_rounds_with_peers_running_ahead() {
 /// Runs one round of `group_mean` over a mesh of `values.len()` members,
 /// member `i` contributing `values[i]` unless `abstain[i]`.
 fn one_round(values: &[Vec<f32>], abstain: &[bool]) -> Vec<Result<Option<Vec<f32>>>> {
-    let endpoints = mesh(
+    compressed_round(values, abstain, "none")
+        .into_iter()
+        .map(|(mean, _)| mean)
+        .collect()
+}
+
+/// What one member's `group_mean` came to: the mean, or `None` if stopped.
+type MeanOf = Result<Option<Vec<f32>>>;
+
+/// [`one_round`] with `sync.compression = compression`; with each member's
+/// bytes sent, on the wire and before compression.
+fn compressed_round(
+    values: &[Vec<f32>],
+    abstain: &[bool],
+    compression: &str,
+) -> Vec<(MeanOf, [u64; 2])> {
+    let config = SyncConfig {
+        compression: compression.into(),
+        ..SyncConfig::default()
+    };
+    let mut endpoints = mesh(
         values.len(),
         LinkModel::default(),
         Arc::new(AtomicBool::new(false)),
     );
+    let initial = vec![0.0; values[0].len()];
+    for ep in &mut endpoints {
+        ep.compress_with(&Codecs::default(), &config, &initial)
+            .unwrap();
+    }
     let group: Vec<usize> = (0..values.len()).collect();
     std::thread::scope(|s| {
         let handles: Vec<_> = endpoints
@@ -64,13 +89,116 @@ fn one_round(values: &[Vec<f32>], abstain: &[bool]) -> Vec<Result<Option<Vec<f32
                 let payload: Payload = values[ep.id()].clone().into();
                 let contribute = !abstain[ep.id()];
                 s.spawn(move || {
-                    ep.group_mean(0, &group, &payload, contribute)
-                        .map(|mean| mean.map(|m| m.mean))
+                    let mean = ep
+                        .group_mean(0, &group, &payload, contribute)
+                        .map(|mean| mean.map(|m| m.mean));
+                    let sent = [ep.bytes_counter(), ep.values_counter()];
+                    (mean, sent.map(|c| c.load(Ordering::Relaxed)))
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+#[test]
+fn a_compressed_mean_is_within_the_codec_bound_and_counts_both_sizes() {
+    let values: Vec<Vec<f32>> = (0..3)
+        .map(|t| {
+            (0..1000)
+                .map(|j| ((j * 37 + t * 11) % 200) as f32 / 100.0 - 1.0)
+                .collect()
+        })
+        .collect();
+    let exact: Vec<f32> = (0..1000)
+        .map(|j| values.iter().map(|v| v[j]).sum::<f32>() / 3.0)
+        .collect();
+    // Slices of 334, 334 and 332: member 0 scatters the two others' and
+    // gathers its own to both, 1334 values.
+    let before = 1334 * 4;
+    let int8 = compressed_round(&values, &[false; 3], "int8");
+    let (_, [wire, uncompressed]) = &int8[0];
+    assert_eq!(*uncompressed, before);
+    assert_eq!(
+        *wire as usize,
+        Int8::wire_len(334) * 3 + Int8::wire_len(332)
+    );
+    for (member, (mean, _)) in int8.iter().enumerate() {
+        let mean = mean.as_ref().unwrap().as_ref().unwrap();
+        // Half a step of the contributions' scale, then of the mean's.
+        let bound = 2.0 * 1.0 / 254.0 + 1e-6;
+        for (j, (got, want)) in mean.iter().zip(&exact).enumerate() {
+            assert!(
+                (got - want).abs() <= bound,
+                "member {member} [{j}]: {got} ≠ {want}"
+            );
+        }
+    }
+    let (fp16, [wire, _]) = &compressed_round(&values, &[false; 3], "fp16")[1];
+    assert_eq!(*wire, before / 2);
+    let fp16 = fp16.as_ref().unwrap().as_ref().unwrap();
+    assert!(fp16.iter().zip(&exact).all(|(a, b)| (a - b).abs() <= 2e-3));
+    // `topk` sends the tenth of each message that changed most since the
+    // initial zeros, 8 bytes each and 4 of count, its reduced slice to each
+    // peer apart; a value left out is the sender's last sent, here 0.
+    let topk = compressed_round(&values, &[false; 3], "topk");
+    let (_, [wire, _]) = &topk[0];
+    assert_eq!(*wire, 3 * (4 + 34 * 8) + (4 + 34 * 8));
+    let means: Vec<&Vec<f32>> = topk
+        .iter()
+        .map(|(mean, _)| mean.as_ref().unwrap().as_ref().unwrap())
+        .collect();
+    let exact_where_all_sent = means[0]
+        .iter()
+        .zip(&exact)
+        .filter(|(a, b)| (*a - *b).abs() < 1e-6)
+        .count();
+    assert!(
+        exact_where_all_sent < 1000 / 2,
+        "{exact_where_all_sent} of 1000 exact"
+    );
+    for (j, &own) in means[0][..334].iter().enumerate() {
+        // Member 0's own slice: its value, and the others' largest or 0.
+        let others: Vec<f32> = [1, 2].map(|t| values[t][j]).into();
+        let possible = |sent: [bool; 2]| {
+            let other = |i: usize| if sent[i] { others[i] } else { 0.0 };
+            (values[0][j] + other(0) + other(1)) / 3.0
+        };
+        let fits = [[false, false], [true, false], [false, true], [true, true]]
+            .iter()
+            .any(|&sent| (possible(sent) - own).abs() < 1e-6);
+        assert!(fits, "[{j}]: {own}");
+    }
+}
+
+#[test]
+fn a_compressed_message_a_receiver_cannot_decode_is_refused() {
+    let values = [vec![1.0; 8], vec![2.0; 8]];
+    let mut endpoints = mesh(2, LinkModel::default(), Arc::new(AtomicBool::new(false)));
+    let config = SyncConfig {
+        compression: "fp16".into(),
+        ..SyncConfig::default()
+    };
+    endpoints[0]
+        .compress_with(&Codecs::default(), &config, &[0.0; 8])
+        .unwrap();
+    // Member 0 may wait for member 1's slice, which never comes.
+    endpoints[0].set_timeout(Some(Duration::from_millis(200)));
+    let results: Vec<Result<_>> = std::thread::scope(|s| {
+        let handles: Vec<_> = endpoints
+            .into_iter()
+            .map(|mut ep| {
+                let payload: Payload = values[ep.id()].clone().into();
+                s.spawn(move || ep.group_mean(0, &[0, 1], &payload, true).map(drop))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let e = results[1].as_ref().unwrap_err().to_string();
+    assert!(
+        e.contains("compressed") && e.contains("sync.compression"),
+        "{e}"
+    );
 }
 
 #[test]

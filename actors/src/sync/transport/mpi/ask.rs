@@ -3,7 +3,7 @@
 
 use crate::embedding::{RowRequest, RowServerActor};
 use crate::sync::transport::message::Message;
-use crate::sync::{ServerShardActor, ShardRequest};
+use crate::sync::{Codec, ServerShardActor, ShardRequest};
 use crate::system::ShardReply;
 use actix::Addr;
 use crossbeam_channel::Sender;
@@ -42,8 +42,9 @@ pub(super) enum Ask {
         request: ShardRequest,
         reply: Sender<ShardReply>,
     },
-    /// Hand the other ranks' requests for this rank's embedding rows to this server.
-    HostRows(Addr<RowServerActor>),
+    /// Hand the other ranks' requests for this rank's embedding rows to this
+    /// server; rows and gradients cross encoded by this codec, if any.
+    HostRows(Addr<RowServerActor>, Option<Box<dyn Codec>>),
     /// Send `request` to the embedding shard of rank `rank`; answer on `reply`.
     Rows {
         rank: usize,
@@ -66,7 +67,7 @@ impl std::fmt::Debug for Ask {
             Ask::Gather(words, _) => write!(f, "Gather({} words)", words.len()),
             Ask::HostShards(hosted) => write!(f, "HostShards({})", hosted.len()),
             Ask::Shard { rank, shard, .. } => write!(f, "Shard({shard} on rank {rank})"),
-            Ask::HostRows(_) => write!(f, "HostRows"),
+            Ask::HostRows(..) => write!(f, "HostRows"),
             Ask::Rows { rank, .. } => write!(f, "Rows(on rank {rank})"),
             Ask::Finish => write!(f, "Finish"),
         }

@@ -53,7 +53,7 @@ mod thread;
 mod wire;
 
 use super::{mesh_part, Outgoing};
-use super::{Endpoint, Fabric, LinkModel, RemoteShards, ServerShardActor};
+use super::{Codec, Endpoint, Fabric, LinkModel, RemoteShards, ServerShardActor};
 use crate::embedding::{RemoteRows, RowServerActor};
 use crate::{Error, Result};
 use actix::Addr;
@@ -237,8 +237,12 @@ impl Fabric for MpiNode {
         })))
     }
 
-    fn serve_rows(&self, server: Addr<RowServerActor>) -> Result<Option<Arc<dyn RemoteRows>>> {
-        self.ask(Ask::HostRows(server))?;
+    fn serve_rows(
+        &self,
+        server: Addr<RowServerActor>,
+        codec: Option<Box<dyn Codec>>,
+    ) -> Result<Option<Arc<dyn RemoteRows>>> {
+        self.ask(Ask::HostRows(server, codec))?;
         Ok(Some(Arc::new(RowsOnRanks {
             asks: self.asks.clone(),
         })))

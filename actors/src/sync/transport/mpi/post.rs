@@ -9,7 +9,7 @@ use super::wire::{
 };
 use crate::embedding::{RowRequest, RowServerActor};
 use crate::sync::transport::{Message, Outgoing};
-use crate::sync::{ServerShardActor, ShardRequest};
+use crate::sync::{Codec, ServerShardActor, ShardRequest};
 use crate::system::ShardReply;
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
@@ -69,6 +69,8 @@ pub(super) struct PostOffice {
     pub(super) rows: Option<Addr<RowServerActor>>,
     /// Requests for rows that arrived before their server was registered.
     pub(super) early_row_requests: Vec<(usize, u64, RowRequest)>,
+    /// The codec of rows and gradients crossing (none: as `f32`).
+    pub(super) row_codec: Option<Box<dyn Codec>>,
     /// Requests being served here.
     pub(super) serving: Vec<Serving>,
     /// Answers to other ranks' requests, to send.
@@ -106,6 +108,7 @@ impl PostOffice {
             early_requests: Vec::new(),
             rows: None,
             early_row_requests: Vec::new(),
+            row_codec: None,
             serving: Vec::new(),
             answers: Vec::new(),
             tickets: HashMap::new(),
@@ -187,7 +190,7 @@ impl PostOffice {
         for tag in [SERVER_TAG, ROWS_TAG] {
             while let Some(probed) = world.any_process().immediate_matched_probe_with_tag(tag) {
                 let (words, status) = probed.matched_receive_vec::<u32>();
-                self.on_shard_message(status.source_rank() as usize, &words);
+                self.on_shard_message(status.source_rank() as usize, tag, &words);
             }
         }
         while let Some(probed) = world
@@ -311,8 +314,7 @@ mod tests {
                 round,
                 phase: Phase::Scatter,
                 from: 0,
-                data: Arc::from(vec![1.0f32]),
-                span: 0..1,
+                body: crate::sync::transport::Body::whole(Arc::from(vec![1.0f32])),
                 deliver_at: Instant::now(),
             },
         };

@@ -9,7 +9,7 @@ use super::post::Serving;
 use super::wire::Envelope;
 use super::wire::{ShardWire, ROWS_TAG, SERVER_TAG};
 use crate::embedding::{serve_rows, RemoteRows, RowRequest, RowServerActor};
-use crate::sync::{serve, RemoteShards, ServerShardActor, ShardRequest};
+use crate::sync::{serve, Codec, RemoteShards, ServerShardActor, ShardRequest};
 use crate::system::ShardReply;
 use crate::{Error, Result};
 use actix::Addr;
@@ -112,14 +112,32 @@ impl PostOffice {
         Envelope {
             rank: rank as i32,
             tag,
-            words: wire(ticket).encode(),
+            words: wire(ticket).encode(self.codec_of(tag)),
+        }
+    }
+
+    /// The codec of messages of MPI tag `tag`: the rows' codec for
+    /// [`ROWS_TAG`], none for EASGD's centre.
+    fn codec_of(&mut self, tag: i32) -> Option<&mut dyn Codec> {
+        match tag {
+            ROWS_TAG => match &mut self.row_codec {
+                Some(codec) => Some(&mut **codec),
+                None => None,
+            },
+            _ => None,
         }
     }
 
     /// Serves this rank's embedding rows from now on, starting with the
-    /// requests that came early.
-    pub(super) fn host_rows(&mut self, server: Addr<RowServerActor>) {
+    /// requests that came early; rows and gradients cross encoded by
+    /// `codec` (a stateless one), if any.
+    pub(super) fn host_rows(
+        &mut self,
+        server: Addr<RowServerActor>,
+        codec: Option<Box<dyn Codec>>,
+    ) {
         self.rows = Some(server);
+        self.row_codec = codec;
         for (rank, ticket, request) in std::mem::take(&mut self.early_row_requests) {
             self.serve_rows(rank, ticket, request);
         }
@@ -176,16 +194,16 @@ impl PostOffice {
 
     /// Queues the answer to the request `serving` serves.
     fn answer(&mut self, serving: &Serving, answer: Result<Vec<f32>>) {
-        let answer = answer.map_err(|e| e.to_string());
+        let answer = ShardWire::Answer {
+            ticket: serving.ticket,
+            shard: serving.shard,
+            answer: answer.map_err(|e| e.to_string()),
+        };
+        let words = answer.encode(self.codec_of(serving.tag));
         self.answers.push(Envelope {
             rank: serving.rank as i32,
             tag: serving.tag,
-            words: ShardWire::Answer {
-                ticket: serving.ticket,
-                shard: serving.shard,
-                answer,
-            }
-            .encode(),
+            words,
         });
     }
 
@@ -202,9 +220,9 @@ impl PostOffice {
         }
     }
 
-    /// Takes a message of [`SERVER_TAG`] or [`ROWS_TAG`] from `from`.
-    pub(super) fn on_shard_message(&mut self, from: usize, words: &[u32]) {
-        match ShardWire::decode(words) {
+    /// Takes a message of [`SERVER_TAG`] or [`ROWS_TAG`] (`tag`) from `from`.
+    pub(super) fn on_shard_message(&mut self, from: usize, tag: i32, words: &[u32]) {
+        match ShardWire::decode(words, self.codec_of(tag)) {
             Ok(ShardWire::Request {
                 ticket,
                 shard,

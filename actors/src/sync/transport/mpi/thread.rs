@@ -163,7 +163,7 @@ impl Asked {
                 request,
                 reply,
             } => self.batch.push(post.ask_shard(rank, shard, request, reply)),
-            Ask::HostRows(server) => post.host_rows(server),
+            Ask::HostRows(server, codec) => post.host_rows(server, codec),
             Ask::Rows {
                 rank,
                 request,

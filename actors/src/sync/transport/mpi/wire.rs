@@ -1,10 +1,9 @@
 //! How messages cross between ranks: one buffer of `u32` words per message,
-//! a header and the `f32` values' bits, bit for bit.
+//! a header and the `f32` values' bits, bit for bit (or a codec's bytes).
 
 use crate::embedding::RowRequest;
-use crate::sync::transport::{Message, Outgoing, Phase};
+use crate::sync::transport::{Body, Codec, Message, Outgoing, Phase};
 use crate::sync::ShardRequest;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// One buffer for one rank.
@@ -45,14 +44,22 @@ pub(super) const AGREED: u32 = 2;
 /// Control: the sending rank comes to no further points.
 pub(super) const WITHDRAWN: u32 = 3;
 /// Words of a message's header.
-const HEADER: usize = 6;
+const HEADER: usize = 7;
+/// The header's last word when the values cross as `f32`, not encoded.
+const PLAIN: u32 = u32::MAX;
 
-/// `[to, from, round low, round high, phase, values]` then the bits of the
-/// values the message carries (its span of the sender's buffer, not the rest).
+/// `[to, from, round low, round high, phase, values, encoded]` then the bits
+/// of the values the message carries (its span of the sender's buffer, not
+/// the rest; `encoded` is [`PLAIN`]), or the `encoded` bytes of their
+/// encoding, four a word, little-endian.
 pub(super) fn encode(out: &Outgoing) -> Vec<u32> {
     let message = &out.message;
     let values = message.values();
     let mut words = Vec::with_capacity(HEADER + values.len());
+    let encoded = match &message.body {
+        Body::Values { .. } => None,
+        Body::Encoded { wire, .. } => Some(wire),
+    };
     words.extend([
         out.to as u32,
         message.from as u32,
@@ -64,22 +71,55 @@ pub(super) fn encode(out: &Outgoing) -> Vec<u32> {
             Phase::Shared => 2,
             Phase::Applied => 3,
         },
-        values.len() as u32,
+        message.len() as u32,
+        encoded.map_or(PLAIN, |wire| wire.len() as u32),
     ]);
-    words.extend(values.iter().map(|x| x.to_bits()));
+    match encoded {
+        None => words.extend(values.iter().map(|x| x.to_bits())),
+        Some(wire) => words.extend(packed(wire)),
+    }
     words
+}
+
+/// `bytes`, four a word, little-endian (the last word padded with zeros).
+fn packed(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    bytes.chunks(4).map(|chunk| {
+        let mut word = [0u8; 4];
+        word[..chunk.len()].copy_from_slice(chunk);
+        u32::from_le_bytes(word)
+    })
+}
+
+/// The first `bytes` bytes of `words` packed by [`packed`]; an error unless
+/// `words` are just as many as they take.
+fn unpacked(words: &[u32], bytes: u32) -> std::result::Result<Vec<u8>, String> {
+    if words.len() != (bytes as usize).div_ceil(4) {
+        return Err(format!(
+            "{} words, the header says {bytes} bytes",
+            words.len()
+        ));
+    }
+    let all = words.iter().flat_map(|w| w.to_le_bytes());
+    Ok(all.take(bytes as usize).collect())
 }
 
 /// The destination and the message of `words` (delivered now: the network
 /// between ranks is real, not simulated).
 pub(super) fn decode(words: &[u32]) -> std::result::Result<(usize, Message), String> {
-    let Some(&[to, from, low, high, phase, len]) = words.get(..HEADER) else {
+    let Some(&[to, from, low, high, phase, len, encoded]) = words.get(..HEADER) else {
         return Err(format!("{} words, shorter than a header", words.len()));
     };
     let values = &words[HEADER..];
-    if values.len() != len as usize {
-        return Err(format!("{} values, the header says {len}", values.len()));
-    }
+    let body = match encoded {
+        PLAIN if values.len() != len as usize => {
+            return Err(format!("{} values, the header says {len}", values.len()))
+        }
+        PLAIN => Body::whole(values.iter().map(|&w| f32::from_bits(w)).collect()),
+        bytes => Body::Encoded {
+            wire: unpacked(values, bytes)?.into(),
+            len: len as usize,
+        },
+    };
     let phase = match phase {
         0 => Phase::Scatter,
         1 => Phase::Gather,
@@ -87,16 +127,13 @@ pub(super) fn decode(words: &[u32]) -> std::result::Result<(usize, Message), Str
         3 => Phase::Applied,
         other => return Err(format!("unknown phase {other}")),
     };
-    let data: Arc<[f32]> = values.iter().map(|&w| f32::from_bits(w)).collect();
-    let span = 0..data.len();
     Ok((
         to as usize,
         Message {
             round: u64::from(low) | (u64::from(high) << 32),
             phase,
             from: from as usize,
-            data,
-            span,
+            body,
             deliver_at: Instant::now(),
         },
     ))
@@ -128,14 +165,18 @@ const ANSWER: u32 = 2;
 const FAILED: u32 = 3;
 const FETCH: u32 = 4;
 const PUSH: u32 = 5;
+const PUSH_CODED: u32 = 6;
+const ANSWER_CODED: u32 = 7;
 
 impl ShardWire {
     /// `[kind, ticket low, ticket high, shard]`, then for an elastic step
     /// `[trainer, round low, round high, α, at]` and the values' bits; for an
     /// answer the values' bits, or the error's UTF-8 bytes one per word. A
     /// fetch of rows: the ids (two words each); a push: `[lr, rows]`, the ids,
-    /// then the gradients' bits (the shard word is unused: 0).
-    pub(super) fn encode(&self) -> Vec<u32> {
+    /// then the gradients' bits (the shard word is unused: 0). With a `codec`
+    /// (rows' traffic), a push's gradients and an answer's values cross
+    /// encoded ([`value_words`]).
+    pub(super) fn encode(&self, codec: Option<&mut dyn Codec>) -> Vec<u32> {
         let head = |kind: u32, ticket: u64, shard: usize| {
             vec![kind, ticket as u32, (ticket >> 32) as u32, shard as u32]
         };
@@ -180,10 +221,11 @@ impl ShardWire {
                 ticket,
                 request: RowRequest::Push { ids, grads, lr },
             } => {
-                let mut words = head(PUSH, *ticket, 0);
+                let kind = if codec.is_some() { PUSH_CODED } else { PUSH };
+                let mut words = head(kind, *ticket, 0);
                 words.extend([lr.to_bits(), ids.len() as u32]);
                 words.extend(ids.iter().flat_map(|&id| [id as u32, (id >> 32) as u32]));
-                words.extend(grads.iter().map(|x| x.to_bits()));
+                words.extend(value_words(grads, codec));
                 words
             }
             Self::Answer {
@@ -191,8 +233,13 @@ impl ShardWire {
                 shard,
                 answer: Ok(values),
             } => {
-                let mut words = head(ANSWER, *ticket, *shard);
-                words.extend(values.iter().map(|x| x.to_bits()));
+                let kind = if codec.is_some() {
+                    ANSWER_CODED
+                } else {
+                    ANSWER
+                };
+                let mut words = head(kind, *ticket, *shard);
+                words.extend(value_words(values, codec));
                 words
             }
             Self::Answer {
@@ -207,7 +254,11 @@ impl ShardWire {
         }
     }
 
-    pub(super) fn decode(words: &[u32]) -> std::result::Result<Self, String> {
+    /// The message of `words`, decoding encoded values with `codec`.
+    pub(super) fn decode(
+        words: &[u32],
+        codec: Option<&mut dyn Codec>,
+    ) -> std::result::Result<Self, String> {
         let Some(&[kind, low, high, shard]) = words.get(..4) else {
             return Err(format!("{} words, shorter than a header", words.len()));
         };
@@ -244,26 +295,27 @@ impl ShardWire {
                 request: RowRequest::Fetch { ids: ids(rest) },
             },
             FETCH => return Err("a fetch of rows with half an id".into()),
-            PUSH => {
+            PUSH | PUSH_CODED => {
                 let Some(&[lr, rows]) = rest.get(..2) else {
                     return Err("a push of rows without its fields".into());
                 };
                 let Some(id_words) = rest.get(2..2 + 2 * rows as usize) else {
                     return Err(format!("a push of {rows} rows without their ids"));
                 };
+                let values = &rest[2 + 2 * rows as usize..];
                 Self::Rows {
                     ticket,
                     request: RowRequest::Push {
                         ids: ids(id_words),
-                        grads: floats(&rest[2 + 2 * rows as usize..]),
+                        grads: values_of(values, (kind == PUSH_CODED).then_some(codec))?,
                         lr: f32::from_bits(lr),
                     },
                 }
             }
-            ANSWER => Self::Answer {
+            ANSWER | ANSWER_CODED => Self::Answer {
                 ticket,
                 shard,
-                answer: Ok(floats(rest)),
+                answer: Ok(values_of(rest, (kind == ANSWER_CODED).then_some(codec))?),
             },
             FAILED => {
                 let bytes = rest
@@ -279,6 +331,43 @@ impl ShardWire {
             other => return Err(format!("unknown kind {other}")),
         })
     }
+}
+
+/// `values` as words: their bits, or with a `codec` (stateless: no link's
+/// memory) `[values, bytes]` and their encoding's bytes packed four a word.
+fn value_words(values: &[f32], codec: Option<&mut dyn Codec>) -> Vec<u32> {
+    match codec {
+        None => values.iter().map(|x| x.to_bits()).collect(),
+        Some(codec) => {
+            let mut wire = Vec::new();
+            codec.encode(0, values, &mut wire);
+            let mut words = vec![values.len() as u32, wire.len() as u32];
+            words.extend(packed(&wire));
+            words
+        }
+    }
+}
+
+/// The values of `words` made by [`value_words`]: `None` for bits, or the
+/// codec that decodes them (an error if this rank has none).
+fn values_of(
+    words: &[u32],
+    coded: Option<Option<&mut dyn Codec>>,
+) -> std::result::Result<Vec<f32>, String> {
+    let Some(codec) = coded else {
+        return Ok(floats_of(words));
+    };
+    let Some(codec) = codec else {
+        return Err("compressed rows, and sync.compression is \"none\" here".into());
+    };
+    let Some((&[values, bytes], packed)) = words.split_first_chunk::<2>() else {
+        return Err("compressed values without their sizes".into());
+    };
+    let mut out = vec![0f32; values as usize];
+    codec
+        .decode(0, &unpacked(packed, bytes)?, &mut out)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
 /// `f32`s from their bits.
@@ -297,6 +386,7 @@ fn ids_of(words: &[u32]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn a_message_crosses_bit_for_bit_and_only_its_span() {
@@ -307,8 +397,10 @@ mod tests {
                 round: (5u64 << 32) + 9,
                 phase: Phase::Gather,
                 from: 3,
-                data: Arc::clone(&data),
-                span: 1..6,
+                body: Body::Values {
+                    data: Arc::clone(&data),
+                    span: 1..6,
+                },
                 deliver_at: Instant::now(),
             },
         };
@@ -322,16 +414,74 @@ mod tests {
     }
 
     #[test]
+    fn an_encoded_message_crosses_as_its_bytes() {
+        let wire: Arc<[u8]> = Arc::from(vec![1u8, 2, 3, 4, 5, 6, 7]);
+        let out = Outgoing {
+            to: 1,
+            message: Message {
+                round: 4,
+                phase: Phase::Scatter,
+                from: 0,
+                body: Body::Encoded {
+                    wire: Arc::clone(&wire),
+                    len: 100,
+                },
+                deliver_at: Instant::now(),
+            },
+        };
+        let words = encode(&out);
+        assert_eq!(words.len(), HEADER + 2, "7 bytes in 2 words");
+        let (_, back) = decode(&words).unwrap();
+        assert_eq!(back.len(), 100);
+        match back.body {
+            Body::Encoded { wire: back, len } => assert_eq!((&back[..], len), (&wire[..], 100)),
+            Body::Values { .. } => panic!("decoded as values"),
+        }
+        let e = decode(&words[..HEADER + 1]).unwrap_err();
+        assert!(e.contains("7 bytes"), "{e}");
+    }
+
+    #[test]
     fn malformed_messages_are_refused_not_trusted() {
         assert!(decode(&[1, 2, 3])
             .unwrap_err()
             .contains("shorter than a header"));
-        assert!(decode(&[0, 1, 0, 0, 0, 3, 7])
+        assert!(decode(&[0, 1, 0, 0, 0, 3, PLAIN, 7])
             .unwrap_err()
             .contains("header says 3"));
-        assert!(decode(&[0, 1, 0, 0, 9, 0])
+        assert!(decode(&[0, 1, 0, 0, 9, 0, PLAIN])
             .unwrap_err()
             .contains("unknown phase 9"));
+    }
+
+    #[test]
+    fn rows_and_answers_cross_compressed_with_a_codec() {
+        use crate::sync::Int8;
+        // Steps of a scale of 1 (the largest is 127): int8 keeps them exactly.
+        let values: Vec<f32> = (0..64).map(|i| (4 * i) as f32 - 127.0).collect();
+        let push = ShardWire::Rows {
+            ticket: 7,
+            request: RowRequest::Push {
+                ids: (0..16).map(|i| i << 36).collect(),
+                grads: values.clone(),
+                lr: 0.1,
+            },
+        };
+        let answer = ShardWire::Answer {
+            ticket: 8,
+            shard: 1,
+            answer: Ok(values),
+        };
+        for wire in [push, answer] {
+            let plain = wire.encode(None);
+            let words = wire.encode(Some(&mut Int8));
+            // A byte a value, 4 a block and 2 words of sizes, against 4 a
+            // value: 64 values' 16 words and 2 against 64.
+            assert_eq!(plain.len() - words.len(), 64 - 16 - 1 - 2, "{words:?}");
+            assert_eq!(ShardWire::decode(&words, Some(&mut Int8)).unwrap(), wire);
+            let e = ShardWire::decode(&words, None).unwrap_err();
+            assert!(e.contains("sync.compression"), "{e}");
+        }
     }
 
     #[test]
@@ -380,24 +530,24 @@ mod tests {
                 },
             },
         ] {
-            assert_eq!(ShardWire::decode(&wire.encode()).unwrap(), wire);
+            assert_eq!(ShardWire::decode(&wire.encode(None), None).unwrap(), wire);
         }
-        assert!(ShardWire::decode(&[0, 1])
+        assert!(ShardWire::decode(&[0, 1], None)
             .unwrap_err()
             .contains("shorter than a header"));
-        assert!(ShardWire::decode(&[ELASTIC, 1, 0, 0, 5])
+        assert!(ShardWire::decode(&[ELASTIC, 1, 0, 0, 5], None)
             .unwrap_err()
             .contains("without its fields"));
-        assert!(ShardWire::decode(&[FAILED, 1, 0, 0, 300])
+        assert!(ShardWire::decode(&[FAILED, 1, 0, 0, 300], None)
             .unwrap_err()
             .contains("not a byte"));
-        assert!(ShardWire::decode(&[FETCH, 1, 0, 0, 5])
+        assert!(ShardWire::decode(&[FETCH, 1, 0, 0, 5], None)
             .unwrap_err()
             .contains("half an id"));
-        assert!(ShardWire::decode(&[PUSH, 1, 0, 0, 0, 3, 1, 0])
+        assert!(ShardWire::decode(&[PUSH, 1, 0, 0, 0, 3, 1, 0], None)
             .unwrap_err()
             .contains("3 rows without their ids"));
-        assert!(ShardWire::decode(&[9, 1, 0, 0])
+        assert!(ShardWire::decode(&[9, 1, 0, 0], None)
             .unwrap_err()
             .contains("unknown kind 9"));
     }
