@@ -550,8 +550,11 @@ fn header(keys: &[&String], baseline: Option<&str>, target_ne: Option<f64>) -> V
 /// what they were before compression where they were compressed.
 fn sync_bytes(cell: &Cell) -> String {
     let per_example = |bytes: fn(&ClusterReport) -> u64| {
-        cell.stat(|r| bytes(&r.report.cluster) as f64 / r.report.cluster.examples.max(1) as f64)
-            .0
+        cell.stat(|r| {
+            let cluster = &r.report.cluster;
+            cluster.per_example(bytes(cluster))
+        })
+        .0
     };
     let sent = per_example(|c| c.bytes_sent);
     let before = per_example(|c| c.bytes_before_compression);
@@ -998,9 +1001,7 @@ fn bytes_plot(cells: &[Cell]) -> Result<Option<String>> {
         .iter()
         .filter(|c| c.runs.iter().all(|r| r.report.cluster.bytes_sent > 0))
         .collect();
-    let per_example = |r: &RunResult| {
-        r.report.cluster.bytes_sent as f64 / r.report.cluster.examples.max(1) as f64
-    };
+    let per_example = |r: &RunResult| r.report.cluster.per_example(r.report.cluster.bytes_sent);
     let points: Vec<(String, Point)> = legend_labels(&synced, "")
         .into_iter()
         .zip(&synced)

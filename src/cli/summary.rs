@@ -116,13 +116,12 @@ pub(crate) fn print_summary(report: &TrainReport) {
 /// compressed.
 fn payload_bytes(report: &TrainReport) -> String {
     let cluster = &report.cluster;
-    let per_example = |bytes: u64| bytes as f64 / cluster.examples.max(1) as f64;
-    let sent = per_example(cluster.bytes_sent);
+    let sent = cluster.per_example(cluster.bytes_sent);
     match report.config.sync.compression.as_str() {
         "none" => format!("{sent:.0} bytes sent per example"),
         codec => format!(
             "{sent:.0} bytes sent per example, {codec}-compressed from {:.0} ({:.1}×)",
-            per_example(cluster.bytes_before_compression),
+            cluster.per_example(cluster.bytes_before_compression),
             cluster.bytes_before_compression as f64 / cluster.bytes_sent.max(1) as f64
         ),
     }

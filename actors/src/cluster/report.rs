@@ -55,6 +55,13 @@ pub struct ClusterReport {
 }
 
 impl ClusterReport {
+    /// `bytes` per example the run trained (with those of a run it resumes):
+    /// [`ClusterReport::bytes_sent`] or
+    /// [`ClusterReport::bytes_before_compression`] per example.
+    pub fn per_example(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.examples.max(1) as f64
+    }
+
     /// The CPU time the shadow loops' rounds and EASGD's server shards took
     /// against the trainers' own; `None` where no CPU time was measured.
     pub fn sync_cpu_share(&self) -> Option<f64> {

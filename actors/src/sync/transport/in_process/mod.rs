@@ -60,6 +60,8 @@ pub struct Endpoint {
     values_sent: Arc<AtomicU64>,
     /// The codecs of its links (none: uncompressed).
     codecs: Option<LinkCodecs>,
+    /// Buffers of the compressed contributions a round decoded, reused.
+    decoded: Vec<Vec<f32>>,
     timeout: Option<Duration>,
     /// Results handed back ([`Endpoint::recycle`]), for the next rounds to
     /// fill (a foreground EASGD round fills two: the server's target and
@@ -130,6 +132,7 @@ pub(crate) fn mesh_part(
             bytes_sent: Arc::new(AtomicU64::new(0)),
             values_sent: Arc::new(AtomicU64::new(0)),
             codecs: None,
+            decoded: Vec::new(),
             timeout: None,
             spares: Vec::new(),
             reduced: Payload::zeros(0),
@@ -208,10 +211,12 @@ impl Endpoint {
             }
             // A stateless codec encodes a span sent to many peers once.
             let body = match &once {
-                Some((sent, body)) if codecs.stateless() && *sent == span => body.clone(),
+                Some((sent, body)) if *sent == span => body.clone(),
                 _ => codecs.encode(peer, phase, offset(&span), &data[span.clone()])?,
             };
-            once = Some((span, body.clone()));
+            if codecs.stateless() {
+                once = Some((span, body.clone()));
+            }
             bodies.push(body);
         }
         Ok(bodies)
@@ -361,15 +366,17 @@ impl Endpoint {
         };
         let mine = slice(len, m, round.me);
         let own = &round.payload.values()[mine.clone()];
-        let decoded = payloads
+        // Compressed contributions, decoded into the buffers of the last
+        // round (every value is written).
+        let mut decoded = std::mem::take(&mut self.decoded);
+        let encoded = payloads
             .iter()
-            .filter(|m| m.len() > 0 && m.values().is_empty())
-            .map(|message| {
-                let mut values = vec![0.0; own.len()];
-                decode_into(self.codecs.as_mut(), message, mine.start, &mut values)?;
-                Ok(values)
-            })
-            .collect::<Result<Vec<_>>>()?;
+            .filter(|m| m.len() > 0 && m.values().is_empty());
+        decoded.resize_with(encoded.clone().count(), Vec::new);
+        for (values, message) in decoded.iter_mut().zip(encoded) {
+            values.resize(own.len(), 0.0);
+            decode_into(self.codecs.as_mut(), message, mine.start, values)?;
+        }
         // The contributors' values of this member's slice, its own first.
         let mut contributions: Vec<&[f32]> = Vec::with_capacity(m);
         if round.contribute {
@@ -399,6 +406,7 @@ impl Endpoint {
             reduce(out, &contributions);
             Ok(())
         })?;
+        self.decoded = decoded;
         Ok(Some(Scattered {
             payloads,
             unresponsive,
