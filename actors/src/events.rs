@@ -97,6 +97,21 @@ pub enum Event {
         /// Its first round back.
         round: u64,
     },
+    /// `trainer` joined an elastic cluster; it is in the groups from
+    /// `round` on.
+    TrainerJoined {
+        /// The trainer.
+        trainer: usize,
+        /// Its first round.
+        round: u64,
+    },
+    /// `trainer` left an elastic cluster; it is in no group from `round` on.
+    TrainerLeft {
+        /// The trainer.
+        trainer: usize,
+        /// The first round without it.
+        round: u64,
+    },
     /// `trainer` failed; the message says why.
     TrainerFailed {
         /// The trainer.
@@ -172,6 +187,12 @@ fn trace(event: &Event) {
         }
         Event::TrainerFailed { trainer, error } => {
             tracing::warn!(trainer, %error, "trainer failed")
+        }
+        Event::TrainerJoined { trainer, round } => {
+            tracing::info!(trainer, round, "trainer joined")
+        }
+        Event::TrainerLeft { trainer, round } => {
+            tracing::info!(trainer, round, "trainer left")
         }
         Event::Evaluated { examples, metrics } => {
             tracing::debug!(examples, ?metrics, "evaluated")

@@ -17,7 +17,7 @@ use crate::trainer::Control;
 use actix::Recipient;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ pub struct ClusterControl {
     /// Whether [`ClusterControl::stop`] was called.
     requested: Arc<AtomicBool>,
     fabric: Arc<dyn Fabric>,
-    trainers: Arc<OnceLock<Vec<Recipient<Control>>>>,
+    trainers: Arc<RwLock<Vec<Recipient<Control>>>>,
 }
 
 impl std::fmt::Debug for ClusterControl {
@@ -70,13 +70,15 @@ impl ClusterControl {
         }
     }
 
-    /// Connects the trainers, once started (messages sent before are dropped).
+    /// Connects trainers, once started (messages sent before are dropped).
     pub(crate) fn connect(&self, trainers: Vec<Recipient<Control>>) {
-        let _ = self.trainers.set(trainers);
+        let mut connected = self.trainers.write().unwrap_or_else(|p| p.into_inner());
+        connected.extend(trainers);
     }
 
     pub(crate) fn send(&self, message: Control) {
-        for trainer in self.trainers.get().into_iter().flatten() {
+        let trainers = self.trainers.read().unwrap_or_else(|p| p.into_inner());
+        for trainer in trainers.iter() {
             trainer.do_send(message);
         }
     }

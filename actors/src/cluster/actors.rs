@@ -6,7 +6,7 @@ use crate::events::EventBus;
 use crate::shadow::{
     Pacing, RoundDelay, ShadowActor, ShadowExit, ShadowHub, ShadowHubActor, ShadowLoop,
 };
-use crate::sync::{Codecs, Fabric, LinkModel, ShadowThreads};
+use crate::sync::{Algorithm, Codecs, Fabric, LinkModel, ShadowThreads};
 use crate::trainer::{Parking, TrainerActor, TrainerCore, TrainerExit};
 use crate::{Error, Learner, Result};
 use actix::prelude::*;
@@ -15,10 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What the trainer and shadow actors are started with.
+/// What the trainer and shadow actors are started with (at the start, and
+/// for each trainer joining an elastic cluster).
 pub(super) struct Actors<L: Learner> {
-    /// Whether shadow loops sync (else a finished trainer ends syncing).
-    pub(super) shadow: bool,
+    /// Whether a trainer that finishes ends syncing (a foreground
+    /// algorithm's: the others could no longer complete a round).
+    pub(super) finish_ends_sync: bool,
     pub(super) chunk: Duration,
     pub(super) threads: usize,
     pub(super) pacing: Pacing,
@@ -44,7 +46,10 @@ impl<L: Learner> Actors<L> {
     ) -> Self {
         let sync = &config.sync;
         Self {
-            shadow: sync.algorithm.is_shadow(),
+            finish_ends_sync: matches!(
+                sync.algorithm,
+                Algorithm::SyncSgd | Algorithm::Foreground { .. }
+            ),
             chunk: Duration::from_millis(config.chunk_ms.max(1)),
             threads: config.intra_op_threads.max(1),
             pacing: Pacing {
@@ -59,7 +64,8 @@ impl<L: Learner> Actors<L> {
             },
             hub_link: (sync.shadow_threads == ShadowThreads::PerProcess
                 && fabric.processes() == 1
-                && sync.compression == Codecs::NONE)
+                && sync.compression == Codecs::NONE
+                && config.elastic_capacity == 0)
                 .then_some(sync.link),
             events: config.events.clone(),
             stop: Arc::clone(stop),
@@ -71,18 +77,33 @@ impl<L: Learner> Actors<L> {
     }
 }
 
-/// Starts a trainer actor per core and the shadow hub, or a shadow actor per
-/// loop, each on an arbiter of its own in `system`; the trainers' addresses.
+impl<L: Learner> Clone for Actors<L> {
+    fn clone(&self) -> Self {
+        Self {
+            events: self.events.clone(),
+            stop: Arc::clone(&self.stop),
+            parking: self.parking.clone(),
+            fabric: Arc::clone(&self.fabric),
+            trainer_exits: self.trainer_exits.clone(),
+            shadow_exits: self.shadow_exits.clone(),
+            ..*self
+        }
+    }
+}
+
+/// Starts a trainer actor per core (learners `first_worker..` of the
+/// cluster) and the shadow hub, or a shadow actor per loop, each on an
+/// arbiter of its own in `system`; the trainers' addresses.
 pub(super) fn start_actors<L: Learner>(
     system: &System,
-    cores: Vec<TrainerCore<L>>,
+    (cores, first_worker): (Vec<TrainerCore<L>>, usize),
     shadows: Vec<ShadowLoop>,
     actors: Actors<L>,
 ) -> Result<Vec<Addr<TrainerActor<L>>>> {
     let (ready_tx, ready_rx) = bounded(1);
     let launched = system.arbiter().spawn_fn(move || {
         let Actors {
-            shadow,
+            finish_ends_sync,
             chunk,
             threads,
             pacing,
@@ -110,8 +131,8 @@ pub(super) fn start_actors<L: Learner>(
         };
         let addrs: Vec<_> = cores
             .into_iter()
-            .enumerate()
-            .map(|(worker, core)| {
+            .zip(first_worker..)
+            .map(|(core, worker)| {
                 let (exits, events, stop, parking, fabric) = (
                     trainer_exits.clone(),
                     events.clone(),
@@ -119,13 +140,13 @@ pub(super) fn start_actors<L: Learner>(
                     parking.clone(),
                     Arc::clone(&fabric),
                 );
-                let on_finish: Box<dyn Fn() + Send> = if shadow {
-                    Box::new(|| {})
-                } else {
+                let on_finish: Box<dyn Fn() + Send> = if finish_ends_sync {
                     Box::new(move || {
                         stop.store(true, Ordering::Relaxed);
                         fabric.stop_everywhere();
                     })
+                } else {
+                    Box::new(|| {})
                 };
                 TrainerActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
                     // OpenMP teams are per thread: size this one.
@@ -161,7 +182,8 @@ pub(super) fn start_shadow_actors(
     exits: &Sender<ShadowExit>,
     stop: &Arc<AtomicBool>,
 ) {
-    for (trainer, shadow) in shadows.into_iter().enumerate() {
+    for shadow in shadows {
+        let trainer = shadow.counters().trainer();
         let (events, exits, stop) = (events.clone(), exits.clone(), Arc::clone(stop));
         ShadowActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
             tch::set_num_threads(1);

@@ -29,6 +29,15 @@ pub struct ClusterConfig {
     /// [`Cluster::checkpoint`](crate::Cluster::checkpoint) can save the whole state (0 = never); rounded
     /// up to a multiple of a foreground algorithm's sync period.
     pub checkpoint_every: u64,
+    /// An elastic cluster's seats: the most trainers it may ever have,
+    /// those it starts with and those added while it runs
+    /// ([`Cluster::add_trainer`](crate::Cluster::add_trainer)); 0 (the
+    /// default) for a fixed cluster. Trainers of an elastic cluster may also
+    /// leave ([`Cluster::remove_trainer`](crate::Cluster::remove_trainer)).
+    /// One process, one worker per trainer, under `none` or a `shadow-*`
+    /// rule that averages groups (not EASGD), without checkpoints; shadow
+    /// rounds run on a thread per trainer.
+    pub elastic_capacity: usize,
     /// Where the cluster publishes its [`Event`](crate::events::Event)s. Subscribe to it before
     /// starting to receive every event from the first step on
     /// ([`Cluster::subscribe`](crate::Cluster::subscribe) receives those published after it is called).
@@ -59,6 +68,7 @@ impl Default for ClusterConfig {
             faults: Vec::new(),
             stragglers: Vec::new(),
             checkpoint_every: 0,
+            elastic_capacity: 0,
             events: EventBus::default(),
             rules: Rules::default(),
             schedules: Schedules::default(),

@@ -4,50 +4,81 @@ use super::actors::{start_actors, Actors};
 use super::checkpoint::{read_peer, ClusterState, TrainerState};
 use super::config::ClusterConfig;
 use super::report::{ClusterOutcome, ClusterReport, ConsensusPoint};
+use super::roster::Roster;
 use super::wiring::{
-    parking_of, shadow_errors, spawn_watchers, start_monitor, start_services, Parts, Wiring,
+    parking_of, shadow_errors, spawn_watchers, start_monitor, start_services, Parts, Seat, Wiring,
 };
 use crate::events::{Event, EventBus};
-use crate::hogwild::ParamAlias;
 use crate::monitor::{ClusterControl, Watcher};
 use crate::shadow::ShadowExit;
 use crate::stats::{TrainerCounters, TrainerStats};
 use crate::sync::coordinator::CoordinatorClient;
-use crate::sync::{Fabric, ServerClient, SharedPeer};
+use crate::sync::{Fabric, ServerClient};
 use crate::trainer::{Control, Parking, SaveState, TrainerActor, TrainerExit};
 use crate::{Error, Learner, LearnerState, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, Receiver};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-impl<L: Learner> Running<L> {
-    /// Waits for every trainer's exit: its learner, in its place, and the
-    /// error it ended with added to `errors`.
-    fn learners_back(&self, errors: &mut Vec<String>) -> Result<Vec<Option<L>>> {
-        let mut learners: Vec<Option<L>> = self.trainers.iter().map(|_| None).collect();
-        for _ in 0..learners.len() {
-            let exit = self.trainer_exits.recv().map_err(|_| Error::LearnerLost)?;
-            if let Some(e) = exit.error {
-                errors.push(format!("trainer {}: {e}", exit.trainer));
-            }
-            if let Some(slot) = learners.get_mut(exit.worker) {
-                *slot = Some(exit.learner);
-            }
-        }
-        Ok(learners)
-    }
-}
-
+/// The running cluster's actors and threads; trainers join it while it is
+/// open.
 pub(crate) struct Running<L: Learner> {
+    /// Every trainer actor started, by learner.
     pub(crate) trainers: Vec<Addr<TrainerActor<L>>>,
     pub(super) trainer_exits: Receiver<TrainerExit<L>>,
     pub(super) shadow_exits: Receiver<ShadowExit>,
     pub(super) system: System,
     pub(super) system_thread: JoinHandle<()>,
     pub(super) monitor: Option<JoinHandle<Vec<ConsensusPoint>>>,
+    /// What a joining trainer's actors start with.
+    pub(super) actors: Actors<L>,
+    /// The seats left for trainers to join, in order.
+    pub(super) spare: VecDeque<Seat>,
+    /// Set once every trainer started has ended: none joins any more.
+    pub(super) closed: bool,
+}
+
+impl<L: Learner> Cluster<L> {
+    /// Waits for every trainer's exit, those of trainers that join meanwhile
+    /// included: its learner, in its place, and the error it ended with
+    /// added to `errors`. The cluster is then closed to joining trainers.
+    fn learners_back(&self, errors: &mut Vec<String>) -> Result<Vec<Option<L>>> {
+        let exits = self.with_running(|running| Ok(running.trainer_exits.clone()))?;
+        let mut learners: Vec<Option<L>> = Vec::new();
+        let mut received = 0;
+        loop {
+            let all_back = self.with_running(|running| {
+                running.closed = received == running.trainers.len();
+                Ok(running.closed)
+            })?;
+            if all_back {
+                return Ok(learners);
+            }
+            let exit = exits.recv().map_err(|_| Error::LearnerLost)?;
+            received += 1;
+            if let Some(e) = exit.error {
+                errors.push(format!("trainer {}: {e}", exit.trainer));
+            }
+            if learners.len() <= exit.worker {
+                learners.resize_with(exit.worker + 1, || None);
+            }
+            learners[exit.worker] = Some(exit.learner);
+        }
+    }
+
+    /// `work` on the running parts, until the cluster has been waited for.
+    pub(super) fn with_running<T>(
+        &self,
+        work: impl FnOnce(&mut Running<L>) -> Result<T>,
+    ) -> Result<T> {
+        let mut running =
+            (self.inner.running.lock()).map_err(|_| Error::Panicked("cluster's supervisor"))?;
+        work(running.as_mut().ok_or(Error::Stopped("cluster"))?)
+    }
 }
 
 pub(crate) struct Inner<L: Learner> {
@@ -64,10 +95,12 @@ pub(crate) struct Inner<L: Learner> {
     pub(crate) running: Mutex<Option<Running<L>>>,
     /// Where trainers park for checkpoints.
     pub(crate) parking: Parking,
-    /// Each trainer's replica, read for checkpoints.
-    pub(crate) replicas: Vec<ParamAlias>,
-    /// Each trainer's sync peer's state, read for checkpoints.
-    pub(crate) peers: Vec<SharedPeer>,
+    /// The trainers started and those that left.
+    pub(crate) roster: Arc<Mutex<Roster>>,
+    /// Where the sync peers ask for their groups (and the members change).
+    pub(super) groups: CoordinatorClient,
+    /// Whether [`Cluster::wait`] was called.
+    pub(super) waited: AtomicBool,
     /// Examples trained before this cluster started (by the run it resumes).
     pub(super) resumed_examples: u64,
     /// What the trainers are told (by the handle and the monitors).
@@ -78,6 +111,11 @@ pub(crate) struct Inner<L: Learner> {
 }
 
 impl<L: Learner> Inner<L> {
+    /// The roster, read.
+    pub(crate) fn roster(&self) -> MutexGuard<'_, Roster> {
+        self.roster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The endpoints' bytes sent, counter `which` (0: on the wire, 1:
     /// before compression), summed.
     fn bytes_sent_total(&self, which: usize) -> u64 {
@@ -127,26 +165,35 @@ impl<L: Learner> Cluster<L> {
         };
         let server = server.transpose().map_err(stop_system)?;
         let groups = CoordinatorClient::new(coordinator, &*wiring.plan);
+        let (parts, spare) = wiring
+            .parts(learners, &groups, &config, &server, resumed)
+            .map_err(stop_system)?;
         let Parts {
             cores,
             shadows,
-            replicas: monitor_replicas,
+            replicas,
             peers,
-        } = wiring
-            .parts(learners, &groups, &config, &server, resumed)
-            .map_err(stop_system)?;
+        } = parts;
+        let roster = Arc::new(Mutex::new(Roster {
+            replicas,
+            peers,
+            departed: Default::default(),
+        }));
         let parking = parking_of(&config, &wiring.counters);
-        let (trainer_exit_tx, trainer_exits) = bounded(cores.len());
-        let (shadow_exit_tx, shadow_exits) = bounded(wiring.trainers);
+        // Room for the exit of every learner there may be.
+        let seats = wiring.counters.len();
+        let (trainer_exit_tx, trainer_exits) = bounded(cores.len().max(seats));
+        let (shadow_exit_tx, shadow_exits) = bounded(seats);
         let actors = Actors::of(
             &config,
             &fabric,
             (&wiring.stop, &parking),
             (trainer_exit_tx, shadow_exit_tx),
         );
-        let addrs = start_actors(&system, cores, shadows, actors).map_err(stop_system)?;
+        let addrs =
+            start_actors(&system, (cores, 0), shadows, actors.clone()).map_err(stop_system)?;
         let started = Instant::now();
-        let monitor = start_monitor(monitor_replicas, &config, &wiring.stop, started);
+        let monitor = start_monitor(&roster, &config, &wiring.stop, started);
         let control = ClusterControl::new(Arc::clone(&wiring.stop), Arc::clone(&fabric));
         control.connect(addrs.iter().map(|a| a.clone().recipient()).collect());
         let ended = Arc::new(AtomicBool::new(false));
@@ -171,8 +218,9 @@ impl<L: Learner> Cluster<L> {
                 bytes_sent: wiring.bytes_sent,
                 started,
                 parking,
-                replicas: wiring.replicas,
-                peers,
+                roster,
+                groups,
+                waited: AtomicBool::new(false),
                 resumed_examples: resumed
                     .map_or(0, |state| state.trainers.iter().map(|t| t.examples).sum()),
                 control,
@@ -185,19 +233,47 @@ impl<L: Learner> Cluster<L> {
                     system,
                     system_thread,
                     monitor,
+                    actors,
+                    spare: spare.into(),
+                    closed: false,
                 })),
             }),
         })
     }
 
-    /// Number of trainers.
+    /// Number of trainers started (those that left an elastic cluster
+    /// included).
     pub fn trainers(&self) -> usize {
-        self.inner.counters.len()
+        self.inner.roster().started()
     }
 
-    /// Every trainer's figures so far.
+    /// Every trainer's figures so far, of every trainer started.
     pub fn stats(&self) -> Vec<TrainerStats> {
-        self.inner.counters.iter().map(|c| c.stats()).collect()
+        let counters = self.inner.counters.iter().take(self.trainers());
+        counters.map(|c| c.stats()).collect()
+    }
+
+    /// The trainers training now, in order (all but those that left).
+    pub fn active_trainers(&self) -> Vec<usize> {
+        self.inner.roster().active()
+    }
+
+    /// The dense replicas of the trainers training now, read as they train,
+    /// in order.
+    ///
+    /// # Errors
+    ///
+    /// A replica that cannot be read.
+    pub fn replicas(&self) -> Result<Vec<Vec<f32>>> {
+        let roster = self.inner.roster();
+        roster
+            .active_replicas()
+            .map(|replica| {
+                let mut dense = vec![0f32; replica.len()];
+                replica.snapshot_into(&mut dense)?;
+                Ok(dense)
+            })
+            .collect()
     }
 
     /// A receiver of every event from now on.
@@ -251,16 +327,16 @@ impl<L: Learner> Cluster<L> {
     /// EASGD's centre that could not be read. A trainer or sync loop that
     /// failed is not an error here: the report lists it (`errors`).
     pub fn wait(&self) -> Result<ClusterOutcome<L>> {
-        let running = self
-            .inner
-            .running
-            .lock()
+        if self.inner.waited.swap(true, Ordering::SeqCst) {
+            return Err(Error::AlreadyWaited);
+        }
+        let mut errors = Vec::new();
+        let learners = self.learners_back(&mut errors)?;
+        let running = (self.inner.running.lock())
             .map_err(|_| Error::Panicked("cluster's supervisor"))?
             .take()
             .ok_or(Error::AlreadyWaited)?;
         let n = self.trainers();
-        let mut errors = Vec::new();
-        let learners = running.learners_back(&mut errors)?;
         let seconds = self.inner.started.elapsed().as_secs_f64();
         // Other processes' trainers may still be training: this process's
         // sync loops keep serving them until all are done.
@@ -301,10 +377,15 @@ impl<L: Learner> Cluster<L> {
             .into_iter()
             .collect::<Option<Vec<_>>>()
             .ok_or(Error::LearnerLost)?;
+        let (peers, departed) = {
+            let roster = self.inner.roster();
+            let peers = roster.peers.iter().map(read_peer).collect();
+            (peers, roster.departed.iter().copied().collect())
+        };
         Ok(ClusterOutcome {
             learners,
             center,
-            peers: self.inner.peers.iter().map(read_peer).collect(),
+            peers,
             report: ClusterReport {
                 algorithm: self.inner.config.sync.algorithm.clone(),
                 trainers: n,
@@ -316,6 +397,7 @@ impl<L: Learner> Cluster<L> {
                 consensus,
                 bytes_sent: self.inner.bytes_sent_total(0),
                 bytes_before_compression: self.inner.bytes_sent_total(1),
+                departed,
                 server_cpu_seconds: self
                     .inner
                     .server
@@ -375,12 +457,12 @@ impl<L: Learner> Cluster<L> {
         if !self.parked() {
             return Err(Error::NotParked);
         }
-        let trainers = self
-            .inner
+        let roster = self.inner.roster();
+        let trainers = roster
             .replicas
             .iter()
             .zip(&self.inner.counters)
-            .zip(&self.inner.peers)
+            .zip(&roster.peers)
             .map(|((replica, counters), peer)| {
                 let mut dense = vec![0f32; replica.len()];
                 replica.snapshot_into(&mut dense)?;
@@ -393,6 +475,7 @@ impl<L: Learner> Cluster<L> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        drop(roster);
         let learners = self.save_learners();
         let center = self.inner.server.as_ref().map(|s| s.center()).transpose();
         let shared = while_parked();
@@ -409,19 +492,13 @@ impl<L: Learner> Cluster<L> {
 
     /// Every learner's state; `None` for those whose trainer has finished.
     fn save_learners(&self) -> Result<Vec<Option<LearnerState>>> {
-        let (states, total) = {
-            let running = self
-                .inner
-                .running
-                .lock()
-                .map_err(|_| Error::Panicked("cluster's supervisor"))?;
-            let running = running.as_ref().ok_or(Error::Stopped("cluster"))?;
+        let (states, total) = self.with_running(|running| {
             let (reply, states) = bounded(running.trainers.len());
             for trainer in &running.trainers {
                 trainer.do_send(SaveState(reply.clone()));
             }
-            (states, running.trainers.len())
-        };
+            Ok((states, running.trainers.len()))
+        })?;
         let mut learners: Vec<Option<LearnerState>> = vec![None; total];
         let deadline = Instant::now() + Self::SAVE_TIMEOUT;
         let expected: usize = self

@@ -32,8 +32,10 @@ mod actors;
 mod builder;
 mod checkpoint;
 mod config;
+mod elastic;
 mod handle;
 mod report;
+mod roster;
 mod wiring;
 
 pub use builder::ClusterBuilder;

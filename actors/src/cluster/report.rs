@@ -2,12 +2,14 @@
 //! and the consensus distance sampled while it ran.
 
 use super::checkpoint::{ClusterState, TrainerState};
+use super::roster::Roster;
 use crate::hogwild::ParamAlias;
 use crate::stats::TrainerStats;
 use crate::sync::{Algorithm, PeerState};
 use crate::{Error, Learner, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The spread of the replicas at one moment: mean over trainers of ‖wᵢ − w̄‖².
@@ -48,6 +50,10 @@ pub struct ClusterReport {
     /// CPU seconds EASGD's server shards in this process spent serving.
     #[serde(default)]
     pub server_cpu_seconds: f64,
+    /// The trainers that left while it ran (an elastic cluster's; their
+    /// learners are in the outcome, with their replicas as they left).
+    #[serde(default)]
+    pub departed: Vec<usize>,
     /// Errors of trainers or sync loops, if any.
     pub errors: Vec<String>,
     /// Events that slow subscribers missed.
@@ -88,7 +94,8 @@ pub struct ClusterOutcome<L> {
 
 impl<L: Learner> ClusterOutcome<L> {
     /// The trained model's dense parameters: EASGD's centre, or else the mean
-    /// of the trainers' replicas (of this process's, across processes).
+    /// of the replicas of the trainers that did not leave (of this
+    /// process's, across processes).
     ///
     /// # Errors
     ///
@@ -99,7 +106,10 @@ impl<L: Learner> ClusterOutcome<L> {
             return Ok(center.clone());
         }
         let workers = (self.learners.len() / self.report.trainers.max(1)).max(1);
-        let replicas: Vec<&L> = self.learners.iter().step_by(workers).collect();
+        let departed = &self.report.departed;
+        let replicas: Vec<&L> = (self.learners.iter().step_by(workers).enumerate())
+            .filter_map(|(trainer, l)| (!departed.contains(&trainer)).then_some(l))
+            .collect();
         let len = replicas.first().map_or(0, |l| l.dense_params().numel());
         let (mut mean, mut replica) = (vec![0f32; len], vec![0f32; len]);
         for learner in &replicas {
@@ -113,17 +123,17 @@ impl<L: Learner> ClusterOutcome<L> {
     }
 }
 
-/// Samples the consensus distance of `replicas` every `every` until `stop`,
-/// and once more when stopped, so that even a short run has its final point.
+/// Samples the consensus distance of the `roster`'s active replicas every
+/// `every` until `stop`, and once more when stopped, so that even a short
+/// run has its final point.
 pub(super) fn sample_consensus(
-    replicas: &[ParamAlias],
+    roster: &Mutex<Roster>,
     every: Duration,
     stop: &AtomicBool,
     started: Instant,
 ) -> Vec<ConsensusPoint> {
     let mut points = Vec::new();
-    let len = replicas.first().map_or(0, ParamAlias::len);
-    let mut snapshots = vec![vec![0f32; len]; replicas.len()];
+    let mut snapshots: Vec<Vec<f32>> = Vec::new();
     let mut stopping = false;
     while !stopping {
         let due = Instant::now() + every;
@@ -131,6 +141,10 @@ pub(super) fn sample_consensus(
             std::thread::sleep(every.min(Duration::from_millis(10)));
             stopping = stop.load(Ordering::Relaxed);
         }
+        let roster = roster.lock().unwrap_or_else(|p| p.into_inner());
+        let replicas: Vec<&ParamAlias> = roster.active_replicas().collect();
+        let len = replicas.first().map_or(0, |r| r.len());
+        snapshots.resize_with(replicas.len(), || vec![0f32; len]);
         if replicas
             .iter()
             .zip(&mut snapshots)
@@ -138,6 +152,7 @@ pub(super) fn sample_consensus(
         {
             break;
         }
+        drop(roster);
         points.push(ConsensusPoint {
             seconds: started.elapsed().as_secs_f64(),
             distance: consensus_distance(&snapshots),

@@ -4,7 +4,9 @@
 
 use super::checkpoint::ClusterState;
 use super::config::ClusterConfig;
+use super::elastic::{check_elastic, check_elastic_rule};
 use super::report::{sample_consensus, ConsensusPoint};
+use super::roster::Roster;
 use crate::events::Event;
 use crate::hogwild::ParamAlias;
 use crate::monitor::{ClusterControl, Watcher};
@@ -23,21 +25,23 @@ use crate::{with_causes, Error, Learner, Result};
 use actix::prelude::*;
 use crossbeam_channel::Receiver;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// What a cluster is wired from, checked before any thread starts: the group
-/// plan, the starting point, the replicas' aliases, the endpoints and each
-/// trainer's sync rule.
+/// plan, the starting point, and every seat's counters, endpoint and sync
+/// rule.
 pub(super) struct Wiring {
-    /// This process's trainers.
+    /// This process's trainers, as it starts.
     pub(super) trainers: usize,
     pub(super) plan: Arc<dyn GroupSchedule>,
     pub(super) initial: Vec<f32>,
+    /// Every seat's counters: the trainers' as it starts, then those of the
+    /// trainers an elastic cluster may add.
     pub(super) counters: Vec<Arc<TrainerCounters>>,
-    pub(super) replicas: Vec<ParamAlias>,
     pub(super) stop: Arc<AtomicBool>,
+    /// Every seat's endpoint.
     pub(super) endpoints: Vec<Endpoint>,
     /// Each endpoint's bytes sent: on the wire, and before compression.
     pub(super) bytes_sent: Vec<[Arc<AtomicU64>; 2]>,
@@ -58,18 +62,15 @@ impl Wiring {
         sync.validate()?;
         check_workers(learners, workers, &sync.algorithm)?;
         let trainers = learners.len() / workers;
+        let seats = check_elastic(config, fabric.processes(), trainers, resumed.is_some())?;
         for straggler in &config.stragglers {
-            straggler.check(trainers)?;
+            straggler.check(seats)?;
         }
         let plan = group_plan(config, trainers, trainers * fabric.processes())?;
-        let (initial, counters) = starting_point(learners, workers, resumed)?;
-        let replicas = learners
-            .iter()
-            .step_by(workers)
-            .map(|l| ParamAlias::new(l.dense_params()))
-            .collect::<Result<Vec<_>>>()?;
+        let (initial, mut counters) = starting_point(learners, workers, resumed)?;
+        counters.extend((trainers..seats).map(|t| Arc::new(TrainerCounters::with_workers(t, 1))));
         let stop = Arc::new(AtomicBool::new(false));
-        let mut endpoints = fabric.endpoints(trainers, sync.link, Arc::clone(&stop))?;
+        let mut endpoints = fabric.endpoints(seats, sync.link, Arc::clone(&stop))?;
         let codecs_start = codecs_start(fabric, sync, &initial)?;
         for endpoint in &mut endpoints {
             endpoint.set_timeout(sync.peer_timeout());
@@ -83,12 +84,12 @@ impl Wiring {
         let centre = rules
             .first()
             .is_some_and(|r| matches!(r.exchange(), Exchange::Centre { .. }));
+        check_elastic_rule(config, centre)?;
         Ok(Self {
             trainers,
             plan,
             initial,
             counters,
-            replicas,
             stop,
             endpoints,
             bytes_sent,
@@ -101,7 +102,7 @@ impl Wiring {
 impl Wiring {
     /// The trainers' cores (caught up with a resumed run's furthest one),
     /// their shadow loops and their sync peers (restored when resumed); takes
-    /// the endpoints and the rules.
+    /// the endpoints and the rules, and leaves the spare seats' in `spare`.
     pub(super) fn parts<L: Learner>(
         &mut self,
         learners: Vec<L>,
@@ -109,10 +110,15 @@ impl Wiring {
         config: &ClusterConfig,
         server: &Option<ServerClient>,
         resumed: Option<&ClusterState>,
-    ) -> Result<Parts<L>> {
+    ) -> Result<(Parts<L>, Vec<Seat>)> {
+        let spare_endpoints = self.endpoints.split_off(self.trainers);
+        let spare = spare_endpoints
+            .into_iter()
+            .zip(self.rules.split_off(self.trainers))
+            .collect();
         let mut parts = build_parts(
             learners,
-            &self.counters,
+            &self.counters[..self.trainers],
             std::mem::take(&mut self.endpoints),
             std::mem::take(&mut self.rules),
             groups,
@@ -124,21 +130,18 @@ impl Wiring {
             state.restore_peers(&parts.peers, &config.sync.algorithm)?;
         }
         // A resumed foreground algorithm syncs again once every trainer is
-        // past the furthest one. Staleness is bounded under shadow rounds only
-        // (foreground rounds are exact).
+        // past the furthest one.
         let catch_up = resumed.map_or(0, ClusterState::furthest_steps);
-        let sync = &config.sync;
-        let bound = sync.max_staleness.filter(|_| sync.algorithm.is_shadow());
         parts.cores = std::mem::take(&mut parts.cores)
             .into_iter()
-            .map(|core| {
-                core.catching_up_to(catch_up)
-                    .with_staleness_bound(bound, &self.stop)
-            })
+            .map(|core| core.catching_up_to(catch_up))
             .collect();
-        Ok(parts)
+        Ok((parts.bounding_staleness(config, &self.stop), spare))
     }
 }
+
+/// A seat for a trainer to join an elastic cluster: its endpoint and rule.
+pub(super) type Seat = (Endpoint, Box<dyn SyncRule>);
 
 /// Waits for the `n` shadow loops to end; the errors they ended with, each
 /// with its causes, for the report.
@@ -282,20 +285,20 @@ pub(super) fn make_rules(
         .collect()
 }
 
-/// The thread sampling the replicas' consensus distance every
-/// `config.consensus_every_ms` (none for 0).
+/// The thread sampling the consensus distance of the `roster`'s replicas
+/// every `config.consensus_every_ms` (none for 0).
 pub(super) fn start_monitor(
-    replicas: Vec<ParamAlias>,
+    roster: &Arc<Mutex<Roster>>,
     config: &ClusterConfig,
     stop: &Arc<AtomicBool>,
     started: Instant,
 ) -> Option<JoinHandle<Vec<ConsensusPoint>>> {
     (config.consensus_every_ms > 0).then(|| {
         let every = Duration::from_millis(config.consensus_every_ms);
-        let stop = Arc::clone(stop);
+        let (stop, roster) = (Arc::clone(stop), Arc::clone(roster));
         std::thread::spawn(move || {
             tch::set_num_threads(1);
-            sample_consensus(&replicas, every, &stop, started)
+            sample_consensus(&roster, every, &stop, started)
         })
     })
 }
@@ -357,6 +360,25 @@ pub(super) struct Parts<L: Learner> {
     pub(super) shadows: Vec<ShadowLoop>,
     pub(super) replicas: Vec<ParamAlias>,
     pub(super) peers: Vec<SharedPeer>,
+}
+
+impl<L: Learner> Parts<L> {
+    /// The parts with their trainers held back while the newest average in
+    /// their replica is more than `sync.max_staleness` steps old (under
+    /// shadow rounds only: foreground rounds are exact) until `stop`.
+    pub(super) fn bounding_staleness(
+        mut self,
+        config: &ClusterConfig,
+        stop: &Arc<AtomicBool>,
+    ) -> Self {
+        let sync = &config.sync;
+        let bound = sync.max_staleness.filter(|_| sync.algorithm.is_shadow());
+        self.cores = std::mem::take(&mut self.cores)
+            .into_iter()
+            .map(|core| core.with_staleness_bound(bound, stop))
+            .collect();
+        self
+    }
 }
 
 /// Builds the [`Parts`] of `learners`, `learners.len() / counters.len()` per

@@ -83,7 +83,7 @@ impl ShadowLoop {
     }
 
     /// Its trainer's counters.
-    pub(super) fn counters(&self) -> &Arc<TrainerCounters> {
+    pub(crate) fn counters(&self) -> &Arc<TrainerCounters> {
         &self.counters
     }
 

@@ -14,6 +14,12 @@
 //! for a group again — then it is told to go on from the first round not yet
 //! handed out, in the groups again ([`Assignment::round`]).
 //!
+//! The members change the same way when trainers join or leave an elastic
+//! cluster ([`CoordinatorClient::regroup`]): from the first round not handed
+//! out, the groups are those of a plan for the new number of members, over
+//! the members in order. A trainer placed in a round before it left takes
+//! part in it; asked for a later one, it is told it has no more rounds.
+//!
 //! A request the coordinator fails on (a panic) leaves it as it was before the
 //! request ([`Event::ServiceRecovered`]); the requester gets no answer and asks
 //! again, up to [`CoordinatorClient::ATTEMPTS`] times.
@@ -43,19 +49,30 @@ pub struct Assignment {
 /// What [`Coordinator::group_for`] answers, and what the cluster should hear.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Answer {
-    /// The requester's group.
-    pub assignment: Assignment,
+    /// The requester's group; `None` for a trainer that has left (or never
+    /// joined): it has no more rounds.
+    pub assignment: Option<Assignment>,
     /// The partition of a round handed out for the first time.
     pub announced: Option<(u64, Vec<Vec<usize>>)>,
     /// The requester was left out and is back from this round.
     pub rejoined: Option<u64>,
 }
 
+/// Who the members are from round `from` on, and the plan that groups them
+/// (over their places in `members`).
+#[derive(Debug, Clone)]
+struct Epoch {
+    from: u64,
+    members: Vec<usize>,
+    plan: Arc<dyn GroupSchedule>,
+}
+
 /// Hands out the groups of a [`GroupSchedule`], round by round, leaving out the
 /// trainers that stopped answering.
 #[derive(Debug, Clone)]
 pub(crate) struct Coordinator {
-    plan: Arc<dyn GroupSchedule>,
+    /// The members and their plan, oldest first.
+    epochs: Vec<Epoch>,
     /// The latest round whose partition was handed out.
     announced: Option<u64>,
     /// From which round which trainers are left out, oldest first.
@@ -63,13 +80,61 @@ pub(crate) struct Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator following `plan`.
+    /// A coordinator following `plan`, over all its trainers.
     pub(crate) fn new(plan: Arc<dyn GroupSchedule>) -> Self {
+        let members = (0..plan.trainers()).collect();
         Self {
-            plan,
+            epochs: vec![Epoch {
+                from: 0,
+                members,
+                plan,
+            }],
             announced: None,
             left_out: Vec::new(),
         }
+    }
+
+    /// The members and plan of `round`.
+    fn epoch(&self, round: u64) -> &Epoch {
+        let later = self.epochs.partition_point(|e| e.from <= round);
+        &self.epochs[later.saturating_sub(1)]
+    }
+
+    /// From the first round not handed out, the groups are `plan`'s over
+    /// `members` (in order: the plan's trainer `i` is `members[i]`);
+    /// returns that round.
+    ///
+    /// # Errors
+    ///
+    /// A plan not for as many trainers as there are members.
+    pub(crate) fn regroup(
+        &mut self,
+        members: Vec<usize>,
+        plan: Arc<dyn GroupSchedule>,
+    ) -> Result<u64> {
+        if plan.trainers() != members.len() {
+            return Err(Error::Internal("a plan for another number of members"));
+        }
+        let from = self.next_round();
+        if self.epochs.last().is_some_and(|e| e.from == from) {
+            self.epochs.pop();
+        }
+        self.epochs.push(Epoch {
+            from,
+            members,
+            plan,
+        });
+        Ok(from)
+    }
+
+    /// The first round from `round` on that `trainer` is a member of, if
+    /// any (a trainer that has joined later skips to its first).
+    fn member_from(&self, trainer: usize, round: u64) -> Option<u64> {
+        if self.epoch(round).members.contains(&trainer) {
+            return Some(round);
+        }
+        let mut later = self.epochs.iter().filter(|e| e.from > round);
+        later.find(|e| e.members.contains(&trainer)).map(|e| e.from)
     }
 
     /// The first round nobody has been handed yet.
@@ -98,13 +163,19 @@ impl Coordinator {
         }
     }
 
-    /// `round`'s partition without the trainers left out of it.
+    /// `round`'s partition of its members, without those left out of it.
     fn groups(&self, round: u64) -> Vec<Vec<usize>> {
         let out = self.left_out_of(round);
-        self.plan
+        let epoch = self.epoch(round);
+        let member = |place: usize| epoch.members.get(place).copied();
+        epoch
+            .plan
             .groups(round)
             .into_iter()
-            .map(|g| g.into_iter().filter(|t| !out.contains(t)).collect())
+            .map(|g| {
+                let members = g.into_iter().filter_map(member);
+                members.filter(|t| !out.contains(t)).collect()
+            })
             .filter(|g: &Vec<usize>| !g.is_empty())
             .collect()
     }
@@ -114,7 +185,13 @@ impl Coordinator {
     /// whole partition the first time a round later than every one before is
     /// asked about.
     pub(crate) fn group_for(&mut self, trainer: usize, round: u64) -> Answer {
-        let mut round = round;
+        let Some(mut round) = self.member_from(trainer, round) else {
+            return Answer {
+                assignment: None,
+                announced: None,
+                rejoined: None,
+            };
+        };
         let mut rejoined = None;
         if self.left_out_of(round).contains(&trainer) {
             let back = self.next_round().max(round);
@@ -134,7 +211,7 @@ impl Coordinator {
             self.announced = Some(round);
         }
         Answer {
-            assignment: Assignment { round, group },
+            assignment: Some(Assignment { round, group }),
             announced: new_round.then_some((round, groups)),
             rejoined,
         }
@@ -161,7 +238,17 @@ impl Coordinator {
 struct GroupRequest {
     trainer: usize,
     round: u64,
-    reply: Sender<Assignment>,
+    reply: Sender<Option<Assignment>>,
+}
+
+/// From the first round not handed out, `plan` groups `members`; that
+/// round goes to `reply`.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct Regroup {
+    members: Vec<usize>,
+    plan: Arc<dyn GroupSchedule>,
+    reply: Sender<Result<u64>>,
 }
 
 /// `trainer` did not answer `by` in `round`.
@@ -266,6 +353,27 @@ impl Handler<GroupRequest> for GroupCoordinator {
     }
 }
 
+impl Handler<Regroup> for GroupCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, request: Regroup, _: &mut Context<Self>) {
+        let Regroup {
+            members,
+            plan,
+            reply,
+        } = request;
+        let count = members.len();
+        let from = self.contained(
+            || format!("regrouping {count} members"),
+            |actor| actor.coordinator.regroup(members, plan),
+        );
+        // No answer (it failed): the requester's wait ends in an error.
+        if let Some(from) = from {
+            let _ = reply.send(from);
+        }
+    }
+}
+
 impl Handler<Unresponsive> for GroupCoordinator {
     type Result = ();
 
@@ -326,8 +434,29 @@ impl CoordinatorClient {
         let _ = self.addr.try_send(Unresponsive { trainer, round, by });
     }
 
+    /// From the first round nobody has been handed yet, `plan` groups
+    /// `members` (the plan's trainer `i` is `members[i]`); returns that round.
+    ///
+    /// # Errors
+    ///
+    /// A plan for another number of trainers, or a coordinator that is gone
+    /// or failed on the request.
+    pub fn regroup(&self, members: Vec<usize>, plan: Arc<dyn GroupSchedule>) -> Result<u64> {
+        let (reply, answer) = bounded(1);
+        let request = Regroup {
+            members,
+            plan,
+            reply,
+        };
+        deliver(&self.addr, request, "group coordinator")?;
+        answer
+            .recv()
+            .map_err(|_| Error::Stopped("group coordinator"))?
+    }
+
     /// `trainer`'s group in `round` (or a later round, see [`Assignment`]);
-    /// `Ok(None)` if `stopped()` turns true while waiting.
+    /// `Ok(None)` if `stopped()` turns true while waiting, or once `trainer`
+    /// has left the cluster (it has no more rounds).
     pub fn group_of(
         &self,
         trainer: usize,
@@ -344,7 +473,7 @@ impl CoordinatorClient {
             deliver(&self.addr, request, "group coordinator")?;
             loop {
                 match answer.recv_timeout(POLL) {
-                    Ok(group) => return Ok(Some(group)),
+                    Ok(group) => return Ok(group),
                     Err(RecvTimeoutError::Timeout) if !stopped() => {}
                     Err(RecvTimeoutError::Timeout) => return Ok(None),
                     // It failed on the request, and is still there: ask again.
@@ -374,17 +503,17 @@ mod tests {
         let plan = GroupPlan::new(Schedule::Random, 4, 2).unwrap().with_seed(9);
         let mut c = Coordinator::new(Arc::new(plan.clone()));
         let answer = c.group_for(1, 0);
-        assert_eq!(answer.assignment.group, plan.group_of(1, 0));
+        assert_eq!(answer.assignment.unwrap().group, plan.group_of(1, 0));
         assert_eq!(answer.announced, Some((0, plan.groups(0))));
         assert_eq!(c.group_for(2, 0).announced, None, "round 0 was announced");
         assert_eq!(c.group_for(0, 1).announced, Some((1, plan.groups(1))));
         let late = c.group_for(3, 0);
         assert_eq!(
             late.assignment,
-            Assignment {
+            Some(Assignment {
                 round: 0,
                 group: plan.group_of(3, 0)
-            }
+            })
         );
         assert_eq!((late.announced, late.rejoined), (None, None));
     }
@@ -400,7 +529,10 @@ mod tests {
         assert_eq!(c.report_unresponsive(5, 0), Some(2));
         assert_eq!(c.report_unresponsive(5, 1), None, "already left out");
         // Rounds handed out before keep their groups: everyone agrees on them.
-        assert_eq!(c.group_for(1, 1).assignment.group, plan.group_of(1, 1));
+        assert_eq!(
+            c.group_for(1, 1).assignment.unwrap().group,
+            plan.group_of(1, 1)
+        );
         for round in 2..5 {
             let answer = c.group_for(0, round);
             let groups = answer.announced.unwrap().1;
@@ -409,22 +541,61 @@ mod tests {
             assert!(!members.contains(&5));
             let mut expected = plan.group_of(0, round);
             expected.retain(|&t| t != 5);
-            assert_eq!(answer.assignment.group, expected);
+            assert_eq!(answer.assignment.unwrap().group, expected);
         }
         // Trainer 5 catches up on rounds it was still in ...
-        assert_eq!(c.group_for(5, 1).assignment.group, plan.group_of(5, 1));
+        assert_eq!(
+            c.group_for(5, 1).assignment.unwrap().group,
+            plan.group_of(5, 1)
+        );
         // ... and asking for one it is left out of brings it back from round 5.
         let back = c.group_for(5, 2);
         assert_eq!(back.rejoined, Some(5));
         assert_eq!(
             back.assignment,
-            Assignment {
+            Some(Assignment {
                 round: 5,
                 group: plan.group_of(5, 5)
-            }
+            })
         );
-        assert_eq!(c.group_for(0, 5).assignment.group, plan.group_of(0, 5));
-        assert!(c.group_for(3, 4).assignment.group.iter().all(|&t| t != 5));
+        assert_eq!(
+            c.group_for(0, 5).assignment.unwrap().group,
+            plan.group_of(0, 5)
+        );
+        assert!(c
+            .group_for(3, 4)
+            .assignment
+            .unwrap()
+            .group
+            .iter()
+            .all(|&t| t != 5));
+    }
+
+    #[test]
+    fn members_change_from_the_next_round_and_one_that_left_has_no_more_rounds() {
+        let plan = |n| Arc::new(GroupPlan::new(Schedule::Global, n, n).unwrap());
+        let mut c = Coordinator::new(plan(2));
+        let group = |c: &mut Coordinator, t, r| c.group_for(t, r).assignment;
+        assert_eq!(group(&mut c, 0, 0).unwrap().group, vec![0, 1]);
+        // Trainers 2 and 3 join: from round 1, the first nobody was handed.
+        assert_eq!(c.regroup(vec![0, 1, 2, 3], plan(4)).unwrap(), 1);
+        assert_eq!(group(&mut c, 1, 0).unwrap().group, vec![0, 1]);
+        let joiner = group(&mut c, 3, 0).unwrap();
+        assert_eq!((joiner.round, joiner.group), (1, vec![0, 1, 2, 3]));
+        // Trainer 1 leaves from round 2; it still takes part in round 1.
+        assert_eq!(c.regroup(vec![0, 2, 3], plan(3)).unwrap(), 2);
+        assert_eq!(group(&mut c, 1, 1).unwrap().group, vec![0, 1, 2, 3]);
+        assert_eq!(group(&mut c, 1, 2), None, "no more rounds");
+        assert_eq!(group(&mut c, 2, 2).unwrap().group, vec![0, 2, 3]);
+        // A plan for another number of members is refused, changing nothing.
+        assert!(c.regroup(vec![0, 2], plan(3)).is_err());
+        assert_eq!(group(&mut c, 0, 3).unwrap().group, vec![0, 2, 3]);
+        // A smaller group size over the members' places.
+        let pairs = GroupPlan::new(Schedule::Fixed, 2, 1).unwrap();
+        assert_eq!(c.regroup(vec![0, 3], Arc::new(pairs)).unwrap(), 4);
+        assert_eq!(group(&mut c, 3, 4).unwrap().group, vec![3]);
+        assert_eq!(group(&mut c, 2, 4), None);
+        assert_eq!(group(&mut c, 4, 0), None, "never joined");
     }
 
     #[test]
@@ -446,7 +617,7 @@ mod tests {
         let answer = actor.coordinator.group_for(1, 0);
         assert_eq!(answer.announced, Some((0, plan.groups(0))));
         assert_eq!(
-            actor.coordinator.group_for(3, 1).assignment.group,
+            actor.coordinator.group_for(3, 1).assignment.unwrap().group,
             plan.group_of(3, 1)
         );
         assert_eq!(

@@ -1,0 +1,209 @@
+//! Trainers joining and leaving a running cluster: [`Cluster::add_trainer`]
+//! and [`Cluster::remove_trainer`].
+//!
+//! An elastic cluster (`elastic_capacity = C`) is wired for C seats from the
+//! start: C endpoints, C sync rules, C trainers' counters. The trainers it
+//! starts with take the first seats; a joining trainer takes the next free
+//! one, and a seat is never taken twice (messages of a trainer that left
+//! may still be on its links).
+//!
+//! Membership changes go through the group coordinator: from the first round
+//! nobody has been handed yet, the groups are those of the schedule planned
+//! for the new number of trainers, over the trainers in order
+//! ([`CoordinatorClient::regroup`](crate::sync::CoordinatorClient::regroup)).
+//! So every schedule works for any number of trainers it is defined for; a
+//! change to a number it is not (`fixed` groups of 2 for 3 trainers) is
+//! refused, naming `sync.group_size`, and changes nothing.
+//!
+//! * A joining trainer starts from the mean of the trainers' replicas as they
+//!   are, and its shadow loop from the first round it is a member of.
+//! * A leaving trainer stops stepping within a chunk; its shadow loop takes
+//!   part in the rounds it was already placed in, then ends. Its learner comes
+//!   back from [`Cluster::wait`] with the others' (with whatever data it had
+//!   not read: the CTR run deals batches from one queue, so the others train
+//!   them), and the report names it in
+//!   [`departed`](super::ClusterReport::departed).
+
+use super::config::ClusterConfig;
+use super::handle::Cluster;
+use super::wiring::{build_parts, group_plan};
+use crate::events::Event;
+use crate::sync::Algorithm;
+use crate::trainer::Control;
+use crate::{Error, Learner, Result};
+
+/// The seats of a cluster starting `trainers` under `config`: its elastic
+/// capacity, or `trainers` for a fixed one; an error naming
+/// `elastic_capacity` for what an elastic cluster does not allow.
+pub(super) fn check_elastic(
+    config: &ClusterConfig,
+    processes: usize,
+    trainers: usize,
+    resumed: bool,
+) -> Result<usize> {
+    let capacity = config.elastic_capacity;
+    if capacity == 0 {
+        return Ok(trainers);
+    }
+    let refuse = |reason: String| {
+        Err(Error::Config {
+            key: "elastic_capacity".into(),
+            reason,
+        })
+    };
+    let algorithm = &config.sync.algorithm;
+    if capacity < trainers {
+        refuse(format!(
+            "{capacity} seats for the {trainers} trainers it starts with"
+        ))
+    } else if processes > 1 {
+        refuse(format!(
+            "trainers join and leave a job of one process (this one has {processes})"
+        ))
+    } else if config.workers > 1 {
+        refuse("a trainer that joins or leaves is one worker (workers = 1)".into())
+    } else if matches!(algorithm, Algorithm::SyncSgd | Algorithm::Foreground { .. }) {
+        refuse(format!(
+            "{algorithm} syncs in the foreground, in lockstep: a trainer that joins or leaves would break a round; use none or shadow-*"
+        ))
+    } else if config.checkpoint_every > 0 || resumed {
+        refuse("a checkpoint holds a fixed set of trainers: elastic runs take none".into())
+    } else {
+        Ok(capacity)
+    }
+}
+
+impl<L: Learner> Cluster<L> {
+    /// Adds a trainer stepping `learner`, from the mean of the trainers'
+    /// replicas; its number.
+    ///
+    /// # Errors
+    ///
+    /// A cluster that is not elastic or has no seat left (naming
+    /// `elastic_capacity`), a schedule not defined for one trainer more
+    /// (naming `sync.group_size`), a cluster that has ended, or a learner
+    /// whose parameters cannot be set (nothing changes then); or the
+    /// environment's failure to start its actors.
+    pub fn add_trainer(&self, learner: L) -> Result<usize> {
+        let config = &self.inner.config;
+        self.with_running(|running| {
+            if running.closed {
+                return Err(Error::Stopped("cluster"));
+            }
+            let Some((endpoint, _)) = running.spare.front() else {
+                return Err(Error::Config {
+                    key: "elastic_capacity".into(),
+                    reason: format!(
+                        "every seat is taken ({} trainers started): no trainer can join",
+                        self.trainers()
+                    ),
+                });
+            };
+            let trainer = endpoint.id();
+            let mut members = self.active_trainers();
+            members.push(trainer);
+            let plan = group_plan(config, members.len(), members.len())?;
+            let start = self.inner.roster().mean()?;
+            learner.dense_params().load_from(&start)?;
+            let (endpoint, rule) = running.spare.pop_front().ok_or(Error::Internal("a seat"))?;
+            let parts = build_parts(
+                vec![learner],
+                &self.inner.counters[trainer..=trainer],
+                vec![endpoint],
+                vec![rule],
+                &self.inner.groups,
+                config,
+                &start,
+                &self.inner.server,
+            )?
+            .bounding_staleness(config, &self.inner.stop);
+            let from = self.inner.groups.regroup(members, plan)?;
+            {
+                let mut roster = self.inner.roster.lock().unwrap_or_else(|p| p.into_inner());
+                roster.replicas.extend(parts.replicas);
+                roster.peers.extend(parts.peers);
+            }
+            let addrs = super::actors::start_actors(
+                &running.system,
+                (parts.cores, trainer),
+                parts.shadows,
+                running.actors.clone(),
+            )?;
+            let recipients = addrs.iter().map(|a| a.clone().recipient()).collect();
+            self.inner.control.connect(recipients);
+            running.trainers.extend(addrs);
+            self.inner.events.publish(Event::TrainerJoined {
+                trainer,
+                round: from,
+            });
+            Ok(trainer)
+        })
+    }
+
+    /// Removes trainer `trainer`: it stops stepping within a chunk, and its
+    /// shadow loop ends after the rounds it was placed in.
+    ///
+    /// # Errors
+    ///
+    /// A cluster that is not elastic (naming `elastic_capacity`), a trainer
+    /// that is not training (naming `trainer`), the last trainer, a schedule
+    /// not defined for one trainer fewer (naming `sync.group_size`), or a
+    /// cluster that has ended. Nothing changes then.
+    pub fn remove_trainer(&self, trainer: usize) -> Result<()> {
+        let config = &self.inner.config;
+        if config.elastic_capacity == 0 {
+            return Err(Error::Config {
+                key: "elastic_capacity".into(),
+                reason: "0: the cluster is fixed, no trainer leaves it".into(),
+            });
+        }
+        self.with_running(|running| {
+            if running.closed {
+                return Err(Error::Stopped("cluster"));
+            }
+            let mut members = self.active_trainers();
+            let bad = |reason: &str| Error::Config {
+                key: "trainer".into(),
+                reason: format!("{trainer} {reason}"),
+            };
+            let place = (members.iter().position(|&t| t == trainer))
+                .ok_or_else(|| bad("is not training (never started, or left)"))?;
+            if members.len() == 1 {
+                return Err(bad("is the last trainer: stop the cluster instead"));
+            }
+            if self.inner.counters[trainer].is_finished() {
+                return Err(bad("has finished its data"));
+            }
+            members.remove(place);
+            let plan = group_plan(config, members.len(), members.len())?;
+            let from = self.inner.groups.regroup(members, plan)?;
+            (self.inner.roster.lock().unwrap_or_else(|p| p.into_inner()))
+                .departed
+                .insert(trainer);
+            if let Some(actor) = running.trainers.get(trainer) {
+                actor.do_send(Control::Stop);
+            }
+            self.inner.events.publish(Event::TrainerLeft {
+                trainer,
+                round: from,
+            });
+            Ok(())
+        })
+    }
+}
+
+/// An error naming `elastic_capacity` if the cluster is elastic and its rule
+/// meets a `centre` (EASGD's, whose pull is sized for the trainers it
+/// starts with) rather than groups.
+pub(super) fn check_elastic_rule(config: &ClusterConfig, centre: bool) -> Result<()> {
+    if config.elastic_capacity == 0 || !centre {
+        return Ok(());
+    }
+    Err(Error::Config {
+        key: "elastic_capacity".into(),
+        reason: format!(
+            "{} meets a centre sized for the trainers it starts with; use a rule that averages groups",
+            config.sync.algorithm
+        ),
+    })
+}
