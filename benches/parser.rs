@@ -36,6 +36,7 @@ fn read_pipeline(path: &Path, shards: usize) -> usize {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 64,
+        shared: false,
         skip: Vec::new(),
     };
     let layout = TableLayout::uniform(100_000).unwrap_or_else(|e| panic!("{e}"));

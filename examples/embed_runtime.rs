@@ -38,6 +38,7 @@ fn main() -> anyhow::Result<()> {
         keep: None,
         policy: config.data.bad_lines,
         capacity: 64,
+        shared: false,
         skip: Vec::new(),
     };
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &pipeline_config)?;

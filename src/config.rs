@@ -14,7 +14,9 @@ use shadowsync_actors::stragglers::Straggler;
 use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig};
 use std::path::{Path, PathBuf};
 
+mod elastic;
 mod ignored;
+pub use elastic::ElasticStep;
 pub use ignored::clear_ignored_in_grid;
 
 /// Everything a training run needs.
@@ -38,6 +40,8 @@ pub struct Config {
     /// Trainers slowed on purpose (`[[stragglers]]`), for experiments on
     /// stragglers.
     pub stragglers: Vec<Straggler>,
+    /// Trainers that join and leave while the run trains (`[[elastic]]`).
+    pub elastic: Vec<ElasticStep>,
 }
 
 /// What each embedding row holds: its values, and beside them the row
@@ -419,6 +423,7 @@ impl Config {
         self.validate_optim()?;
         self.validate_train()?;
         self.validate_sync(processes)?;
+        self.validate_elastic(processes)?;
         self.validate_checkpoint()?;
         self.validate_model()?;
         self.validate_data()?;

@@ -224,6 +224,37 @@ fn diloco_and_a_straggler_run_from_the_config_and_learn() {
 }
 
 #[test]
+fn an_elastic_plan_runs_from_the_config_and_what_it_cannot_do_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, json) = train_with(
+        dir.path(),
+        "[model]\nkind = \"lr\"\n[train]\ntrainers = 2\neval_every = 0\n\
+         [sync]\nalgorithm = \"shadow-ma\"\n\
+         [[elastic]]\nat_step = 20\nadd = 2\n[[elastic]]\nat_step = 60\nremove = 0\n",
+    );
+    let config = config.as_str();
+    let cluster = &json["cluster"];
+    assert_eq!(cluster["trainers"], 4);
+    assert_eq!(cluster["departed"][0], 0);
+    assert!(json["error"].is_null(), "{}", json["error"]);
+    let ne = json["final_metrics"]["ne"].as_f64().unwrap();
+    assert!(ne < 0.95, "the elastic run did not learn: NE {ne}");
+    for (flags, named) in [
+        (&["--sync", "sync-sgd"][..], "elastic"),
+        (&["--sync", "shadow-easgd"][..], "elastic"),
+        (&["--workers", "2"][..], "elastic"),
+        (&["--group-size", "2", "--schedule", "fixed"][..], "elastic"),
+    ] {
+        let mut args = vec!["train", "--config", config];
+        args.extend(flags);
+        let out = shadowsync(&args);
+        assert!(!out.status.success(), "{flags:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(named), "{flags:?}: {stderr}");
+    }
+}
+
+#[test]
 fn compressed_sync_learns_counts_both_sizes_and_refuses_what_it_would_ignore() {
     let dir = tempfile::tempdir().unwrap();
     let (config, json) = train_with(

@@ -146,6 +146,7 @@ fn drain(data: &Path, skip: Vec<u64>) -> Vec<Vec<(u64, Vec<f32>)>> {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
+        shared: false,
         skip,
     };
     let mut pipeline = Pipeline::spawn(data, TableLayout::uniform(1000).unwrap(), &config).unwrap();
@@ -197,6 +198,7 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
+        shared: false,
         skip: Vec::new(),
     };
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
@@ -246,6 +248,7 @@ fn twenty_shards_share_the_readers_and_get_each_of_their_chunks_once() {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
+        shared: false,
         skip: Vec::new(),
     };
     let mut pipeline =
@@ -286,6 +289,7 @@ fn one_consumer_stopped(input: &Path) -> (Pipeline, Shard, Shard) {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
+        shared: false,
         skip: Vec::new(),
     };
     let mut pipeline =
@@ -371,6 +375,7 @@ fn processes_keeping_their_shards_share_one_pass_between_them() {
             keep,
             policy: BadLinePolicy::Fail,
             capacity: 2,
+            shared: false,
             skip: Vec::new(),
         };
         let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
@@ -403,6 +408,7 @@ fn processes_keeping_their_shards_share_one_pass_between_them() {
         keep: Some(3..5),
         policy: BadLinePolicy::Fail,
         capacity: 2,
+        shared: false,
         skip: Vec::new(),
     };
     assert!(Pipeline::spawn(&data.train, layout, &outside).is_err());
@@ -420,6 +426,7 @@ fn the_pipeline_reports_bad_lines_by_policy() {
             keep: None,
             policy,
             capacity: 4,
+            shared: false,
             skip: Vec::new(),
         };
         let mut pipeline = Pipeline::spawn(&path, layout.clone(), &config).unwrap();

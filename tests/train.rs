@@ -3,7 +3,7 @@
 mod common;
 
 use common::{exclusive, sample};
-use shadowsync::config::{Config, EmbeddingsMode, OptimizerKind};
+use shadowsync::config::{Config, ElasticStep, EmbeddingsMode, OptimizerKind};
 use shadowsync::train::{train, TrainReport};
 use std::path::Path;
 
@@ -45,6 +45,42 @@ fn hogwild_workers_share_their_trainers_replica_and_see_every_example_once() {
     );
     let m = report.final_metrics;
     assert!(m.ne < 0.92 && m.auc > 0.7, "NE {} AUC {}", m.ne, m.auc);
+}
+
+/// A run that grows from 2 trainers to 4 and shrinks to 3 deals every batch
+/// once, from one queue, and learns as 4 fixed trainers do.
+#[test]
+fn an_elastic_run_trains_every_example_once_and_learns_as_a_fixed_one() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = synthetic_config(dir.path(), 80_000);
+    lr_adagrad(&mut c);
+    c.train.trainers = 4;
+    c.sync.algorithm = "shadow-ma".parse().unwrap();
+    let fixed = train(&c, &mut ()).unwrap();
+    c.train.trainers = 2;
+    let step = |at_step, add, remove| ElasticStep {
+        at_step,
+        add,
+        remove,
+    };
+    c.elastic = vec![step(100, 2, None), step(350, 0, Some(1))];
+    let elastic = train(&c, &mut ()).unwrap();
+    assert!(elastic.error.is_none(), "{:?}", elastic.error);
+    assert_eq!(elastic.examples, 80_000);
+    let cluster = &elastic.cluster;
+    assert_eq!((cluster.trainers, cluster.departed.clone()), (4, vec![1]));
+    let steps: Vec<u64> = cluster.trainer_stats.iter().map(|s| s.steps).collect();
+    // The joiners started past step 100 of the 625; trainer 1 left at 350.
+    assert!(steps[2] > 0 && steps[3] > 0 && steps[1] < 350, "{steps:?}");
+    assert!(steps[0] + steps[1] >= 100, "{steps:?}");
+    assert_eq!(elastic.replica_metrics.len(), 3, "the trainers at the end");
+    let (ne, fixed_ne) = (elastic.final_metrics.ne, fixed.final_metrics.ne);
+    assert!(ne < 0.92, "NE {ne}");
+    assert!(
+        (ne - fixed_ne).abs() < 0.01,
+        "elastic {ne} fixed-4 {fixed_ne}"
+    );
 }
 
 /// More trainers than an actor's mailbox has places (16): every replica's

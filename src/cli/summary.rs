@@ -29,6 +29,15 @@ pub(crate) fn print_summary(report: &TrainReport) {
     if let Some(d) = &report.distributed {
         print_distributed(d);
     }
+    if !report.config.elastic.is_empty() {
+        let at_start = report.config.train.trainers;
+        let joined: Vec<usize> = (at_start..cluster.trainers).collect();
+        println!(
+            "elastic: {at_start} trainers at the start, {} at the end; joined: {joined:?}, left: {:?}",
+            cluster.trainers - cluster.departed.len(),
+            cluster.departed,
+        );
+    }
     if trainers > 1 && cluster.algorithm != Algorithm::None {
         let n = cluster.trainer_stats.len() as f64;
         let mean = |f: fn(&crate::runtime::stats::TrainerStats) -> f64| {

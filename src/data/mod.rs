@@ -19,5 +19,5 @@ pub use criteo::{
     parse_line, BadLinePolicy, CriteoReader, Example, ReadStats, NUM_DENSE, NUM_FIELDS, NUM_SPARSE,
 };
 pub use layout::TableLayout;
-pub use pipeline::{Pipeline, PipelineConfig, PipelineHalt};
+pub use pipeline::{Batches, Pipeline, PipelineConfig, PipelineHalt};
 pub use synthetic::{Oracle, Profile, SyntheticData, SyntheticSpec};

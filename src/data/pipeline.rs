@@ -6,6 +6,10 @@
 //! turns its chunks into [`Batch`]es and sends them down its shard's bounded
 //! channel, so every consumer sees its own 1/`shards` of one pass, in a
 //! deterministic order, and never waits on parsing while the parsers keep up.
+//! Or, with [`PipelineConfig::shared`], every parser sends down one channel
+//! that every consumer takes from: each batch goes to whoever asks first, so
+//! consumers may come and go (an elastic run's trainers) and the pass is
+//! still trained once.
 //! Bounded channels give backpressure: memory stays flat however large the
 //! file.
 //!
@@ -56,6 +60,10 @@ const MAX_READERS: usize = 16;
 /// can hold in a read (it notices the stop within a [`POLL`] otherwise).
 const READER_GRACE: Duration = Duration::from_secs(1);
 
+/// A consumer's end of the pipeline: the batches of its shard (or, shared,
+/// of every shard).
+pub type Batches = Receiver<Result<Batch>>;
+
 /// How to cut and deal the data.
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
@@ -70,6 +78,9 @@ pub struct PipelineConfig {
     pub policy: BadLinePolicy,
     /// Batches buffered per consumer.
     pub capacity: usize,
+    /// Whether every consumer takes from one channel (fed by every parser)
+    /// rather than from its shard's.
+    pub shared: bool,
     /// Chunks to skip at the start of each kept shard, in order (none for a
     /// shard not listed).
     pub skip: Vec<u64>,
@@ -88,7 +99,7 @@ struct Chunk {
 
 /// The running pipeline: take the consumers' receivers, then `finish`.
 pub struct Pipeline {
-    shards: Vec<Receiver<Result<Batch>>>,
+    shards: Vec<Batches>,
     stop: Arc<AtomicBool>,
     readers: Vec<JoinHandle<()>>,
     /// Lines the furthest reader has read (whole chunks).
@@ -127,9 +138,15 @@ impl Pipeline {
         let mut chunk_senders = vec![None; config.shards];
         let mut shards = Vec::with_capacity(keep.len());
         let mut parsers = Vec::with_capacity(keep.len());
+        let one_channel = config
+            .shared
+            .then(|| bounded(config.capacity.max(1) * keep.len()));
         for shard in keep {
             let (chunk_tx, chunk_rx) = bounded::<Result<Chunk>>(2);
-            let (batch_tx, batch_rx) = bounded(config.capacity.max(1));
+            let (batch_tx, batch_rx) = match &one_channel {
+                Some((tx, rx)) => (tx.clone(), rx.clone()),
+                None => bounded(config.capacity.max(1)),
+            };
             chunk_senders[shard] = Some(chunk_tx);
             shards.push(batch_rx);
             let worker = Parser {
@@ -188,8 +205,9 @@ impl Pipeline {
         PipelineHalt(Arc::clone(&self.stop))
     }
 
-    /// The consumers' receivers, one per kept shard (taken once).
-    pub fn take_shards(&mut self) -> Vec<Receiver<Result<Batch>>> {
+    /// The consumers' receivers, one per kept shard (taken once): clones of
+    /// one receiver when [`PipelineConfig::shared`].
+    pub fn take_shards(&mut self) -> Vec<Batches> {
         std::mem::take(&mut self.shards)
     }
 

@@ -1,10 +1,9 @@
 //! A CTR model replica with its optimizers and its shard of the data.
 
 use crate::config::{ModelConfig, OptimConfig};
-use crate::data::Batch;
+use crate::data::{Batch, Batches};
 use crate::model::{CtrModel, DenseOptimizer, Models, Pending, Prefetch, Table};
 use crate::{Error, Result};
-use crossbeam_channel::Receiver;
 use shadowsync_actors::{FlatParams, Learner, LearnerState, SharedGradients, StepOutcome};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
@@ -17,7 +16,7 @@ pub struct CtrLearner {
     dense: FlatParams,
     dense_optimizer: DenseOptimizer,
     table: Table,
-    data: Option<Receiver<Result<Batch>>>,
+    data: Option<Batches>,
     /// The next batch, its rows being read while this one computes (sharded
     /// tables).
     next: Option<Result<(Batch, Prefetch)>>,
@@ -47,7 +46,7 @@ impl CtrLearner {
         model: &ModelConfig,
         optim: &OptimConfig,
         table: &Table,
-        shards: Vec<Receiver<Result<Batch>>>,
+        shards: Vec<Batches>,
         workers: usize,
         seed: u64,
     ) -> Result<Vec<Self>> {
@@ -76,7 +75,7 @@ impl CtrLearner {
         model: &ModelConfig,
         optim: &OptimConfig,
         table: Table,
-        data: Option<Receiver<Result<Batch>>>,
+        data: Option<Batches>,
     ) -> Result<Self> {
         Self::build(models, model, optim, table, data, None)
     }
@@ -88,7 +87,7 @@ impl CtrLearner {
         model: &ModelConfig,
         optim: &OptimConfig,
         table: Table,
-        data: Option<Receiver<Result<Batch>>>,
+        data: Option<Batches>,
         owner: Option<&FlatParams>,
     ) -> Result<Self> {
         let vars = nn::VarStore::new(Device::Cpu);

@@ -39,7 +39,8 @@
 use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore, Reason, Rejected};
 use crate::config::{Config, EmbeddingsMode, RowShape};
 use crate::data::{
-    BadLinePolicy, Batch, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats, TableLayout,
+    BadLinePolicy, Batch, Batches, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats,
+    TableLayout,
 };
 use crate::distributed::{every_process_u64s, TableSyncReport};
 use crate::metrics::{EvalPoint, Metrics};
@@ -552,6 +553,8 @@ fn spawn_pipeline(
             keep: Some(fabric.local_trainers(learners)),
             policy: config.data.bad_lines,
             capacity: 64,
+            // An elastic run deals every batch to whichever trainer asks first.
+            shared: !config.elastic.is_empty(),
             // A learner that had finished its data skips all of it.
             skip: resumed.map_or_else(Vec::new, |c| {
                 c.cluster
@@ -567,14 +570,15 @@ fn spawn_pipeline(
 /// One learner per shard of `pipeline`, all sharing one embedding table (the
 /// checkpoint's, when resumed): this process's, or one sharded over
 /// `fabric`'s processes, its rows of `row_shape` (what [`Registry::check`]
-/// found). The table is returned too.
+/// found). The table is returned too, and an elastic run's one queue of
+/// batches, for the trainers that join.
 fn build_learners(
     (config, registry): (&Config, &Registry),
     (layout, row_shape): (&TableLayout, RowShape),
     pipeline: &mut Pipeline,
     fabric: &dyn Fabric,
     resumed: Option<&Checkpoint>,
-) -> Result<(Vec<CtrLearner>, Table)> {
+) -> Result<(Vec<CtrLearner>, Table, Option<Batches>)> {
     let width = row_shape.width as i64;
     let rule = registry.row_rules().build(&config.optim)?;
     let lr = config.optim.sparse_lr;
@@ -608,16 +612,21 @@ fn build_learners(
         })?;
         table.resume_pushes(checkpoint.pushes.clone());
     }
+    let shards = pipeline.take_shards();
+    let queue = shards
+        .first()
+        .filter(|_| !config.elastic.is_empty())
+        .cloned();
     let learners = CtrLearner::replicas(
         registry.models(),
         &config.model,
         &config.optim,
         &table,
-        pipeline.take_shards(),
+        shards,
         config.train.workers,
         config.train.seed,
     )?;
-    Ok((learners, table))
+    Ok((learners, table, queue))
 }
 
 /// The report of an ended session: the whole job's examples and examples/s,

@@ -11,11 +11,11 @@
 use super::data::RunData;
 use super::{process_dir, Observer};
 use crate::checkpoint::{Checkpoint, CheckpointStore, DataFile, Reason};
-use crate::config::Config;
-use crate::data::{Batch, PipelineHalt};
+use crate::config::{Config, ElasticStep};
+use crate::data::{Batch, Batches, PipelineHalt};
 use crate::distributed::{TableSync, TableSyncReport};
 use crate::metrics::{evaluate, EvalPoint, Metrics};
-use crate::model::{AuditReport, CtrLearner, Table};
+use crate::model::{AuditReport, CtrLearner, Models, Table};
 use crate::{Error, Registry, Result};
 use crossbeam_channel::Receiver;
 use shadowsync_actors::embedding::{Pushes, RowTraffic};
@@ -23,9 +23,7 @@ use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::sync::{Algorithm, Fabric};
 use shadowsync_actors::Error as RuntimeError;
-use shadowsync_actors::{
-    Cluster, ClusterBuilder, ClusterConfig, ClusterReport, Learner, ParamAlias,
-};
+use shadowsync_actors::{Cluster, ClusterBuilder, ClusterConfig, ClusterReport, Learner};
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -104,38 +102,22 @@ impl Scorer for CtrScorer {
     }
 }
 
-/// The replicas as they train, read without stopping them.
-struct Replicas {
-    aliases: Vec<ParamAlias>,
-    which: FinalModel,
+impl FinalModel {
+    /// The model the training trainers' `replicas` (in order) make: the
+    /// first one's, or their mean.
+    fn of(self, replicas: Vec<Vec<f32>>) -> Vec<f32> {
+        match self {
+            FinalModel::EachReplica => replicas.into_iter().next().unwrap_or_default(),
+            FinalModel::Mean => mean_of(&replicas),
+        }
+    }
 }
 
-impl Replicas {
-    /// Each replica's current parameters.
-    fn each(&self) -> Result<Vec<Vec<f32>>> {
-        Self::read(&self.aliases)
-    }
-
-    /// The current parameters of `aliases`.
-    fn read(aliases: &[ParamAlias]) -> Result<Vec<Vec<f32>>> {
-        aliases
-            .iter()
-            .map(|replica| {
-                let mut dense = vec![0f32; replica.len()];
-                replica.snapshot_into(&mut dense)?;
-                Ok(dense)
-            })
-            .collect()
-    }
-
-    /// The model the replicas make right now: trainer 0's or their mean.
-    fn model(&self) -> Result<Vec<f32>> {
-        let each = match self.which {
-            FinalModel::EachReplica => Self::read(&self.aliases[..1.min(self.aliases.len())])?,
-            FinalModel::Mean => self.each()?,
-        };
-        Ok(mean_of(&each))
-    }
+/// What a trainer joining an elastic run is built from: the models, and the
+/// queue of batches every trainer takes from.
+struct Joiners {
+    models: Models,
+    queue: Batches,
 }
 
 /// Where a run's checkpoints go, and what each keeps besides the state.
@@ -192,7 +174,11 @@ pub(super) struct Session<'a> {
     /// Where live evaluations are published too, for the monitors.
     bus: EventBus,
     evaluator: Evaluator<CtrScorer>,
-    replicas: Replicas,
+    /// Which model the evaluations score.
+    which: FinalModel,
+    /// The `[[elastic]]` steps still to come.
+    elastic: VecDeque<ElasticStep>,
+    joiners: Option<Joiners>,
     /// The shared embedding table (or this process's shard), for checkpoints.
     table: Table,
     table_sync: Option<TableSync>,
@@ -217,7 +203,7 @@ impl<'a> Session<'a> {
     pub(super) fn start(
         fabric: Arc<dyn Fabric>,
         (config, registry): (&'a Config, &Registry),
-        (learners, table): (Vec<CtrLearner>, Table),
+        (learners, table, queue): (Vec<CtrLearner>, Table, Option<Batches>),
         data: &mut RunData,
         resumed: Option<&Checkpoint>,
         observer: &mut dyn Observer,
@@ -251,17 +237,14 @@ impl<'a> Session<'a> {
             )?,
             test,
         })?;
-        let replicas = Replicas {
-            aliases: learners
-                .iter()
-                .step_by(config.train.workers)
-                .map(|l| ParamAlias::new(l.dense_params()))
-                .collect::<shadowsync_actors::Result<_>>()?,
-            which: match config.sync.algorithm {
-                Algorithm::None => FinalModel::EachReplica,
-                _ => FinalModel::Mean,
-            },
+        let which = match config.sync.algorithm {
+            Algorithm::None => FinalModel::EachReplica,
+            _ => FinalModel::Mean,
         };
+        let joiners = queue.map(|queue| Joiners {
+            models: registry.models().clone(),
+            queue,
+        });
         let cluster_config = ClusterConfig {
             sync: config.sync.clone(),
             intra_op_threads: config.train.threads,
@@ -273,6 +256,7 @@ impl<'a> Session<'a> {
                 Some(_) => config.checkpoint.every_steps,
                 None => 0,
             },
+            elastic_capacity: config.elastic_capacity(),
             rules: registry.rules().clone(),
             schedules: registry.schedules().clone(),
             codecs: registry.codecs().clone(),
@@ -304,7 +288,9 @@ impl<'a> Session<'a> {
             events,
             bus,
             evaluator,
-            replicas,
+            which,
+            elastic: config.elastic.iter().cloned().collect(),
+            joiners,
             table,
             table_sync,
             saver,
@@ -355,8 +341,55 @@ impl<'a> Session<'a> {
                 self.withdraw();
                 return Ok(());
             }
+            self.change_trainers()?;
             self.evaluate_live(examples)?;
         }
+    }
+
+    /// The trainers' steps in all.
+    fn steps(&self) -> u64 {
+        self.cluster.stats().iter().map(|s| s.steps).sum()
+    }
+
+    /// Whether an `[[elastic]]` step is due.
+    fn change_due(&self) -> bool {
+        (self.elastic.front()).is_some_and(|step| step.at_step <= self.steps())
+    }
+
+    /// Makes the `[[elastic]]` steps that are due: trainers join (built on
+    /// the shared table, taking from the one queue of batches) or leave. A
+    /// trainer that has finished its data already has nothing left to leave.
+    fn change_trainers(&mut self) -> Result<()> {
+        while self.change_due() {
+            let Some(step) = self.elastic.pop_front() else {
+                break;
+            };
+            let steps = self.steps();
+            if let Some(trainer) = step.remove {
+                match self.cluster.remove_trainer(trainer) {
+                    Ok(()) => tracing::info!(trainer, steps, "trainer removed"),
+                    Err(_) if self.cluster.stats()[trainer].finished => {
+                        tracing::info!(trainer, "trainer to remove had finished its data")
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            for _ in 0..step.add {
+                let joiners = self.joiners.as_ref().ok_or(RuntimeError::Internal(
+                    "an elastic run without its queue of batches",
+                ))?;
+                let learner = CtrLearner::with_table(
+                    &joiners.models,
+                    &self.config.model,
+                    &self.config.optim,
+                    self.table.share(),
+                    Some(joiners.queue.clone()),
+                )?;
+                let trainer = self.cluster.add_trainer(learner)?;
+                tracing::info!(trainer, steps, "trainer added");
+            }
+        }
+        Ok(())
     }
 
     /// This process's trainers are done or stopping: it comes to no more
@@ -383,7 +416,7 @@ impl<'a> Session<'a> {
     fn checkpoint_when_parked(&mut self, observer: &mut dyn Observer) {
         let tick = Instant::now();
         let parked = || self.saver.is_some() && self.cluster.parked();
-        while tick.elapsed() < PROGRESS_EVERY && !parked() {
+        while tick.elapsed() < PROGRESS_EVERY && !parked() && !self.change_due() {
             std::thread::sleep(PARKED_EVERY);
         }
         let stopped = self.cluster.stopped();
@@ -452,7 +485,8 @@ impl<'a> Session<'a> {
         let every = self.config.train.eval_every;
         if every > 0 && examples >= self.next_eval && self.evaluator.pending() == 0 {
             self.next_eval = (examples - examples % every).saturating_add(every);
-            self.evaluator.request(self.replicas.model()?, examples)?;
+            let model = self.which.of(self.cluster.replicas()?);
+            self.evaluator.request(model, examples)?;
             self.requested_at.push_back(self.train_seconds());
         }
         Ok(())
@@ -546,7 +580,7 @@ impl<'a> Session<'a> {
     /// centre, the replicas' mean, or under `none` (independent models, whose
     /// mean would mix unrelated parameters) the mean of their metrics.
     fn final_metrics(&mut self, center: Option<Vec<f32>>, examples: u64) -> Result<Final> {
-        let each = self.replicas.each()?;
+        let each = self.cluster.replicas()?;
         let mut mean = mean_of(&each);
         self.fabric.average(&mut mean)?;
         let mut distance = [
@@ -564,7 +598,7 @@ impl<'a> Session<'a> {
             .map(metrics_of)
             .collect::<Result<Vec<_>>>()?;
         let replicas = crate::distributed::every_process_metrics(self.fabric.as_ref(), mine)?;
-        let metrics = match (center, self.replicas.which) {
+        let metrics = match (center, self.which) {
             (Some(center), _) => metrics_of(evaluator.score(center, examples)?)?,
             (None, FinalModel::Mean) => metrics_of(evaluator.score(mean, examples)?)?,
             (None, FinalModel::EachReplica) => Metrics::mean(&replicas)

@@ -3,7 +3,8 @@
 use crate::events::EventBus;
 use crate::faults::Fault;
 use crate::stragglers::Straggler;
-use crate::sync::{Codecs, Rules, Schedules, SyncConfig};
+use crate::sync::{Algorithm, Codecs, Rules, Schedules, SyncConfig};
+use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// Runtime settings besides the sync algorithm.
@@ -74,5 +75,64 @@ impl Default for ClusterConfig {
             schedules: Schedules::default(),
             codecs: Codecs::default(),
         }
+    }
+}
+
+impl ClusterConfig {
+    /// The seats of a cluster starting `trainers`: its elastic
+    /// capacity, or `trainers` for a fixed one; an error naming
+    /// `elastic_capacity` for what an elastic cluster does not allow.
+    pub(super) fn elastic_seats(
+        &self,
+        processes: usize,
+        trainers: usize,
+        resumed: bool,
+    ) -> Result<usize> {
+        let capacity = self.elastic_capacity;
+        if capacity == 0 {
+            return Ok(trainers);
+        }
+        let refuse = |reason: String| {
+            Err(Error::Config {
+                key: "elastic_capacity".into(),
+                reason,
+            })
+        };
+        let algorithm = &self.sync.algorithm;
+        if capacity < trainers {
+            refuse(format!(
+                "{capacity} seats for the {trainers} trainers it starts with"
+            ))
+        } else if processes > 1 {
+            refuse(format!(
+                "trainers join and leave a job of one process (this one has {processes})"
+            ))
+        } else if self.workers > 1 {
+            refuse("a trainer that joins or leaves is one worker (workers = 1)".into())
+        } else if matches!(algorithm, Algorithm::SyncSgd | Algorithm::Foreground { .. }) {
+            refuse(format!(
+                "{algorithm} syncs in the foreground, in lockstep: a trainer that joins or leaves would break a round; use none or shadow-*"
+            ))
+        } else if self.checkpoint_every > 0 || resumed {
+            refuse("a checkpoint holds a fixed set of trainers: elastic runs take none".into())
+        } else {
+            Ok(capacity)
+        }
+    }
+
+    /// An error naming `elastic_capacity` if the cluster is elastic and its rule
+    /// meets a `centre` (EASGD's, whose pull is sized for the trainers it
+    /// starts with) rather than groups.
+    pub(super) fn check_elastic_rule(&self, centre: bool) -> Result<()> {
+        if self.elastic_capacity == 0 || !centre {
+            return Ok(());
+        }
+        Err(Error::Config {
+            key: "elastic_capacity".into(),
+            reason: format!(
+                "{} meets a centre sized for the trainers it starts with; use a rule that averages groups",
+                self.sync.algorithm
+            ),
+        })
     }
 }

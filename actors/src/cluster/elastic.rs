@@ -24,54 +24,11 @@
 //!   them), and the report names it in
 //!   [`departed`](super::ClusterReport::departed).
 
-use super::config::ClusterConfig;
 use super::handle::Cluster;
 use super::wiring::{build_parts, group_plan};
 use crate::events::Event;
-use crate::sync::Algorithm;
 use crate::trainer::Control;
 use crate::{Error, Learner, Result};
-
-/// The seats of a cluster starting `trainers` under `config`: its elastic
-/// capacity, or `trainers` for a fixed one; an error naming
-/// `elastic_capacity` for what an elastic cluster does not allow.
-pub(super) fn check_elastic(
-    config: &ClusterConfig,
-    processes: usize,
-    trainers: usize,
-    resumed: bool,
-) -> Result<usize> {
-    let capacity = config.elastic_capacity;
-    if capacity == 0 {
-        return Ok(trainers);
-    }
-    let refuse = |reason: String| {
-        Err(Error::Config {
-            key: "elastic_capacity".into(),
-            reason,
-        })
-    };
-    let algorithm = &config.sync.algorithm;
-    if capacity < trainers {
-        refuse(format!(
-            "{capacity} seats for the {trainers} trainers it starts with"
-        ))
-    } else if processes > 1 {
-        refuse(format!(
-            "trainers join and leave a job of one process (this one has {processes})"
-        ))
-    } else if config.workers > 1 {
-        refuse("a trainer that joins or leaves is one worker (workers = 1)".into())
-    } else if matches!(algorithm, Algorithm::SyncSgd | Algorithm::Foreground { .. }) {
-        refuse(format!(
-            "{algorithm} syncs in the foreground, in lockstep: a trainer that joins or leaves would break a round; use none or shadow-*"
-        ))
-    } else if config.checkpoint_every > 0 || resumed {
-        refuse("a checkpoint holds a fixed set of trainers: elastic runs take none".into())
-    } else {
-        Ok(capacity)
-    }
-}
 
 impl<L: Learner> Cluster<L> {
     /// Adds a trainer stepping `learner`, from the mean of the trainers'
@@ -190,20 +147,4 @@ impl<L: Learner> Cluster<L> {
             Ok(())
         })
     }
-}
-
-/// An error naming `elastic_capacity` if the cluster is elastic and its rule
-/// meets a `centre` (EASGD's, whose pull is sized for the trainers it
-/// starts with) rather than groups.
-pub(super) fn check_elastic_rule(config: &ClusterConfig, centre: bool) -> Result<()> {
-    if config.elastic_capacity == 0 || !centre {
-        return Ok(());
-    }
-    Err(Error::Config {
-        key: "elastic_capacity".into(),
-        reason: format!(
-            "{} meets a centre sized for the trainers it starts with; use a rule that averages groups",
-            config.sync.algorithm
-        ),
-    })
 }

@@ -6,7 +6,7 @@ use super::config::ClusterConfig;
 use super::report::{ClusterOutcome, ClusterReport, ConsensusPoint};
 use super::roster::Roster;
 use super::wiring::{
-    parking_of, shadow_errors, spawn_watchers, start_monitor, start_services, Parts, Seat, Wiring,
+    parking_of, shadow_errors, spawn_watchers, start_monitor, start_services, Seat, Wiring,
 };
 use crate::events::{Event, EventBus};
 use crate::monitor::{ClusterControl, Watcher};
@@ -168,17 +168,7 @@ impl<L: Learner> Cluster<L> {
         let (parts, spare) = wiring
             .parts(learners, &groups, &config, &server, resumed)
             .map_err(stop_system)?;
-        let Parts {
-            cores,
-            shadows,
-            replicas,
-            peers,
-        } = parts;
-        let roster = Arc::new(Mutex::new(Roster {
-            replicas,
-            peers,
-            departed: Default::default(),
-        }));
+        let (cores, shadows, roster) = parts.with_roster();
         let parking = parking_of(&config, &wiring.counters);
         // Room for the exit of every learner there may be.
         let seats = wiring.counters.len();

@@ -4,7 +4,6 @@
 
 use super::checkpoint::ClusterState;
 use super::config::ClusterConfig;
-use super::elastic::{check_elastic, check_elastic_rule};
 use super::report::{sample_consensus, ConsensusPoint};
 use super::roster::Roster;
 use crate::events::Event;
@@ -62,7 +61,7 @@ impl Wiring {
         sync.validate()?;
         check_workers(learners, workers, &sync.algorithm)?;
         let trainers = learners.len() / workers;
-        let seats = check_elastic(config, fabric.processes(), trainers, resumed.is_some())?;
+        let seats = config.elastic_seats(fabric.processes(), trainers, resumed.is_some())?;
         for straggler in &config.stragglers {
             straggler.check(seats)?;
         }
@@ -84,7 +83,7 @@ impl Wiring {
         let centre = rules
             .first()
             .is_some_and(|r| matches!(r.exchange(), Exchange::Centre { .. }));
-        check_elastic_rule(config, centre)?;
+        config.check_elastic_rule(centre)?;
         Ok(Self {
             trainers,
             plan,
@@ -363,6 +362,17 @@ pub(super) struct Parts<L: Learner> {
 }
 
 impl<L: Learner> Parts<L> {
+    /// The cores and shadow loops, and the roster of their trainers.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn with_roster(self) -> (Vec<TrainerCore<L>>, Vec<ShadowLoop>, Arc<Mutex<Roster>>) {
+        let roster = Roster {
+            replicas: self.replicas,
+            peers: self.peers,
+            departed: Default::default(),
+        };
+        (self.cores, self.shadows, Arc::new(Mutex::new(roster)))
+    }
+
     /// The parts with their trainers held back while the newest average in
     /// their replica is more than `sync.max_staleness` steps old (under
     /// shadow rounds only: foreground rounds are exact) until `stop`.
