@@ -79,6 +79,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "e8-stragglers",
         include_str!("../experiments/e8-stragglers.toml"),
     ),
+    ("e9-elastic", include_str!("../experiments/e9-elastic.toml")),
     ("e10-diloco", include_str!("../experiments/e10-diloco.toml")),
     (
         "e11-bmuf-eta",

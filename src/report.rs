@@ -290,6 +290,12 @@ pub fn render(results: &ExperimentResults, provenance: &Provenance) -> Result<Re
     );
     figure(
         &mut md,
+        "rate-vs-seconds.svg",
+        "examples/s between two evaluations against training seconds",
+        rate_plot(&cells)?,
+    );
+    figure(
+        &mut md,
         "ne-vs-bytes.svg",
         "test NE against the dense sync's bytes per example",
         bytes_plot(&cells)?,
@@ -980,6 +986,53 @@ fn quality_plot(
         &series,
         x_label,
         "test NE (band: ± sd over seeds)",
+        Axes::default(),
+    )
+}
+
+/// Examples/s between two consecutive evaluations, at the later one's
+/// training seconds (mean ± sd over seeds): how fast each cell trained as
+/// it went; only for an experiment whose trainers join and leave
+/// (`[[elastic]]`), where the pace changes within a run.
+fn rate_plot(cells: &[Cell]) -> Result<Option<String>> {
+    let elastic = |cell: &&Cell| {
+        cell.runs
+            .iter()
+            .any(|r| !r.report.config.elastic.is_empty())
+    };
+    if !cells.iter().any(|cell| elastic(&cell)) {
+        return Ok(None);
+    }
+    let plotted: Vec<(&Cell, usize)> = cells
+        .iter()
+        .filter_map(|cell| {
+            let len = cell.runs.iter().map(|r| r.report.history.len()).min()?;
+            (len >= 2).then_some((cell, len))
+        })
+        .collect();
+    let labels = legend_labels(&plotted.iter().map(|(c, _)| *c).collect::<Vec<_>>(), "");
+    let series: Series = plotted
+        .iter()
+        .zip(labels)
+        .map(|((cell, len), label)| {
+            let points = (1..*len)
+                .map(|i| {
+                    let rate = |r: &RunResult| {
+                        let (a, b) = (&r.report.history[i - 1], &r.report.history[i]);
+                        (b.examples - a.examples) as f64
+                            / (b.train_seconds - a.train_seconds).max(1e-9)
+                    };
+                    let (mean, sd) = cell.stat(rate);
+                    (cell.stat(|r| r.report.history[i].train_seconds).0, mean, sd)
+                })
+                .collect();
+            (label, points)
+        })
+        .collect();
+    line_plot(
+        &series,
+        "training seconds",
+        "examples/s since the last evaluation (band: ± sd over seeds)",
         Axes::default(),
     )
 }

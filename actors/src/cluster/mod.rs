@@ -19,6 +19,10 @@
 //!   process agrees it does);
 //! * a monitor thread sampling the consensus distance of the replicas.
 //!
+//! An elastic cluster (`elastic_capacity`) takes trainers while it runs and
+//! lets them go ([`Cluster::add_trainer`], [`Cluster::remove_trainer`]; see
+//! `elastic.rs`); the roster (`roster.rs`) is who has started and who left.
+//!
 //! Shutdown: syncing ends when [`Cluster::stop`] is called or the trainers run
 //! out of data — for the foreground algorithms when the first trainer does (they
 //! move in lockstep, and a finished trainer can no longer take part in a round);

@@ -16,5 +16,5 @@
 mod actor;
 mod stepping;
 
-pub(crate) use actor::{Control, Parking, SaveState, TrainerActor, TrainerExit};
+pub(crate) use actor::{Control, Parking, SaveState, TrainerActor, TrainerExit, WorkerState};
 pub(crate) use stepping::{Foreground, Stepped, TrainerCore};
