@@ -22,6 +22,14 @@
 //! is the last (the tables are then equal). Bytes moved per round: 4 per value
 //! of each changed row (and its optimizer state), plus its index.
 //!
+//! With `sync.compression` set to a codec without memory of a link (`fp16`,
+//! `int8`), a round's changes cross encoded (the indices whole). Every process
+//! adds what was *decoded* to the base, its own changes included, so the
+//! rounding error of a row stays in the difference between the table and the
+//! base and goes with the row's next change (error feedback). A process that
+//! is done sends once, unencoded, every row it ever sent encoded: the tables
+//! still end equal, and equal to what one shared table gets.
+//!
 //! Under `none` a run's result is every replica's evaluation:
 //! [`every_process_metrics`] brings all processes' to each.
 
@@ -29,8 +37,9 @@ use crate::metrics::Metrics;
 use crate::model::EmbeddingTable;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
-use shadowsync_actors::sync::Fabric;
+use shadowsync_actors::sync::{Codec, Fabric};
 use shadowsync_actors::Error as RuntimeError;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -42,8 +51,11 @@ use tch::Tensor;
 pub struct TableSyncReport {
     /// Rounds of averaging across processes.
     pub rounds: u64,
-    /// Bytes this process put into the all-reduces.
+    /// Bytes this process put into the merges (encoded, if compressed).
     pub bytes: u64,
+    /// The same, counted unencoded.
+    #[serde(default)]
+    pub bytes_before_compression: u64,
 }
 
 /// The background averaging of a replicated embedding table across processes.
@@ -54,14 +66,20 @@ pub struct TableSync {
 
 impl TableSync {
     /// Starts merging `table` across `fabric`'s processes every `every`,
-    /// from their common base, which it sets before it returns: before any
-    /// trainer writes a row (a row written before the base was read would
-    /// count once over the processes' mean, 1/R of it).
+    /// its changes encoded by `codec` if given, from their common base,
+    /// which it sets before it returns: before any trainer writes a row (a
+    /// row written before the base was read would count once over the
+    /// processes' mean, 1/R of it).
     ///
     /// # Errors
     ///
     /// A thread that cannot start, or a base copy of the table that cannot be made.
-    pub fn start(fabric: Arc<dyn Fabric>, table: EmbeddingTable, every: Duration) -> Result<Self> {
+    pub fn start(
+        fabric: Arc<dyn Fabric>,
+        table: EmbeddingTable,
+        every: Duration,
+        codec: Option<Box<dyn Codec>>,
+    ) -> Result<Self> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&done);
         table.written().track();
@@ -70,7 +88,7 @@ impl TableSync {
             .name("table-sync".into())
             .spawn(move || {
                 tch::set_num_threads(1);
-                sync_rounds(fabric.as_ref(), &table, base, every, &flag)
+                sync_rounds(fabric.as_ref(), &table, (base, codec), every, &flag)
             })
             .map_err(|source| {
                 runtime(RuntimeError::Thread {
@@ -106,12 +124,12 @@ fn state_of(table: &EmbeddingTable) -> Result<Vec<Tensor>> {
     Ok(table.state()?.into_iter().map(|(_, t)| t).collect())
 }
 
-/// Rounds from `base` until every process is done; the last one runs with
-/// all done.
+/// Rounds from `base` until every process is done, encoding by `codec` if
+/// given; the last one runs with all done.
 fn sync_rounds(
     fabric: &dyn Fabric,
     table: &EmbeddingTable,
-    mut base: Vec<f32>,
+    (mut base, mut codec): (Vec<f32>, Option<Box<dyn Codec>>),
     every: Duration,
     done: &AtomicBool,
 ) -> Result<TableSyncReport> {
@@ -124,24 +142,41 @@ fn sync_rounds(
     };
     let written = Arc::clone(table.written());
     let mut report = TableSyncReport::default();
+    // The rows sent encoded whose rounding error is not sent yet.
+    let mut owed = BTreeSet::new();
     loop {
         let due = Instant::now() + every;
         while Instant::now() < due && !done.load(Ordering::Relaxed) {
             std::thread::sleep(every.min(Duration::from_millis(10)));
         }
         let finished = done.load(Ordering::Relaxed);
-        // Only the rows this process's trainers wrote since the last round.
-        let mine = written.take();
+        // Only the rows this process's trainers wrote since the last round;
+        // once done, unencoded, with every row that owes a rounding error.
+        let mut mine = written.take();
+        let coder = match finished {
+            true => {
+                mine = std::mem::take(&mut owed).into_iter().chain(mine).collect();
+                mine.sort_unstable();
+                mine.dedup();
+                None
+            }
+            false => codec.as_mut(),
+        };
         let now = read_rows(&state, shape, &mine)?;
-        let changes = shape.changes(&base, &mine, &now, finished);
+        let (changes, plain_words) = shape.changes(&base, (&mine, &now), finished, coder);
+        if !finished && codec.is_some() {
+            owed.extend(&mine);
+        }
         report.rounds += 1;
         report.bytes += 4 * changes.len() as u64;
+        report.bytes_before_compression += 4 * plain_words as u64;
         let mut all_done = true;
         // What the others changed, to add here: the table here already has
         // its own trainers' changes (and whatever they did since).
         let mut theirs = Changes::default();
         for (process, changes) in fabric.gather(changes)?.iter().enumerate() {
-            let (process_done, changes) = shape.parse(changes).map_err(|reason| {
+            let coder = codec.as_mut();
+            let (process_done, changes) = shape.parse(changes, coder).map_err(|reason| {
                 runtime(RuntimeError::Remote {
                     process,
                     reason: format!("table sync: its changes: {reason}"),
@@ -193,30 +228,73 @@ impl Shape {
     }
 
     /// What `rows` now hold (`now`: row after row, every block's values) and
-    /// `base` does not, as words: `[done, then per row that differs: its
-    /// index and its changes in every block (f32 bits)]`.
-    fn changes(&self, base: &[f32], rows: &[usize], now: &[f32], done: bool) -> Vec<u32> {
-        let mut words = vec![u32::from(done)];
+    /// `base` does not, as words, and how many words it would take
+    /// unencoded. Unencoded: `[flags, then per row that differs: its index
+    /// and its changes in every block (f32 bits)]`; encoded by `codec`:
+    /// `[flags, rows, each row's index, bytes, the changes' encoding (4 bytes
+    /// a word)]`. Flags: 1 done, 2 encoded.
+    fn changes(
+        &self,
+        base: &[f32],
+        (rows, now): (&[usize], &[f32]),
+        done: bool,
+        codec: Option<&mut Box<dyn Codec>>,
+    ) -> (Vec<u32>, usize) {
         let per_row = self.blocks * self.width;
+        let (mut changed, mut deltas) = (Vec::new(), Vec::new());
         for (&row, now) in rows.iter().zip(now.chunks(per_row)) {
-            let deltas: Vec<f32> = self
-                .row(row)
-                .zip(now.chunks(self.width))
-                .flat_map(|(range, now)| now.iter().zip(&base[range]).map(|(n, b)| n - b))
-                .collect();
-            if deltas.iter().all(|&d| d == 0.0) {
-                continue;
+            let start = deltas.len();
+            deltas.extend(
+                self.row(row)
+                    .zip(now.chunks(self.width))
+                    .flat_map(|(range, now)| now.iter().zip(&base[range]).map(|(n, b)| n - b)),
+            );
+            match deltas[start..].iter().all(|&d| d == 0.0) {
+                true => deltas.truncate(start),
+                false => changed.push(row as u32),
             }
-            words.push(row as u32);
-            words.extend(deltas.into_iter().map(f32::to_bits));
         }
-        words
+        let plain_words = 1 + changed.len() * (1 + per_row);
+        let flags = u32::from(done) | if codec.is_some() { CODED } else { 0 };
+        let mut words = vec![flags];
+        match codec {
+            None => {
+                for (row, deltas) in changed.iter().zip(deltas.chunks(per_row)) {
+                    words.push(*row);
+                    words.extend(deltas.iter().map(|d| d.to_bits()));
+                }
+            }
+            Some(codec) => {
+                words.push(changed.len() as u32);
+                words.extend(&changed);
+                let mut wire = Vec::new();
+                codec.encode(0, &deltas, &mut wire);
+                words.push(wire.len() as u32);
+                words.extend(wire.chunks(4).map(|bytes| {
+                    let mut word = [0u8; 4];
+                    word[..bytes.len()].copy_from_slice(bytes);
+                    u32::from_le_bytes(word)
+                }));
+            }
+        }
+        (words, plain_words)
     }
 
     /// A process's words: whether it is done, and the rows it changed with
-    /// their changes in every block.
-    fn parse(&self, words: &[u32]) -> std::result::Result<(bool, Changes), String> {
-        let (&done, mut rest) = words.split_first().ok_or("empty")?;
+    /// their changes in every block (decoded by `codec` if encoded).
+    fn parse(
+        &self,
+        words: &[u32],
+        codec: Option<&mut Box<dyn Codec>>,
+    ) -> std::result::Result<(bool, Changes), String> {
+        let (&flags, rest) = words.split_first().ok_or("empty")?;
+        let done = flags & 1 == 1;
+        if flags & CODED != 0 {
+            let codec = codec
+                .ok_or("encoded changes, but sync.compression here names no codec for rows")?;
+            return Ok((done, self.decode(rest, codec)?));
+        }
+        let mut rest = rest;
         let mut changes = Changes::default();
         let per_row = 1 + self.blocks * self.width;
         while !rest.is_empty() {
@@ -234,9 +312,40 @@ impl Shape {
                 .deltas
                 .extend(entry[1..].iter().map(|&w| f32::from_bits(w)));
         }
-        Ok((done == 1, changes))
+        Ok((done, changes))
+    }
+
+    /// Encoded changes: `[rows, each row's index, bytes, the encoding]`.
+    fn decode(
+        &self,
+        words: &[u32],
+        codec: &mut Box<dyn Codec>,
+    ) -> std::result::Result<Changes, String> {
+        let (&count, rest) = words.split_first().ok_or("no row count")?;
+        let count = count as usize;
+        if rest.len() <= count {
+            return Err(format!("{} words for {count} rows", rest.len()));
+        }
+        let (rows, rest) = rest.split_at(count);
+        let (&bytes, packed) = rest.split_first().ok_or("no byte count")?;
+        let wire: Vec<u8> = packed.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let wire = wire
+            .get(..bytes as usize)
+            .ok_or_else(|| format!("{bytes} bytes in {} words", packed.len()))?;
+        let rows: Vec<usize> = rows.iter().map(|&r| r as usize).collect();
+        if let Some(row) = rows.iter().find(|&&r| r >= self.rows) {
+            return Err(format!("row {row} of {}", self.rows));
+        }
+        let mut deltas = vec![0f32; rows.len() * self.blocks * self.width];
+        codec
+            .decode(0, wire, &mut deltas)
+            .map_err(|e| format!("its encoding: {e}"))?;
+        Ok(Changes { rows, deltas })
     }
 }
+
+/// The flag of encoded changes.
+const CODED: u32 = 2;
 
 /// Every process's `mine` (evaluations of its replicas), in process order: a
 /// collective, as [`Fabric::gather`].
@@ -394,7 +503,7 @@ fn add_rows(state: &[Tensor], shape: Shape, changes: &Changes) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shadowsync_actors::sync::InProcess;
+    use shadowsync_actors::sync::{InProcess, Int8};
 
     #[test]
     fn evaluations_cross_processes_bit_for_bit() {
@@ -431,13 +540,17 @@ mod tests {
         let base = vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5];
         // Process A wrote row 0 (and its sums); process B rows 0 and 2, and
         // row 1 back to what it was (written, unchanged: not sent).
-        let from_a = shape.changes(&base, &[0], &[1.25, 1.0, 4.5, 0.5], false);
-        let from_b = shape.changes(
+        let (from_a, _) = shape.changes(&base, (&[0], &[1.25, 1.0, 4.5, 0.5]), false, None);
+        let (from_b, plain) = shape.changes(
             &base,
-            &[0, 1, 2],
-            &[1.0, 0.5, 0.5, 0.5, 2.0, 2.0, 0.5, 0.5, 3.0, 4.0, 0.5, 2.5],
+            (
+                &[0, 1, 2],
+                &[1.0, 0.5, 0.5, 0.5, 2.0, 2.0, 0.5, 0.5, 3.0, 4.0, 0.5, 2.5],
+            ),
             true,
+            None,
         );
+        assert_eq!(plain, from_b.len());
         assert_eq!(
             from_a.len(),
             1 + 5,
@@ -445,8 +558,8 @@ mod tests {
         );
         assert_eq!(from_b.len(), 1 + 2 * 5);
         assert_eq!((from_a[0], from_b[0]), (0, 1), "the done flags");
-        let (a_done, a) = shape.parse(&from_a).unwrap();
-        let (b_done, b) = shape.parse(&from_b).unwrap();
+        let (a_done, a) = shape.parse(&from_a, None).unwrap();
+        let (b_done, b) = shape.parse(&from_b, None).unwrap();
         assert_eq!((a_done, b_done), (false, true));
         assert_eq!((&a.rows, &a.deltas), (&vec![0], &vec![0.25, 0.0, 4.0, 0.0]));
         assert_eq!(b.rows, vec![0, 2]);
@@ -470,7 +583,47 @@ mod tests {
         assert_eq!(values(&table), vec![1.25, 0.5, 2.0, 2.0, 3.5, 4.5]);
         assert_eq!(values(&sums), vec![4.5, 0.5, 0.5, 0.5, 0.5, 2.5]);
         // Nothing written: only the flag crosses.
-        assert_eq!(shape.changes(&base, &[], &[], false), vec![0]);
+        assert_eq!(shape.changes(&base, (&[], &[]), false, None).0, vec![0]);
+    }
+
+    #[test]
+    fn encoded_changes_cross_within_the_codecs_bound_and_a_final_round_settles_them() {
+        let shape = Shape {
+            rows: 4,
+            width: 3,
+            blocks: 1,
+        };
+        let base = vec![0f32; 12];
+        let now = [0.1f32, -0.2, 0.3, 0.0, 0.0, 0.0, 5.0, 1.0, -7.0];
+        let mut int8: Box<dyn Codec> = Box::new(Int8);
+        let (words, plain) = shape.changes(&base, (&[0, 1, 3], &now), false, Some(&mut int8));
+        // Two changed rows: flags, count, 2 indices, byte count, 6 bytes and
+        // a 4-byte scale (2 + 1 words), against 1 + 2 × 4 unencoded.
+        assert_eq!((plain, words.len()), (9, 2 + 2 + 1 + 3));
+        let (done, changes) = shape.parse(&words, Some(&mut int8)).unwrap();
+        assert!(!done);
+        assert_eq!(changes.rows, vec![0, 3]);
+        let sent = [0.1f32, -0.2, 0.3, 5.0, 1.0, -7.0];
+        let step = 7.0 / 127.0;
+        for (d, x) in changes.deltas.iter().zip(sent) {
+            assert!((d - x).abs() <= step / 2.0 + 1e-6, "{d} for {x}");
+        }
+        // The base takes what was decoded; a last round sends the rest as is.
+        let mut after = base.clone();
+        for (&row, deltas) in changes.rows.iter().zip(changes.deltas.chunks(3)) {
+            after[row * 3..row * 3 + 3].copy_from_slice(deltas);
+        }
+        let table = [0.1f32, -0.2, 0.3, 5.0, 1.0, -7.0];
+        let (last, _) = shape.changes(&after, (&[0, 3], &table), true, None);
+        let (done, rest) = shape.parse(&last, None).unwrap();
+        assert!(done);
+        for (&row, deltas) in rest.rows.iter().zip(rest.deltas.chunks(3)) {
+            for (at, d) in (row * 3..).zip(deltas) {
+                after[at] += d;
+            }
+        }
+        assert_eq!(&after[..3], &table[..3]);
+        assert_eq!(&after[9..], &table[3..]);
     }
 
     #[test]
@@ -493,11 +646,23 @@ mod tests {
             width: 1,
             blocks: 1,
         };
-        assert!(shape.parse(&[]).is_err());
+        assert!(shape.parse(&[], None).is_err());
         assert!(shape
-            .parse(&[0, 1])
+            .parse(&[0, 1], None)
             .unwrap_err()
             .contains("not a whole row"));
-        assert!(shape.parse(&[0, 7, 0]).unwrap_err().contains("row 7 of 2"));
+        assert!(shape
+            .parse(&[0, 7, 0], None)
+            .unwrap_err()
+            .contains("row 7 of 2"));
+        // Encoded: without a codec here, rows out of range, bytes missing.
+        assert!(shape
+            .parse(&[CODED, 0, 0], None)
+            .unwrap_err()
+            .contains("no codec"));
+        let mut int8: Box<dyn Codec> = Box::new(Int8);
+        let mut parse = |words: &[u32]| shape.parse(words, Some(&mut int8)).unwrap_err();
+        assert!(parse(&[CODED, 1, 5, 0]).contains("row 5 of 2"));
+        assert!(parse(&[CODED, 1, 0, 9]).contains("9 bytes in 0 words"));
     }
 }

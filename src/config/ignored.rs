@@ -61,9 +61,13 @@ fn not_shadow(c: &Config, _: usize) -> Option<String> {
     })
 }
 
-/// Read by the group rounds only: not without sync, nor by EASGD's rounds
-/// against its centre.
+/// Read by the group rounds: not without sync, nor by EASGD's rounds against
+/// its centre; but across processes the tables' traffic reads a codec
+/// without memory of a link (not `topk`) whatever the algorithm.
 fn uncompressed(c: &Config, p: usize) -> Option<String> {
+    if p > 1 && c.sync.compression != "topk" {
+        return None;
+    }
     unsynced(c, p).or_else(|| {
         (c.sync.algorithm.rule() == Some("easgd")).then(|| {
             "it compresses the group rounds; EASGD's rounds meet its centre uncompressed".into()
@@ -360,6 +364,14 @@ mod tests {
         assert_eq!(c.ignored_keys(2)[0].0, "train.table_sync_ms");
         c.train.embeddings = Some(EmbeddingsMode::Replicated);
         assert_eq!(c.ignored_keys(2)[0].0, "train.embedding_staleness");
+        // Without sync a codec compresses nothing in one process, and the
+        // tables' traffic across processes (but not topk's, dense only).
+        let mut c = Config::default();
+        c.sync.compression = "int8".into();
+        assert_eq!(c.ignored_keys(1)[0].0, "sync.compression");
+        assert!(c.ignored_keys(2).is_empty());
+        c.sync.compression = "topk".into();
+        assert_eq!(c.ignored_keys(2)[0].0, "sync.compression");
     }
 
     #[test]

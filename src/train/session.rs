@@ -223,7 +223,13 @@ impl<'a> Session<'a> {
         let table_sync = match &table {
             Table::Local(local) if fabric.processes() > 1 => {
                 let every = Duration::from_millis(config.train.table_sync_ms);
-                Some(TableSync::start(Arc::clone(&fabric), local.share(), every)?)
+                let codec = registry.row_codec(&config.sync)?;
+                Some(TableSync::start(
+                    Arc::clone(&fabric),
+                    local.share(),
+                    every,
+                    codec,
+                )?)
             }
             _ => None,
         };
