@@ -961,27 +961,10 @@ fn quality_plot(
     x: impl Fn(&crate::metrics::EvalPoint) -> f64,
     x_label: &str,
 ) -> Result<Option<String>> {
-    let plotted: Vec<(&Cell, usize)> = cells
-        .iter()
-        .filter_map(|cell| {
-            let len = cell.runs.iter().map(|r| r.report.history.len()).min()?;
-            (len >= 2).then_some((cell, len))
-        })
-        .collect();
-    let labels = legend_labels(&plotted.iter().map(|(c, _)| *c).collect::<Vec<_>>(), "");
-    let series: Series = plotted
-        .iter()
-        .zip(labels)
-        .map(|((cell, len), label)| {
-            let points = (0..*len)
-                .map(|i| {
-                    let (ne, sd) = cell.stat(|r| r.report.history[i].metrics.ne);
-                    (cell.stat(|r| x(&r.report.history[i])).0, ne, sd)
-                })
-                .collect();
-            (label, points)
-        })
-        .collect();
+    let series = history_series(cells, 0, |cell, i| {
+        let (ne, sd) = cell.stat(|r| r.report.history[i].metrics.ne);
+        (cell.stat(|r| x(&r.report.history[i])).0, ne, sd)
+    });
     line_plot(
         &series,
         x_label,
@@ -990,19 +973,13 @@ fn quality_plot(
     )
 }
 
-/// Examples/s between two consecutive evaluations, at the later one's
-/// training seconds (mean ± sd over seeds): how fast each cell trained as
-/// it went; only for an experiment whose trainers join and leave
-/// (`[[elastic]]`), where the pace changes within a run.
-fn rate_plot(cells: &[Cell]) -> Result<Option<String>> {
-    let elastic = |cell: &&Cell| {
-        cell.runs
-            .iter()
-            .any(|r| !r.report.config.elastic.is_empty())
-    };
-    if !cells.iter().any(|cell| elastic(&cell)) {
-        return Ok(None);
-    }
+/// A line per cell whose runs all have two evaluations or more: `point`
+/// of each evaluation from `first` on (up to the fewest any run has).
+fn history_series(
+    cells: &[Cell],
+    first: usize,
+    point: impl Fn(&Cell, usize) -> (f64, f64, f64),
+) -> Series {
     let plotted: Vec<(&Cell, usize)> = cells
         .iter()
         .filter_map(|cell| {
@@ -1011,24 +988,30 @@ fn rate_plot(cells: &[Cell]) -> Result<Option<String>> {
         })
         .collect();
     let labels = legend_labels(&plotted.iter().map(|(c, _)| *c).collect::<Vec<_>>(), "");
-    let series: Series = plotted
+    plotted
         .iter()
         .zip(labels)
-        .map(|((cell, len), label)| {
-            let points = (1..*len)
-                .map(|i| {
-                    let rate = |r: &RunResult| {
-                        let (a, b) = (&r.report.history[i - 1], &r.report.history[i]);
-                        (b.examples - a.examples) as f64
-                            / (b.train_seconds - a.train_seconds).max(1e-9)
-                    };
-                    let (mean, sd) = cell.stat(rate);
-                    (cell.stat(|r| r.report.history[i].train_seconds).0, mean, sd)
-                })
-                .collect();
-            (label, points)
-        })
-        .collect();
+        .map(|((cell, len), label)| (label, (first..*len).map(|i| point(cell, i)).collect()))
+        .collect()
+}
+
+/// Examples/s between two consecutive evaluations, at the later one's
+/// training seconds (mean ± sd over seeds): how fast each cell trained as
+/// it went; only for an experiment whose trainers join and leave
+/// (`[[elastic]]`), where the pace changes within a run.
+fn rate_plot(cells: &[Cell]) -> Result<Option<String>> {
+    let mut runs = cells.iter().flat_map(|cell| &cell.runs);
+    if !runs.any(|r| !r.report.config.elastic.is_empty()) {
+        return Ok(None);
+    }
+    let series = history_series(cells, 1, |cell, i| {
+        let rate = |r: &RunResult| {
+            let (a, b) = (&r.report.history[i - 1], &r.report.history[i]);
+            (b.examples - a.examples) as f64 / (b.train_seconds - a.train_seconds).max(1e-9)
+        };
+        let (mean, sd) = cell.stat(rate);
+        (cell.stat(|r| r.report.history[i].train_seconds).0, mean, sd)
+    });
     line_plot(
         &series,
         "training seconds",
