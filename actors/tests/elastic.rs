@@ -169,4 +169,10 @@ fn what_an_elastic_cluster_cannot_do_is_refused_by_name() {
     );
     lone.stop();
     lone.wait().unwrap();
+    // A stopped cluster takes no trainer.
+    let stopped = Cluster::start(elastic("shadow-ma", 2), learners(1, Some(2000))).unwrap();
+    stopped.stop();
+    let refused = stopped.add_trainer(learner(1, 10)).unwrap_err();
+    assert!(matches!(refused, Error::Stopped(_)), "{refused}");
+    stopped.wait().unwrap();
 }

@@ -46,13 +46,14 @@ impl<L: Learner> Cluster<L> {
     ///
     /// A cluster that is not elastic or has no seat left (naming
     /// `elastic_capacity`), a schedule not defined for one trainer more
-    /// (naming `sync.group_size`), a cluster that has ended, or a learner
+    /// (naming `sync.group_size`), a cluster stopped or ended, or a learner
     /// whose parameters cannot be set (nothing changes then); or the
     /// environment's failure to start its actors.
     pub fn add_trainer(&self, mut learner: L) -> Result<usize> {
         let config = &self.inner.config;
         self.with_running(|running| {
-            if running.closed {
+            // Stopped, it tells no trainer started from now on to stop.
+            if running.closed || self.stopped() {
                 return Err(Error::Stopped("cluster"));
             }
             let Some((endpoint, _)) = running.spare.front() else {
