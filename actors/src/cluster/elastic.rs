@@ -56,6 +56,7 @@ impl<L: Learner> Cluster<L> {
             if running.closed || self.stopped() {
                 return Err(Error::Stopped("cluster"));
             }
+            self.refuse_if_fixed()?;
             let Some((endpoint, _)) = running.spare.front() else {
                 return Err(Error::Config {
                     key: "elastic_capacity".into(),
@@ -120,12 +121,7 @@ impl<L: Learner> Cluster<L> {
     /// cluster that has ended. Nothing changes then.
     pub fn remove_trainer(&self, trainer: usize) -> Result<()> {
         let config = &self.inner.config;
-        if config.elastic_capacity == 0 {
-            return Err(Error::Config {
-                key: "elastic_capacity".into(),
-                reason: "0: the cluster is fixed, no trainer leaves it".into(),
-            });
-        }
+        self.refuse_if_fixed()?;
         self.with_running(|running| {
             if running.closed {
                 return Err(Error::Stopped("cluster"));
@@ -158,6 +154,17 @@ impl<L: Learner> Cluster<L> {
             });
             Ok(())
         })
+    }
+
+    /// An error naming `elastic_capacity` for a fixed cluster.
+    fn refuse_if_fixed(&self) -> Result<()> {
+        match self.inner.config.elastic_capacity {
+            0 => Err(Error::Config {
+                key: "elastic_capacity".into(),
+                reason: "0: the cluster is fixed, no trainer joins or leaves it".into(),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
