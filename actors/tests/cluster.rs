@@ -150,6 +150,18 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
         if name.ends_with("easgd") {
             assert!(outcome.center.is_some(), "{name}");
         }
+        // Every step against the centre sends the replica (4 bytes a value)
+        // as every group round sends its slices.
+        let bytes = outcome.report.bytes_sent;
+        match name {
+            "none" => assert_eq!(bytes, 0),
+            _ if name.ends_with("easgd") => {
+                let syncs: u64 = stats.iter().map(|s| s.syncs).sum();
+                let replica = 4 * replicas[0].len() as u64;
+                assert!(bytes >= syncs * replica, "{name} ({threads:?}): {bytes}");
+            }
+            _ => assert!(bytes > 0, "{name} ({threads:?})"),
+        }
     }
 }
 

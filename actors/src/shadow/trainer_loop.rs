@@ -240,6 +240,7 @@ impl ShadowLoop {
             round,
             |offset, target| self.write_back_span(&landing, offset, target),
         )?;
+        self.peer.count_centre_step(snapshot.values().len());
         Ok(Some(self.landed(landing)))
     }
 

@@ -385,7 +385,26 @@ impl SyncPeer {
         if !sleep_until(server.simulated_arrival(self.id()), stopped) {
             return Ok(None);
         }
-        server.elastic(snapshot.shared(), alpha, self.id(), round, stopped)
+        let step = server.elastic(snapshot.shared(), alpha, self.id(), round, stopped);
+        self.counting_centre_step(step, snapshot.values().len())
+    }
+
+    /// `step`, with the replica of `len` values it sent the centre counted
+    /// as sent (4 bytes a value) when it went through.
+    fn counting_centre_step(
+        &self,
+        step: Result<Option<Combined>>,
+        len: usize,
+    ) -> Result<Option<Combined>> {
+        if let Ok(Some(_)) = &step {
+            self.count_centre_step(len);
+        }
+        step
+    }
+
+    /// Counts the replica of `len` values an elastic step sent the centre.
+    pub(crate) fn count_centre_step(&self, len: usize) {
+        self.count_sent(4 * len as u64);
     }
 
     /// Whether a round against the centre goes ahead: not once stopped;
@@ -442,8 +461,8 @@ impl SyncPeer {
         let (Some(server), endpoint) = (&self.server, &self.endpoint) else {
             return Ok(None);
         };
-        server.elastic(snapshot.shared(), alpha, self.id(), round, || {
-            endpoint.stopped()
-        })
+        let stopped = || endpoint.stopped();
+        let step = server.elastic(snapshot.shared(), alpha, self.id(), round, stopped);
+        self.counting_centre_step(step, snapshot.values().len())
     }
 }
