@@ -131,7 +131,8 @@ impl Registry {
         &self.codecs
     }
 
-    /// The codec of a sharded table's rows and gradients across processes:
+    /// The codec of the tables' traffic across processes (a sharded table's
+    /// rows and gradients, a replicated one's merged changes):
     /// `sync.compression`'s if it keeps no memory of a link (`fp16`, `int8`);
     /// none for `none` and for the others (`topk`), which compress the dense
     /// sync only.
