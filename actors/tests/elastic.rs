@@ -112,18 +112,28 @@ fn a_cluster_grows_to_four_and_shrinks_to_three_with_the_groups_following() {
 #[test]
 fn without_sync_trainers_join_and_leave_and_every_learner_comes_back() {
     let _machine = exclusive();
-    let cluster = Cluster::start(elastic("none", 3), vec![learner(0, 200)]).unwrap();
+    let cluster = Cluster::start(elastic("none", 4), vec![learner(0, 200)]).unwrap();
     assert_eq!(cluster.add_trainer(learner(1, 100)).unwrap(), 1);
+    // Two seats left: three joiners are refused, and nothing changes.
+    let three = (2..5).map(|seed| learner(seed, 100)).collect();
+    let refused = cluster.add_trainers(three).unwrap_err();
+    assert_eq!(config_key(refused), "elastic_capacity");
+    assert_eq!(cluster.active_trainers(), vec![0, 1]);
+    let two = (2..4).map(|seed| learner(seed, 100)).collect();
+    assert_eq!(cluster.add_trainers(two).unwrap(), vec![2, 3]);
     cluster.remove_trainer(0).unwrap();
     let outcome = cluster.wait().unwrap();
-    assert!(
-        outcome.report.errors.is_empty(),
-        "{:?}",
-        outcome.report.errors
-    );
-    assert_eq!(outcome.learners.len(), 2);
+    let errors = &outcome.report.errors;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(outcome.learners.len(), 4);
     assert_eq!(outcome.report.departed, vec![0]);
-    assert_eq!(outcome.report.trainer_stats[1].steps, 100);
+    let steps: Vec<u64> = outcome
+        .report
+        .trainer_stats
+        .iter()
+        .map(|s| s.steps)
+        .collect();
+    assert_eq!(steps[1..], [100, 100, 100]);
 }
 
 #[test]

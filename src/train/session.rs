@@ -380,19 +380,23 @@ impl<'a> Session<'a> {
                     Err(e) => return Err(e.into()),
                 }
             }
-            for _ in 0..step.add {
+            if step.add > 0 {
                 let joiners = self.joiners.as_ref().ok_or(RuntimeError::Internal(
                     "an elastic run without its queue of batches",
                 ))?;
-                let learner = CtrLearner::with_table(
-                    &joiners.models,
-                    &self.config.model,
-                    &self.config.optim,
-                    self.table.share(),
-                    Some(joiners.queue.clone()),
-                )?;
-                let trainer = self.cluster.add_trainer(learner)?;
-                tracing::info!(trainer, steps, "trainer added");
+                let learners = (0..step.add)
+                    .map(|_| {
+                        CtrLearner::with_table(
+                            &joiners.models,
+                            &self.config.model,
+                            &self.config.optim,
+                            self.table.share(),
+                            Some(joiners.queue.clone()),
+                        )
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let trainers = self.cluster.add_trainers(learners)?;
+                tracing::info!(?trainers, steps, "trainers added");
             }
         }
         Ok(())

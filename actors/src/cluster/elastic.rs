@@ -44,12 +44,27 @@ impl<L: Learner> Cluster<L> {
     ///
     /// # Errors
     ///
-    /// A cluster that is not elastic or has no seat left (naming
-    /// `elastic_capacity`), a schedule not defined for one trainer more
-    /// (naming `sync.group_size`), a cluster stopped or ended, or a learner
-    /// whose parameters cannot be set (nothing changes then); or the
-    /// environment's failure to start its actors.
-    pub fn add_trainer(&self, mut learner: L) -> Result<usize> {
+    /// As [`Cluster::add_trainers`].
+    pub fn add_trainer(&self, learner: L) -> Result<usize> {
+        let added = self.add_trainers(vec![learner])?;
+        added
+            .first()
+            .copied()
+            .ok_or(Error::Internal("a trainer added"))
+    }
+
+    /// Adds a trainer stepping each of `learners`, as
+    /// [`Cluster::add_trainer`] does, all in one change: one regrouping,
+    /// one mean and one donor's state for all of them; their numbers.
+    ///
+    /// # Errors
+    ///
+    /// A cluster that is not elastic or has too few seats left (naming
+    /// `elastic_capacity`), a schedule not defined for the new number of
+    /// trainers (naming `sync.group_size`), a cluster stopped or ended, or a
+    /// learner whose parameters cannot be set (nothing changes then); or the
+    /// environment's failure to start their actors.
+    pub fn add_trainers(&self, mut learners: Vec<L>) -> Result<Vec<usize>> {
         let config = &self.inner.config;
         self.with_running(|running| {
             // Stopped, it tells no trainer started from now on to stop.
@@ -57,30 +72,46 @@ impl<L: Learner> Cluster<L> {
                 return Err(Error::Stopped("cluster"));
             }
             self.refuse_if_fixed()?;
-            let Some((endpoint, _)) = running.spare.front() else {
+            if running.spare.len() < learners.len() {
                 return Err(Error::Config {
                     key: "elastic_capacity".into(),
                     reason: format!(
-                        "every seat is taken ({} trainers started): no trainer can join",
-                        self.trainers()
+                        "{} seats left ({} trainers started): {} trainers cannot join",
+                        running.spare.len(),
+                        self.trainers(),
+                        learners.len()
                     ),
                 });
-            };
-            let trainer = endpoint.id();
-            let mut members = self.active_trainers();
-            members.push(trainer);
-            let plan = group_plan(config, members.len(), members.len())?;
-            if let Some(donor) = members.first().and_then(|&t| running.trainers.get(t)) {
-                warm_start(&mut learner, donor)?;
             }
+            let seats = running.spare.iter().take(learners.len());
+            let joining: Vec<usize> = seats.map(|(endpoint, _)| endpoint.id()).collect();
+            let mut members = self.active_trainers();
+            members.extend(&joining);
+            let plan = group_plan(config, members.len(), members.len())?;
+            let donor = members.first().and_then(|&t| running.trainers.get(t));
             let start = self.inner.roster().mean()?;
-            learner.dense_params().load_from(&start)?;
-            let (endpoint, rule) = running.spare.pop_front().ok_or(Error::Internal("a seat"))?;
+            let state = donor.map(donor_state).transpose()?.flatten();
+            for learner in &mut learners {
+                if let Some(state) = &state {
+                    let position = learner.save_state().map_err(Error::learner)?.position;
+                    let state = LearnerState {
+                        position,
+                        ..state.clone()
+                    };
+                    learner.restore_state(&state).map_err(Error::learner)?;
+                }
+                learner.dense_params().load_from(&start)?;
+            }
+            let (first, last) = match (joining.first(), joining.last()) {
+                (Some(&first), Some(&last)) => (first, last),
+                _ => return Ok(Vec::new()),
+            };
+            let (endpoints, rules) = running.spare.drain(..joining.len()).unzip();
             let parts = build_parts(
-                vec![learner],
-                &self.inner.counters[trainer..=trainer],
-                vec![endpoint],
-                vec![rule],
+                learners,
+                &self.inner.counters[first..=last],
+                endpoints,
+                rules,
                 &self.inner.groups,
                 config,
                 &start,
@@ -95,18 +126,20 @@ impl<L: Learner> Cluster<L> {
             }
             let addrs = super::actors::start_actors(
                 &running.system,
-                (parts.cores, trainer),
+                (parts.cores, first),
                 parts.shadows,
                 running.actors.clone(),
             )?;
             let recipients = addrs.iter().map(|a| a.clone().recipient()).collect();
             self.inner.control.connect(recipients);
             running.trainers.extend(addrs);
-            self.inner.events.publish(Event::TrainerJoined {
-                trainer,
-                round: from,
-            });
-            Ok(trainer)
+            for &trainer in &joining {
+                self.inner.events.publish(Event::TrainerJoined {
+                    trainer,
+                    round: from,
+                });
+            }
+            Ok(joining)
         })
     }
 
@@ -171,16 +204,13 @@ impl<L: Learner> Cluster<L> {
 /// How long a joining trainer waits for a training one's learner state.
 const DONOR_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Restores into `learner` the state of `donor`'s (its optimizer's), keeping
-/// its own position in its data. A donor that has just finished has no state
-/// to give: the learner then starts as it is.
-fn warm_start<L: Learner>(learner: &mut L, donor: &Addr<TrainerActor<L>>) -> Result<()> {
+/// The state of `donor`'s learner (its optimizer's), or `None` from a donor
+/// that has just finished: the joiners then start as they are.
+fn donor_state<L: Learner>(donor: &Addr<TrainerActor<L>>) -> Result<Option<LearnerState>> {
     let (reply, states) = bounded(1);
     donor.do_send(SaveState(reply));
-    let Ok(WorkerState { learner: state, .. }) = states.recv_timeout(DONOR_TIMEOUT) else {
-        return Ok(());
-    };
-    let position = learner.save_state().map_err(Error::learner)?.position;
-    let state = LearnerState { position, ..state? };
-    learner.restore_state(&state).map_err(Error::learner)
+    match states.recv_timeout(DONOR_TIMEOUT) {
+        Ok(WorkerState { learner, .. }) => learner.map(Some),
+        Err(_) => Ok(None),
+    }
 }
