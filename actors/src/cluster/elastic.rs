@@ -66,6 +66,9 @@ impl<L: Learner> Cluster<L> {
     /// environment's failure to start their actors.
     pub fn add_trainers(&self, mut learners: Vec<L>) -> Result<Vec<usize>> {
         let config = &self.inner.config;
+        if learners.is_empty() {
+            return Ok(Vec::new());
+        }
         self.with_running(|running| {
             // Stopped, it tells no trainer started from now on to stop.
             if running.closed || self.stopped() {

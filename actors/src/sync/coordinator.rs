@@ -369,6 +369,8 @@ impl Handler<Regroup> for GroupCoordinator {
         );
         // No answer (it failed): the requester's wait ends in an error.
         if let Some(from) = from {
+            // One answer into a queue of one: it fails only when the
+            // requester is gone, and then nobody needs it.
             let _ = reply.send(from);
         }
     }
