@@ -257,23 +257,31 @@ fn an_elastic_plan_runs_from_the_config_and_what_it_cannot_do_is_refused() {
 #[test]
 fn compressed_sync_learns_counts_both_sizes_and_refuses_what_it_would_ignore() {
     let dir = tempfile::tempdir().unwrap();
-    let (config, json) = train_with(
-        dir.path(),
-        "[train]\ntrainers = 4\neval_every = 0\n\
-         [sync]\nalgorithm = \"shadow-ma\"\ncompression = \"int8\"\n",
-    );
+    let mut config = String::new();
+    // A group's rounds, and EASGD's steps against its centre.
+    for algorithm in ["shadow-ma", "shadow-easgd"] {
+        let (written, json) = train_with(
+            dir.path(),
+            &format!(
+                "[train]\ntrainers = 4\neval_every = 0\n\
+                 [sync]\nalgorithm = \"{algorithm}\"\ncompression = \"int8\"\n"
+            ),
+        );
+        let cluster = &json["cluster"];
+        let sent = cluster["bytes_sent"].as_f64().unwrap();
+        let before = cluster["bytes_before_compression"].as_f64().unwrap();
+        // A byte a value and 4 a block of 256, against 4 a value.
+        let ratio = before / sent;
+        assert!(sent > 0.0 && ratio > 3.8, "{algorithm}: {sent} of {before}");
+        let ne = json["final_metrics"]["ne"].as_f64().unwrap();
+        assert!(ne < 0.95, "compressed {algorithm} did not learn: NE {ne}");
+        config = written;
+    }
     let config = config.as_str();
-    let cluster = &json["cluster"];
-    let sent = cluster["bytes_sent"].as_f64().unwrap();
-    let before = cluster["bytes_before_compression"].as_f64().unwrap();
-    // A byte a value and 4 a block of 256, against 4 a value.
-    assert!(sent > 0.0 && before / sent > 3.8, "{sent} of {before}");
-    let ne = json["final_metrics"]["ne"].as_f64().unwrap();
-    assert!(ne < 0.95, "compressed shadow-ma did not learn: NE {ne}");
     for (flags, key) in [
         (&["--compression", "zip"][..], "sync.compression"),
         (&["--topk-ratio", "0.5"][..], "sync.topk_ratio"),
-        (&["--sync", "shadow-easgd"][..], "sync.compression"),
+        (&["--compression", "topk"][..], "sync.compression"),
     ] {
         let mut args = vec!["train", "--config", config];
         args.extend(flags);

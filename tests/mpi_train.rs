@@ -1,7 +1,7 @@
 //! `mpirun -np R shadowsync train` (feature `mpi`): a job of 2 ranks × 2
 //! trainers trains the whole pass and learns (under MA on sharded tables,
-//! compressed or not, and
-//! under EASGD with the centre sharded over the ranks), a job killed mid-run
+//! and under EASGD with the centre sharded over the ranks, compressed or
+//! not), a job killed mid-run
 //! resumes with the same ranks from the job's last whole checkpoint with
 //! every push applied once, every row ends at its initial values minus every
 //! step pushed to it (4 × 8 and 2 × 16 sharded, 4 × 4 replicated, 2 × 4
@@ -111,14 +111,19 @@ fn two_ranks_of_two_trainers_train_the_whole_pass_on_half_a_table_each() {
 
 /// With replicated tables (each rank a whole copy, merged in the background)
 /// and EASGD's centre sharded over the two ranks, every trainer syncs with
-/// the centre and the job learns (`./dev claims` compares its NE with one
-/// process over seeds).
+/// the centre and the job learns, its steps compressed or not (`./dev
+/// claims` compares its NE with one process over seeds).
 #[test]
 fn easgd_with_its_centre_sharded_over_two_ranks_syncs_every_trainer() {
     let dir = tempfile::tempdir().unwrap();
     data(dir.path());
-    for sync in ["shadow-easgd", "fr-easgd:10"] {
-        let replicated = ("embeddings = \"replicated\"", &[][..]);
+    let int8 = &["--compression", "int8"][..];
+    for (sync, flags) in [
+        ("shadow-easgd", &[][..]),
+        ("fr-easgd:10", &[][..]),
+        ("shadow-easgd", int8),
+    ] {
+        let replicated = ("embeddings = \"replicated\"", flags);
         let (ne, report) = train_with(dir.path(), Some(2), 2, 1, sync, replicated);
         assert_eq!(report["examples"], 400_000, "{report}");
         assert!(ne < LEARNED, "{sync}: NE {ne:.4}");
@@ -135,6 +140,12 @@ fn easgd_with_its_centre_sharded_over_two_ranks_syncs_every_trainer() {
             report["cluster"]["errors"].as_array().unwrap().is_empty(),
             "{report}"
         );
+        // Compressed, each step's replica crossed in int8: its 14 values in
+        // two shards of 7, a byte each and 4 a shard's block, against 4 each.
+        let bytes = |key: &str| report["cluster"][key].as_f64().unwrap();
+        let ratio = bytes("bytes_before_compression") / bytes("bytes_sent");
+        let expected = if flags.is_empty() { 1.0 } else { 56.0 / 22.0 };
+        assert!((ratio - expected).abs() < 1e-9, "{sync} {flags:?}: {ratio}");
     }
 }
 

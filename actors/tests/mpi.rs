@@ -264,7 +264,7 @@ fn elastic_steps_on_this_rank() {
     let fabric: Arc<dyn Fabric> = node.clone();
     let start = {
         let initial = initial.clone();
-        move || ServerClient::start(&initial, SHARDS, &EventBus::default(), &[], &*fabric)
+        move || ServerClient::start(&initial, SHARDS, None, &EventBus::default(), &[], &*fabric)
     };
     let (system, system_thread, server) = spawn_system("easgd-test", start).unwrap();
     let server = server.unwrap();
@@ -282,6 +282,7 @@ fn elastic_steps_on_this_rank() {
                             .elastic(x.clone().into(), ALPHA, me, round, || false)
                             .unwrap()
                             .unwrap()
+                            .0
                             .into_vec(Vec::new());
                         for j in 0..VALUES {
                             moved[j] += f64::from(x[j]) - f64::from(target[j]);

@@ -132,8 +132,9 @@ pub(crate) struct TrainArgs {
     /// Shards of the EASGD parameter server.
     #[arg(long, group = "setup")]
     pub(crate) server_shards: Option<usize>,
-    /// How the values of group rounds cross: none, fp16, int8, topk, or a
-    /// codec the binary registered.
+    /// How the values of sync rounds (a group's, EASGD's steps against its
+    /// centre) cross: none, fp16, int8, topk (group rounds only), or a codec
+    /// the binary registered.
     #[arg(long, group = "setup")]
     pub(crate) compression: Option<String>,
     /// The share of each message's values topk sends, in (0, 1].

@@ -61,18 +61,15 @@ fn not_shadow(c: &Config, _: usize) -> Option<String> {
     })
 }
 
-/// Read by the group rounds: not without sync, nor by EASGD's rounds against
-/// its centre; but across processes the tables' traffic reads a codec
-/// without memory of a link (not `topk`) whatever the algorithm.
+/// Read by the sync rounds (a group's, or EASGD's against its centre, which
+/// refuses a codec with memory of a link): not without sync; but across
+/// processes the tables' traffic reads a codec without memory (not `topk`)
+/// whatever the algorithm.
 fn uncompressed(c: &Config, p: usize) -> Option<String> {
     if p > 1 && c.sync.compression != "topk" {
         return None;
     }
-    unsynced(c, p).or_else(|| {
-        (c.sync.algorithm.rule() == Some("easgd")).then(|| {
-            "it compresses the group rounds; EASGD's rounds meet its centre uncompressed".into()
-        })
-    })
+    unsynced(c, p)
 }
 
 /// Read by the rule called `rule` only (`what` it is to that rule).

@@ -14,9 +14,9 @@ use crate::shadow::{ShadowExit, ShadowLoop};
 use crate::stats::TrainerCounters;
 use crate::sync::coordinator::{CoordinatorClient, GroupCoordinator};
 use crate::sync::{
-    check_partitions, Algorithm, Codecs, Endpoint, Exchange, Fabric, GroupPlan, GroupSchedule,
-    LinkModel, ModelAveraging, RuleContext, Schedule, ScheduleContext, ServerClient, SharedPeer,
-    SyncConfig, SyncPeer, SyncRule,
+    check_partitions, Algorithm, CentreCodec, Codecs, Endpoint, Exchange, Fabric, GroupPlan,
+    GroupSchedule, LinkModel, ModelAveraging, RuleContext, Schedule, ScheduleContext, ServerClient,
+    SharedPeer, SyncConfig, SyncPeer, SyncRule,
 };
 use crate::system::spawn_system;
 use crate::trainer::{Foreground, Parking, TrainerCore};
@@ -318,7 +318,8 @@ pub(super) fn parking_of(config: &ClusterConfig, counters: &[Arc<TrainerCounters
 /// The actor system and its services, each on an arbiter of its own: the
 /// group coordinator following `plan` and, for a rule that meets a `centre`
 /// (EASGD), the parameter server's shards starting from `initial` (behind
-/// the simulated link in one process; between processes the network is real).
+/// the simulated link in one process; between processes the network is
+/// real), its steps compressed as `sync.compression` says.
 pub(super) fn start_services(
     config: &ClusterConfig,
     fabric: &Arc<dyn Fabric>,
@@ -328,6 +329,10 @@ pub(super) fn start_services(
 ) -> Result<(System, JoinHandle<()>, Services)> {
     let sync = &config.sync;
     let shards = sync.server_shards_for(plan.trainers(), fabric.processes());
+    let codec = match centre {
+        true => CentreCodec::new(&config.codecs, sync, initial)?,
+        false => None,
+    };
     let (events, initial) = (config.events.clone(), initial.to_vec());
     let link = match fabric.processes() {
         1 => sync.link,
@@ -341,7 +346,7 @@ pub(super) fn start_services(
             GroupCoordinator::new(plan, coordinator_events).with_faults(&coordinator_faults)
         });
         let server = centre.then(|| {
-            ServerClient::start(&initial, shards, &events, &faults, &*fabric)
+            ServerClient::start(&initial, shards, codec, &events, &faults, &*fabric)
                 .map(|server| server.over_link(link))
         });
         (coordinator, server)

@@ -67,10 +67,11 @@ pub struct SyncConfig {
     pub peer_timeout_ms: f64,
     /// The simulated network.
     pub link: LinkModel,
-    /// How the values of group rounds cross: `none` (as `f32`), `fp16`,
-    /// `int8`, `topk` or a codec of one's own (see
-    /// [`Codecs`](crate::sync::Codecs)). Compressed shadow rounds run on a
-    /// thread per trainer.
+    /// How the values of group rounds and of EASGD's steps against its
+    /// centre cross: `none` (as `f32`), `fp16`, `int8`, `topk` (group rounds
+    /// only) or a codec of one's own (see [`Codecs`](crate::sync::Codecs),
+    /// [`CentreCodec`](crate::sync::CentreCodec)). Compressed shadow rounds
+    /// run on a thread per trainer.
     pub compression: String,
     /// The share of each message's values `topk` sends.
     pub topk_ratio: f64,

@@ -24,7 +24,7 @@ pub use rules::{
     Exchange, ModelAveraging, Outer, OuterState, OuterStep, RuleContext, RuleFactory, RuleState,
     Rules, SyncRule, WriteBack,
 };
-pub(crate) use rules::{elastic_into, resident_zeros, Combined, SharedSlice};
+pub(crate) use rules::{elastic_into, elastic_pull, resident_zeros, Combined, SharedSlice};
 pub use schedule::{
     check_partitions, GroupPlan, GroupSchedule, Schedule, ScheduleContext, ScheduleFactory,
     Schedules,
@@ -32,9 +32,9 @@ pub use schedule::{
 #[cfg(feature = "mpi")]
 pub use transport::mpi;
 pub use transport::{
-    launched_by_mpirun, mesh, unaccounted_in_job, Codec, CodecContext, CodecFactory, Codecs,
-    Endpoint, Fabric, Fp16, InProcess, Int8, LinkModel, RemoteShards, ServerClient, ServerShard,
-    ServerShardActor, TopK,
+    launched_by_mpirun, mesh, unaccounted_in_job, CentreCodec, Codec, CodecContext, CodecFactory,
+    Codecs, Endpoint, Fabric, Fp16, InProcess, Int8, LinkModel, RemoteShards, ServerClient,
+    ServerShard, ServerShardActor, TopK,
 };
 #[cfg(feature = "mpi")]
 pub(crate) use transport::{serve, ShardRequest};

@@ -389,17 +389,19 @@ impl SyncPeer {
         self.counting_centre_step(step, snapshot.values().len())
     }
 
-    /// `step`, with the replica of `len` values it sent the centre counted
-    /// as sent (4 bytes a value) when it went through.
+    /// The target of `step`, with the bytes it sent the centre counted as
+    /// sent (and its replica of `len` values, 4 bytes a value, before
+    /// compression).
     fn counting_centre_step(
         &self,
-        step: Result<Option<Combined>>,
+        step: Result<Option<(Combined, u64)>>,
         len: usize,
     ) -> Result<Option<Combined>> {
-        if let Ok(Some(_)) = &step {
-            self.count_centre_step(len);
-        }
-        step
+        let Some((target, sent)) = step? else {
+            return Ok(None);
+        };
+        self.endpoint.count_sent_encoded(sent, 4 * len as u64);
+        Ok(Some(target))
     }
 
     /// Counts the replica of `len` values an elastic step sent the centre.
@@ -423,13 +425,16 @@ impl SyncPeer {
     }
 
     /// For a rule that meets a centre whose every shard this process
-    /// serves: the server and the elasticity, to make its steps here
-    /// ([`ServerClient::elastic_on_this_thread`]).
+    /// serves, uncompressed: the server and the elasticity, to make its
+    /// steps here ([`ServerClient::elastic_on_this_thread`]).
     pub(crate) fn centre_here(&self) -> Option<(ServerClient, f32)> {
         let Exchange::Centre { alpha } = self.lock().rule.exchange() else {
             return None;
         };
-        let server = self.server.as_ref().filter(|s| s.all_here())?;
+        let server = self
+            .server
+            .as_ref()
+            .filter(|s| s.all_here() && !s.compressed())?;
         Some((server.clone(), alpha))
     }
 

@@ -59,11 +59,24 @@ pub(crate) fn elastic_into(snapshot: &[f32], center: &mut [f32], alpha: f32, tar
     }
 }
 
+/// [`elastic`] answering the replica's move `−d` (its target minus
+/// `snapshot`), not its target: what a compressed step sends back, small
+/// values that a codec keeps closely.
+pub(crate) fn elastic_pull(snapshot: &[f32], center: &mut [f32], alpha: f32) -> Vec<f32> {
+    let step = |(&w, c)| -centre_move(w, c, alpha);
+    snapshot.iter().zip(center.iter_mut()).map(step).collect()
+}
+
 /// One value's elastic step: moves the centre `c` towards `w`, returns `w`'s target.
 fn elastic_value(w: f32, c: &mut f32, alpha: f32) -> f32 {
+    w - centre_move(w, c, alpha)
+}
+
+/// Moves the centre `c` by `d = α (w − c)` and returns `d`.
+fn centre_move(w: f32, c: &mut f32, alpha: f32) -> f32 {
     let d = alpha * (w - *c);
     *c += d;
-    w - d
+    d
 }
 
 /// `len` zeros in memory the OS has already handed over: each page is
@@ -290,6 +303,10 @@ mod tests {
         let (mut again, mut into) = ([0.0f32, 4.0], [f32::NAN; 2]);
         elastic_into(&[1.0, 2.0], &mut again, 0.25, &mut into);
         assert_eq!((again, into), (center, [0.75, 2.5]));
+        // The pull is the replica's move, target − snapshot.
+        let mut pulled = [0.0f32, 4.0];
+        let pull = elastic_pull(&[1.0, 2.0], &mut pulled, 0.25);
+        assert_eq!((pulled, pull), (center, vec![-0.25, 0.5]));
         let mut replica = [1.5f32, 2.0];
         WriteBack::Delta.apply(&mut replica, &target, &[1.0, 2.0]);
         assert_eq!(replica, [1.25, 2.5]);

@@ -13,7 +13,7 @@ pub use crate::hogwild::WriteBack;
 pub use algorithm::Algorithm;
 pub(crate) use combined::{Combined, SharedSlice, TARGET_BLOCK};
 pub use math::{elastic, mean_into, BmufParams, DilocoParams, OuterState, OuterStep};
-pub(crate) use math::{elastic_into, resident_zeros};
+pub(crate) use math::{elastic_into, elastic_pull, resident_zeros};
 pub use rule::{
     BlockMomentum, Diloco, Elastic, Exchange, ModelAveraging, Outer, RuleContext, RuleFactory,
     RuleState, Rules, SyncRule,

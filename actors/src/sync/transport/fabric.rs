@@ -85,6 +85,9 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     /// Serves this process's shards of the EASGD centre (`hosted`: each
     /// shard's index and actor) to the other processes' trainers, and returns
     /// how to reach the shards the others serve (`None` in one process).
+    /// With a `codec` (stateless), the values of compressed steps (those
+    /// answered with the replica's move) cross encoded both ways (every
+    /// process must give the same).
     ///
     /// # Errors
     ///
@@ -92,6 +95,7 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     fn serve_shards(
         &self,
         hosted: Vec<(usize, Addr<ServerShardActor>)>,
+        codec: Option<Box<dyn Codec>>,
     ) -> Result<Option<Arc<dyn RemoteShards>>>;
 
     /// Hands the other processes' requests for this process's rows of a
@@ -190,6 +194,7 @@ impl Fabric for InProcess {
     fn serve_shards(
         &self,
         _hosted: Vec<(usize, Addr<ServerShardActor>)>,
+        _codec: Option<Box<dyn Codec>>,
     ) -> Result<Option<Arc<dyn RemoteShards>>> {
         Ok(None)
     }

@@ -27,4 +27,4 @@ pub(crate) use message::{Body, Message, Outgoing};
 pub(crate) use message::{Payload, Phase, Reduce};
 #[cfg(feature = "mpi")]
 pub(crate) use server::{serve, ShardRequest};
-pub use server::{RemoteShards, ServerClient, ServerShard, ServerShardActor};
+pub use server::{CentreCodec, RemoteShards, ServerClient, ServerShard, ServerShardActor};

@@ -1,5 +1,6 @@
 //! Compressed sync payloads: a [`Codec`] turns the values of a group
-//! round's messages into fewer bytes, and back.
+//! round's messages into fewer bytes, and back (and those of EASGD's steps
+//! against its centre: `CentreCodec`).
 //!
 //! `sync.compression` names one: `none` (the default: values cross as
 //! `f32`), [`Fp16`] (half precision), [`Int8`] (a byte per value and a
@@ -139,6 +140,32 @@ impl Codecs {
     }
 }
 
+/// Makes instances of one codec, each for one direction of one link.
+pub(crate) type CodecMaker = Arc<dyn Fn() -> Result<Box<dyn Codec>> + Send + Sync>;
+
+/// The maker of the codec `config.compression` names among `codecs`, for
+/// links whose ends start from `initial`; `None` for `none`.
+///
+/// # Errors
+///
+/// As [`Codecs::factory`].
+pub(crate) fn codec_maker(
+    codecs: &Codecs,
+    config: &SyncConfig,
+    initial: &[f32],
+) -> Result<Option<CodecMaker>> {
+    let Some(factory) = codecs.factory(config)? else {
+        return Ok(None);
+    };
+    let (config, initial): (SyncConfig, Arc<[f32]>) = (config.clone(), initial.into());
+    Ok(Some(Arc::new(move || {
+        factory(&CodecContext {
+            config: &config,
+            initial: &initial,
+        })
+    })))
+}
+
 /// Which end of a link a codec serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum End {
@@ -150,7 +177,7 @@ enum End {
 /// phase (one for all links when the codec is stateless), made on first
 /// use.
 pub(crate) struct LinkCodecs {
-    make: Box<dyn Fn() -> Result<Box<dyn Codec>> + Send>,
+    make: CodecMaker,
     stateless: bool,
     made: HashMap<(usize, Phase, End), Box<dyn Codec>>,
 }
@@ -176,20 +203,13 @@ impl LinkCodecs {
         config: &SyncConfig,
         initial: &[f32],
     ) -> Result<Option<Self>> {
-        let Some(factory) = codecs.factory(config)? else {
+        let Some(make) = codec_maker(codecs, config, initial)? else {
             return Ok(None);
-        };
-        let (config, initial): (SyncConfig, Arc<[f32]>) = (config.clone(), initial.into());
-        let make = move || {
-            factory(&CodecContext {
-                config: &config,
-                initial: &initial,
-            })
         };
         let first = make()?;
         Ok(Some(Self {
             stateless: first.stateless(),
-            make: Box::new(make),
+            make,
             made: HashMap::new(),
         }))
     }

@@ -161,8 +161,14 @@ impl Endpoint {
     /// Counts `bytes` as sent (a round that moved them without this
     /// endpoint's messages; uncompressed).
     pub fn count_sent(&self, bytes: u64) {
-        self.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
-        self.values_sent.fetch_add(bytes, Ordering::Relaxed);
+        self.count_sent_encoded(bytes, bytes);
+    }
+
+    /// Counts `wire` bytes as sent, `values` bytes before compression (a
+    /// round that moved them without this endpoint's messages).
+    pub fn count_sent_encoded(&self, wire: u64, values: u64) {
+        self.bytes_sent.fetch_add(wire, Ordering::Relaxed);
+        self.values_sent.fetch_add(values, Ordering::Relaxed);
     }
 
     /// Compresses the values of its group rounds with the codec

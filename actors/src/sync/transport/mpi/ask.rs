@@ -33,8 +33,9 @@ pub(super) enum Ask {
     Sum(Sums, Sender<Sums>),
     /// Gather every rank's words (`MPI_Iallgatherv`) and answer them.
     Gather(Vec<u32>, Sender<Vec<Vec<u32>>>),
-    /// Serve these EASGD centre shards (index, actor) to the other ranks.
-    HostShards(Vec<(usize, Addr<ServerShardActor>)>),
+    /// Serve these EASGD centre shards (index, actor) to the other ranks;
+    /// compressed steps cross encoded by this codec, if any.
+    HostShards(Vec<(usize, Addr<ServerShardActor>)>, Option<Box<dyn Codec>>),
     /// Send `request` to centre shard `shard` on rank `rank`; answer on `reply`.
     Shard {
         rank: usize,
@@ -65,7 +66,7 @@ impl std::fmt::Debug for Ask {
             Ask::StopAll => write!(f, "StopAll"),
             Ask::Sum(_, _) => write!(f, "Sum"),
             Ask::Gather(words, _) => write!(f, "Gather({} words)", words.len()),
-            Ask::HostShards(hosted) => write!(f, "HostShards({})", hosted.len()),
+            Ask::HostShards(hosted, _) => write!(f, "HostShards({})", hosted.len()),
             Ask::Shard { rank, shard, .. } => write!(f, "Shard({shard} on rank {rank})"),
             Ask::HostRows(..) => write!(f, "HostRows"),
             Ask::Rows { rank, .. } => write!(f, "Rows(on rank {rank})"),

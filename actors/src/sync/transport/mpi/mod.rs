@@ -230,8 +230,9 @@ impl Fabric for MpiNode {
     fn serve_shards(
         &self,
         hosted: Vec<(usize, Addr<ServerShardActor>)>,
+        codec: Option<Box<dyn Codec>>,
     ) -> Result<Option<Arc<dyn RemoteShards>>> {
-        self.ask(Ask::HostShards(hosted))?;
+        self.ask(Ask::HostShards(hosted, codec))?;
         Ok(Some(Arc::new(ShardsOnRanks {
             asks: self.asks.clone(),
         })))

@@ -7,9 +7,9 @@ use super::wire::{
     decode, encode, Envelope, AGREED, ARRIVED, CONTROL_TAG, ROWS_TAG, SERVER_TAG, STOP, TAG,
     WITHDRAWN,
 };
-use crate::embedding::{RowRequest, RowServerActor};
+use crate::embedding::RowServerActor;
 use crate::sync::transport::{Message, Outgoing};
-use crate::sync::{Codec, ServerShardActor, ShardRequest};
+use crate::sync::{Codec, ServerShardActor};
 use crate::system::ShardReply;
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
@@ -22,12 +22,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A request of another rank being served here: who asked, its ticket, the
-/// shard (or, for rows, this rank), the MPI tag of the answer, the answer to come.
+/// shard (or, for rows, this rank), the MPI tag of the answer, whether the
+/// answer crosses encoded (by the tag's codec), the answer to come.
 pub(super) struct Serving {
     pub(super) rank: usize,
     pub(super) ticket: u64,
     pub(super) shard: usize,
     pub(super) tag: i32,
+    pub(super) coded: bool,
     pub(super) answer: Receiver<ShardReply>,
 }
 
@@ -63,14 +65,16 @@ pub(super) struct PostOffice {
     pub(super) withdrawn: Vec<bool>,
     /// The centre shards served here, once registered.
     pub(super) hosted: Option<HashMap<usize, Addr<ServerShardActor>>>,
-    /// Requests to shards that arrived before they were registered.
-    pub(super) early_requests: Vec<(usize, u64, usize, ShardRequest)>,
+    /// The codec of compressed steps against the centre (none: as `f32`).
+    pub(super) centre_codec: Option<Box<dyn Codec>>,
     /// The server of this rank's embedding rows, once registered.
     pub(super) rows: Option<Addr<RowServerActor>>,
-    /// Requests for rows that arrived before their server was registered.
-    pub(super) early_row_requests: Vec<(usize, u64, RowRequest)>,
     /// The codec of rows and gradients crossing (none: as `f32`).
     pub(super) row_codec: Option<Box<dyn Codec>>,
+    /// Requests to shards or rows (sender, MPI tag, words) that arrived
+    /// before their service and its codec were registered, kept as they
+    /// came.
+    pub(super) early: Vec<(usize, i32, Vec<u32>)>,
     /// Requests being served here.
     pub(super) serving: Vec<Serving>,
     /// Answers to other ranks' requests, to send.
@@ -105,10 +109,10 @@ impl PostOffice {
             agreed: vec![0; ranks],
             withdrawn: vec![false; ranks],
             hosted: None,
-            early_requests: Vec::new(),
+            centre_codec: None,
             rows: None,
-            early_row_requests: Vec::new(),
             row_codec: None,
+            early: Vec::new(),
             serving: Vec::new(),
             answers: Vec::new(),
             tickets: HashMap::new(),

@@ -59,11 +59,37 @@ impl RemoteRows for RowsOnRanks {
 }
 
 impl PostOffice {
-    /// Serves `hosted` from now on, starting with the requests that came early.
-    pub(super) fn host(&mut self, hosted: Vec<(usize, Addr<ServerShardActor>)>) {
+    /// Serves `hosted` from now on, starting with the requests that came
+    /// early; compressed steps cross encoded by `codec` (a stateless one),
+    /// if any.
+    pub(super) fn host(
+        &mut self,
+        hosted: Vec<(usize, Addr<ServerShardActor>)>,
+        codec: Option<Box<dyn Codec>>,
+    ) {
         self.hosted = Some(hosted.into_iter().collect());
-        for (rank, ticket, shard, request) in std::mem::take(&mut self.early_requests) {
-            self.serve(rank, ticket, shard, request);
+        self.centre_codec = codec;
+        self.take_early(SERVER_TAG);
+    }
+
+    /// Takes the messages of `tag` that came before their service was
+    /// registered, in the order they came.
+    fn take_early(&mut self, tag: i32) {
+        let (now, later) = std::mem::take(&mut self.early)
+            .into_iter()
+            .partition(|(_, of, _)| *of == tag);
+        self.early = later;
+        for (from, tag, words) in now {
+            self.on_shard_message(from, tag, &words);
+        }
+    }
+
+    /// Whether the service of messages of `tag` has been registered (with
+    /// its codec).
+    fn registered(&self, tag: i32) -> bool {
+        match tag {
+            ROWS_TAG => self.rows.is_some(),
+            _ => self.hosted.is_some(),
         }
     }
 
@@ -117,14 +143,15 @@ impl PostOffice {
     }
 
     /// The codec of messages of MPI tag `tag`: the rows' codec for
-    /// [`ROWS_TAG`], none for EASGD's centre.
+    /// [`ROWS_TAG`], the centre's for [`SERVER_TAG`].
     fn codec_of(&mut self, tag: i32) -> Option<&mut dyn Codec> {
-        match tag {
-            ROWS_TAG => match &mut self.row_codec {
-                Some(codec) => Some(&mut **codec),
-                None => None,
-            },
-            _ => None,
+        let codec = match tag {
+            ROWS_TAG => &mut self.row_codec,
+            _ => &mut self.centre_codec,
+        };
+        match codec {
+            Some(codec) => Some(&mut **codec),
+            None => None,
         }
     }
 
@@ -138,48 +165,49 @@ impl PostOffice {
     ) {
         self.rows = Some(server);
         self.row_codec = codec;
-        for (rank, ticket, request) in std::mem::take(&mut self.early_row_requests) {
-            self.serve_rows(rank, ticket, request);
-        }
+        self.take_early(ROWS_TAG);
     }
 
-    /// Hands `rank`'s request for rows to the embedding server (or keeps it
-    /// until the server is registered).
+    /// Hands `rank`'s request for rows to the embedding server.
     fn serve_rows(&mut self, rank: usize, ticket: u64, request: RowRequest) {
-        let Some(server) = &self.rows else {
-            self.early_row_requests.push((rank, ticket, request));
-            return;
-        };
         let (reply, answer) = bounded(1);
         let serving = Serving {
             rank,
             ticket,
             shard: self.rank,
             tag: ROWS_TAG,
+            coded: true,
             answer,
         };
-        match serve_rows(server, rank, request, reply) {
+        let served = match &self.rows {
+            Some(server) => serve_rows(server, rank, request, reply),
+            None => Err(Error::Stopped("embedding row server")),
+        };
+        match served {
             Ok(()) => self.serving.push(serving),
             Err(e) => self.answer(&serving, Err(e)),
         }
     }
 
-    /// Hands `rank`'s request to the shard actor (or keeps it until the
-    /// shards are registered).
+    /// Hands `rank`'s request to the shard actor; a compressed step's
+    /// answer crosses encoded.
     fn serve(&mut self, rank: usize, ticket: u64, shard: usize, request: ShardRequest) {
-        let Some(hosted) = &self.hosted else {
-            self.early_requests.push((rank, ticket, shard, request));
-            return;
-        };
         let (reply, answer) = bounded(1);
         let serving = Serving {
             rank,
             ticket,
             shard,
             tag: SERVER_TAG,
+            coded: matches!(
+                request,
+                ShardRequest::Elastic {
+                    answer_move: true,
+                    ..
+                }
+            ),
             answer,
         };
-        let served = match hosted.get(&shard) {
+        let served = match self.hosted.as_ref().and_then(|hosted| hosted.get(&shard)) {
             Some(addr) => serve(addr, request, reply),
             None => Err(Error::ShardFailed {
                 shard,
@@ -199,7 +227,11 @@ impl PostOffice {
             shard: serving.shard,
             answer: answer.map_err(|e| e.to_string()),
         };
-        let words = answer.encode(self.codec_of(serving.tag));
+        let codec = match serving.coded {
+            true => self.codec_of(serving.tag),
+            false => None,
+        };
+        let words = answer.encode(codec);
         self.answers.push(Envelope {
             rank: serving.rank as i32,
             tag: serving.tag,
@@ -220,8 +252,14 @@ impl PostOffice {
         }
     }
 
-    /// Takes a message of [`SERVER_TAG`] or [`ROWS_TAG`] (`tag`) from `from`.
+    /// Takes a message of [`SERVER_TAG`] or [`ROWS_TAG`] (`tag`) from `from`
+    /// (keeps it, as it came, until its service and codec are registered:
+    /// this rank asks nothing before, so it is a request).
     pub(super) fn on_shard_message(&mut self, from: usize, tag: i32, words: &[u32]) {
+        if !self.registered(tag) {
+            self.early.push((from, tag, words.to_vec()));
+            return;
+        }
         match ShardWire::decode(words, self.codec_of(tag)) {
             Ok(ShardWire::Request {
                 ticket,

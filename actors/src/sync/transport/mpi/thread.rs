@@ -156,7 +156,7 @@ impl Asked {
             Ask::StopAll => self
                 .batch
                 .extend(others.map(|r| Envelope::control(r, &[STOP]))),
-            Ask::HostShards(hosted) => post.host(hosted),
+            Ask::HostShards(hosted, codec) => post.host(hosted, codec),
             Ask::Shard {
                 rank,
                 shard,

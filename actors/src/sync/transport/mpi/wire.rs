@@ -167,15 +167,18 @@ const FETCH: u32 = 4;
 const PUSH: u32 = 5;
 const PUSH_CODED: u32 = 6;
 const ANSWER_CODED: u32 = 7;
+const ELASTIC_CODED: u32 = 8;
 
 impl ShardWire {
     /// `[kind, ticket low, ticket high, shard]`, then for an elastic step
-    /// `[trainer, round low, round high, α, at]` and the values' bits; for an
-    /// answer the values' bits, or the error's UTF-8 bytes one per word. A
-    /// fetch of rows: the ids (two words each); a push: `[lr, rows]`, the ids,
-    /// then the gradients' bits (the shard word is unused: 0). With a `codec`
-    /// (rows' traffic), a push's gradients and an answer's values cross
-    /// encoded ([`value_words`]).
+    /// `[trainer, round low, round high, α, at, answer_move]` and the values'
+    /// bits; for an answer the values' bits, or the error's UTF-8 bytes one
+    /// per word. A fetch of rows: the ids (two words each); a push: `[lr,
+    /// rows]`, the ids, then the gradients' bits (the shard word is unused:
+    /// 0). With a `codec`, a push's gradients, a compressed elastic step's
+    /// values (one answered with the move) and an answer's values cross
+    /// encoded ([`value_words`]); the caller gives one for the answers it
+    /// encodes.
     pub(super) fn encode(&self, codec: Option<&mut dyn Codec>) -> Vec<u32> {
         let head = |kind: u32, ticket: u64, shard: usize| {
             vec![kind, ticket as u32, (ticket >> 32) as u32, shard as u32]
@@ -196,17 +199,20 @@ impl ShardWire {
                         alpha,
                         trainer,
                         round,
+                        answer_move,
                     },
             } => {
-                let mut words = head(ELASTIC, *ticket, *shard);
+                let codec = codec.filter(|_| *answer_move);
+                let mut words = head(kind(&codec, ELASTIC, ELASTIC_CODED), *ticket, *shard);
                 words.extend([
                     *trainer as u32,
                     *round as u32,
                     (*round >> 32) as u32,
                     alpha.to_bits(),
                     *at as u32,
+                    u32::from(*answer_move),
                 ]);
-                words.extend(values.iter().map(|x| x.to_bits()));
+                words.extend(value_words(values, codec));
                 words
             }
             Self::Rows {
@@ -221,8 +227,7 @@ impl ShardWire {
                 ticket,
                 request: RowRequest::Push { ids, grads, lr },
             } => {
-                let kind = if codec.is_some() { PUSH_CODED } else { PUSH };
-                let mut words = head(kind, *ticket, 0);
+                let mut words = head(kind(&codec, PUSH, PUSH_CODED), *ticket, 0);
                 words.extend([lr.to_bits(), ids.len() as u32]);
                 words.extend(ids.iter().flat_map(|&id| [id as u32, (id >> 32) as u32]));
                 words.extend(value_words(grads, codec));
@@ -233,12 +238,7 @@ impl ShardWire {
                 shard,
                 answer: Ok(values),
             } => {
-                let kind = if codec.is_some() {
-                    ANSWER_CODED
-                } else {
-                    ANSWER
-                };
-                let mut words = head(kind, *ticket, *shard);
+                let mut words = head(kind(&codec, ANSWER, ANSWER_CODED), *ticket, *shard);
                 words.extend(value_words(values, codec));
                 words
             }
@@ -267,26 +267,28 @@ impl ShardWire {
             shard as usize,
             &words[4..],
         );
-        let (floats, ids) = (floats_of, ids_of);
+        let ids = ids_of;
         Ok(match kind {
             CENTER => Self::Request {
                 ticket,
                 shard,
                 request: ShardRequest::Center,
             },
-            ELASTIC => {
-                let Some(&[trainer, low, high, alpha, at]) = rest.get(..5) else {
+            ELASTIC | ELASTIC_CODED => {
+                let Some(&[trainer, low, high, alpha, at, answer_move]) = rest.get(..6) else {
                     return Err("an elastic request without its fields".into());
                 };
+                let coded = (kind == ELASTIC_CODED).then_some(codec);
                 Self::Request {
                     ticket,
                     shard,
                     request: ShardRequest::Elastic {
-                        values: floats(&rest[5..]).into(),
+                        values: values_of(&rest[6..], coded)?.into(),
                         at: at as usize,
                         alpha: f32::from_bits(alpha),
                         trainer: trainer as usize,
                         round: u64::from(low) | (u64::from(high) << 32),
+                        answer_move: answer_move != 0,
                     },
                 }
             }
@@ -333,6 +335,14 @@ impl ShardWire {
     }
 }
 
+/// The kind `plain`, or `coded` with a `codec`.
+fn kind(codec: &Option<&mut dyn Codec>, plain: u32, coded: u32) -> u32 {
+    match codec {
+        Some(_) => coded,
+        None => plain,
+    }
+}
+
 /// `values` as words: their bits, or with a `codec` (stateless: no link's
 /// memory) `[values, bytes]` and their encoding's bytes packed four a word.
 fn value_words(values: &[f32], codec: Option<&mut dyn Codec>) -> Vec<u32> {
@@ -358,7 +368,7 @@ fn values_of(
         return Ok(floats_of(words));
     };
     let Some(codec) = codec else {
-        return Err("compressed rows, and sync.compression is \"none\" here".into());
+        return Err("compressed values, and sync.compression is \"none\" here".into());
     };
     let Some((&[values, bytes], packed)) = words.split_first_chunk::<2>() else {
         return Err("compressed values without their sizes".into());
@@ -455,10 +465,22 @@ mod tests {
     }
 
     #[test]
-    fn rows_and_answers_cross_compressed_with_a_codec() {
+    fn rows_steps_and_answers_cross_compressed_with_a_codec() {
         use crate::sync::Int8;
         // Steps of a scale of 1 (the largest is 127): int8 keeps them exactly.
         let values: Vec<f32> = (0..64).map(|i| (4 * i) as f32 - 127.0).collect();
+        let step = |answer_move| ShardWire::Request {
+            ticket: 9,
+            shard: 2,
+            request: ShardRequest::Elastic {
+                values: Arc::from(&values[..]),
+                at: 128,
+                alpha: 0.1,
+                trainer: 3,
+                round: 5,
+                answer_move,
+            },
+        };
         let push = ShardWire::Rows {
             ticket: 7,
             request: RowRequest::Push {
@@ -470,9 +492,9 @@ mod tests {
         let answer = ShardWire::Answer {
             ticket: 8,
             shard: 1,
-            answer: Ok(values),
+            answer: Ok(values.clone()),
         };
-        for wire in [push, answer] {
+        for wire in [push, answer, step(true)] {
             let plain = wire.encode(None);
             let words = wire.encode(Some(&mut Int8));
             // A byte a value, 4 a block and 2 words of sizes, against 4 a
@@ -482,6 +504,9 @@ mod tests {
             let e = ShardWire::decode(&words, None).unwrap_err();
             assert!(e.contains("sync.compression"), "{e}");
         }
+        // A step answered with its target crosses as `f32`, codec or not.
+        let plain = step(false);
+        assert_eq!(plain.encode(Some(&mut Int8)), plain.encode(None));
     }
 
     #[test]
@@ -492,6 +517,7 @@ mod tests {
             alpha: 0.3,
             trainer: 5,
             round: (2u64 << 32) + 1,
+            answer_move: true,
         };
         let big = (7u64 << 32) + 3;
         for wire in [

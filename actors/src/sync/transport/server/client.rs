@@ -1,5 +1,6 @@
 //! [`ServerClient`]: a trainer's line to every shard of the centre, here or
-//! in another process, with the simulated links of one process.
+//! in another process, with the simulated links of one process, its steps
+//! compressed by a [`CentreCodec`] if it has one.
 
 use crate::events::EventBus;
 use crate::faults::{faults_at, Fault, FaultSite};
@@ -14,9 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    lock, serve, shard_process, shard_ranges, HostedShard, RemoteShards, ServerShard,
+    lock, serve, shard_process, shard_ranges, CentreCodec, HostedShard, RemoteShards, ServerShard,
     ServerShardActor, ShardRequest, SharedShard,
 };
+
+/// A shard's answer: its index and its values.
+type Answer = (usize, Vec<f32>);
 
 /// How long a waiting trainer sleeps between two looks at the stop flag.
 const POLL: Duration = Duration::from_millis(20);
@@ -55,12 +59,15 @@ pub struct ServerClient {
     len: usize,
     links: Option<Arc<ShardLinks>>,
     cpu: Arc<CpuAccount>,
+    codec: Option<CentreCodec>,
 }
 
 /// The simulated links to the shards: when each is free again.
 #[derive(Debug)]
 struct ShardLinks {
     link: LinkModel,
+    /// Bytes a value takes on the wire (4 uncompressed).
+    bytes_per_value: f64,
     free_at: Vec<Mutex<Instant>>,
 }
 
@@ -69,7 +76,10 @@ impl ShardLinks {
     /// wire, starting `now`: its own link carries the whole vector out and
     /// back; each shard's carries its slice once the trainers before are done.
     fn done(&self, trainer: usize, ranges: impl Iterator<Item = usize>, now: Instant) -> Instant {
-        let wire = |values: usize| self.link.wire_time(trainer, LinkModel::SERVER, 4 * values) * 2;
+        let wire = |values: usize| {
+            let bytes = (values as f64 * self.bytes_per_value).ceil() as usize;
+            self.link.wire_time(trainer, LinkModel::SERVER, bytes) * 2
+        };
         let mut done = now;
         let mut total = 0;
         for (free_at, values) in self.free_at.iter().zip(ranges) {
@@ -87,15 +97,18 @@ impl ServerClient {
     /// `fabric` (all of them in one process; each on its own arbiter of the
     /// running actix system), reporting on `events` and injecting the
     /// `server-panic` faults of `faults`, and returns the client of every
-    /// shard of the job.
+    /// shard of the job, its steps compressed by `codec` if given (every
+    /// process must give the same).
     ///
     /// # Errors
     ///
     /// No shards ([`Error::Config`] naming `sync.server_shards`), a shard that no process
-    /// serves ([`Error::ShardFailed`]), or a fabric that cannot serve them.
+    /// serves ([`Error::ShardFailed`]), a codec its factory fails to make,
+    /// or a fabric that cannot serve them.
     pub fn start(
         initial: &[f32],
         shards: usize,
+        codec: Option<CentreCodec>,
         events: &EventBus,
         faults: &[Fault],
         fabric: &dyn Fabric,
@@ -122,7 +135,8 @@ impl ServerClient {
             hosted.push((index, addr, shard));
         }
         let addrs = hosted.iter().map(|(index, addr, _)| (*index, addr.clone()));
-        let remote = fabric.serve_shards(addrs.collect())?;
+        let wire_codec = codec.as_ref().map(CentreCodec::instance).transpose()?;
+        let remote = fabric.serve_shards(addrs.collect(), wire_codec)?;
         let mut hosted = hosted.into_iter().peekable();
         let shards = ranges
             .into_iter()
@@ -144,6 +158,7 @@ impl ServerClient {
             len: initial.len(),
             links: None,
             cpu,
+            codec,
         })
     }
 
@@ -158,6 +173,10 @@ impl ServerClient {
         self.links = (!link.is_ideal()).then(|| {
             Arc::new(ShardLinks {
                 link,
+                bytes_per_value: self
+                    .codec
+                    .as_ref()
+                    .map_or(4.0, CentreCodec::bytes_per_value),
                 free_at: self
                     .shards
                     .iter()
@@ -188,13 +207,15 @@ impl ServerClient {
 
     /// The elastic step of `trainer`'s `snapshot` in its `round` on every
     /// shard at once, once it is off the wire ([`ServerClient::simulated_arrival`]);
-    /// returns the replica's target, in the shards' parts, or `None` if
+    /// returns the replica's target, in the shards' parts, and the bytes
+    /// the step sent (the replica, encoded when compressed), or `None` if
     /// `stopped()` turns true while waiting for their answers.
     ///
     /// # Errors
     ///
-    /// A snapshot of another length than the centre ([`Error::Layout`]), or a shard that
-    /// failed, stopped or cannot be reached ([`Error::ShardFailed`], [`Error::Stopped`]).
+    /// A snapshot of another length than the centre ([`Error::Layout`]), a
+    /// codec that fails, or a shard that failed, stopped or cannot be
+    /// reached ([`Error::ShardFailed`], [`Error::Stopped`]).
     pub fn elastic(
         &self,
         snapshot: Arc<[f32]>,
@@ -202,10 +223,10 @@ impl ServerClient {
         trainer: usize,
         round: u64,
         stopped: impl Fn() -> bool,
-    ) -> Result<Option<Combined>> {
+    ) -> Result<Option<(Combined, u64)>> {
         self.fits(&snapshot)?;
-        self.gather(
-            |range, here| {
+        let Some(codec) = &self.codec else {
+            let request = |_, range: &Range<usize>, here| {
                 // Another process gets only its shard's slice.
                 let (values, at) = match here {
                     true => (Arc::clone(&snapshot), 0),
@@ -217,10 +238,52 @@ impl ServerClient {
                     alpha,
                     trainer,
                     round,
+                    answer_move: false,
                 }
-            },
-            stopped,
-        )
+            };
+            let Some(targets) = self.gather(request, stopped)? else {
+                return Ok(None);
+            };
+            return Ok(Some((self.combined(targets)?, 4 * self.len as u64)));
+        };
+        // Each shard reads its slice as it crossed, and answers the move.
+        let mut sent = 0;
+        let crossed = self.shards.iter().map(|(range, _)| {
+            let (values, bytes) = codec.crossed(range.start, &snapshot[range.clone()])?;
+            sent += bytes as u64;
+            Ok(Arc::<[f32]>::from(values))
+        });
+        let crossed = crossed.collect::<Result<Vec<_>>>()?;
+        let request = |index: usize, range: &Range<usize>, _| ShardRequest::Elastic {
+            values: Arc::clone(&crossed[index]),
+            at: range.start,
+            alpha,
+            trainer,
+            round,
+            answer_move: true,
+        };
+        let Some(moves) = self.gather(request, stopped)? else {
+            return Ok(None);
+        };
+        let targets = moves.into_iter().map(|(index, moved)| {
+            let (range, at) = &self.shards[index];
+            // Another process's answer crossed encoded; one made here is
+            // rounded as it would have been.
+            let mut target = match at {
+                ShardAt::Here { .. } => codec.crossed(range.start, &moved)?.0,
+                ShardAt::There { .. } => moved,
+            };
+            let own = &snapshot[range.clone()];
+            target.iter_mut().zip(own).for_each(|(t, x)| *t += x);
+            Ok((index, target))
+        });
+        let targets = targets.collect::<Result<Vec<_>>>()?;
+        Ok(Some((self.combined(targets)?, sent)))
+    }
+
+    /// Whether its steps are compressed (see [`CentreCodec`]).
+    pub fn compressed(&self) -> bool {
+        self.codec.is_some()
     }
 
     /// An error unless `snapshot` is as long as the centre.
@@ -292,25 +355,36 @@ impl ServerClient {
     ///
     /// A shard that failed, stopped or cannot be reached.
     pub fn center(&self) -> Result<Vec<f32>> {
-        let centre = self.gather(|_, _| ShardRequest::Center, || false)?;
-        let centre = centre.ok_or(Error::Stopped("parameter server"))?;
-        Ok(centre.into_vec(Vec::new()))
+        let parts = self.gather(|_, _, _| ShardRequest::Center, || false)?;
+        let parts = parts.ok_or(Error::Stopped("parameter server"))?;
+        Ok(self.combined(parts)?.into_vec(Vec::new()))
     }
 
-    /// Sends every shard its `request` (given its range and whether it is
-    /// served here) and hands over their answers as they came, each at its
-    /// range (no copy into one vector).
+    /// The shards' answers (each shard's index and values) as one vector,
+    /// each at its range (no copy into one vector).
+    fn combined(&self, answers: Vec<Answer>) -> Result<Combined> {
+        let at = |index: usize| self.shards.get(index).map_or(0, |(range, _)| range.start);
+        let parts = answers.into_iter().map(|(index, part)| (at(index), part));
+        Combined::owned(self.len, parts)
+    }
+
+    /// Sends every shard its `request` (given its index, its range and
+    /// whether it is served here) and hands over their answers as they
+    /// came, each with its shard's index, as long as its range.
     fn gather(
         &self,
-        request: impl Fn(&Range<usize>, bool) -> ShardRequest,
+        request: impl Fn(usize, &Range<usize>, bool) -> ShardRequest,
         stopped: impl Fn() -> bool,
-    ) -> Result<Option<Combined>> {
+    ) -> Result<Option<Vec<Answer>>> {
         let (reply, answers) = bounded(self.shards.len());
         for (index, (range, at)) in self.shards.iter().enumerate() {
             match at {
-                ShardAt::Here { addr, .. } => serve(addr, request(range, true), reply.clone())?,
+                ShardAt::Here { addr, .. } => {
+                    serve(addr, request(index, range, true), reply.clone())?
+                }
                 ShardAt::There { process, remote } => {
-                    remote.send(*process, index, request(range, false), reply.clone())?
+                    let request = request(index, range, false);
+                    remote.send(*process, index, request, reply.clone())?
                 }
             }
         }
@@ -321,9 +395,7 @@ impl ServerClient {
                 Ok((index, part)) => {
                     let part = part?;
                     match self.shards.get(index) {
-                        Some((range, _)) if range.len() == part.len() => {
-                            parts.push((range.start, part));
-                        }
+                        Some((range, _)) if range.len() == part.len() => parts.push((index, part)),
                         _ => {
                             return Err(Error::Layout(format!(
                                 "server shard {index} answered {} values",
@@ -339,7 +411,7 @@ impl ServerClient {
                 }
             }
         }
-        Combined::owned(self.len, parts).map(Some)
+        Ok(Some(parts))
     }
 }
 
@@ -356,6 +428,7 @@ mod tests {
         let now = Instant::now();
         let links = |shards: usize| ShardLinks {
             link,
+            bytes_per_value: 4.0,
             free_at: (0..shards).map(|_| Mutex::new(now)).collect(),
         };
         let close = |a: Instant, b: Instant| {

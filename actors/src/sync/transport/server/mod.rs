@@ -32,8 +32,12 @@
 //! process `s mod P` ([`shard_process`]), and a trainer reaches the shards of
 //! the other processes through the fabric ([`RemoteShards`]), sending each only
 //! its slice of the replica.
+//!
+//! With `sync.compression` a step crosses compressed both ways
+//! ([`CentreCodec`]): the shard answers the replica's move, not its target.
 
 mod client;
+mod coded;
 #[cfg(test)]
 mod tests;
 
@@ -41,7 +45,7 @@ use crate::events::{Event, EventBus};
 use crate::faults::{faults_due, Fault};
 use crate::recovery::unpanicked;
 use crate::stats::CpuAccount;
-use crate::sync::elastic;
+use crate::sync::{elastic, elastic_pull};
 use crate::system::{deliver, ShardReply};
 use crate::{Error, Result};
 use actix::prelude::*;
@@ -50,6 +54,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 pub use client::ServerClient;
+pub use coded::CentreCodec;
 
 /// `shards` (≥ 1) near-equal contiguous ranges covering `0..len`.
 pub(crate) fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>>> {
@@ -99,8 +104,27 @@ impl ServerShard {
     ///
     /// Values that do not cover the shard's range from `at` ([`Error::Layout`]).
     pub fn elastic(&mut self, values: &[f32], at: usize, alpha: f32) -> Result<Vec<f32>> {
-        let slice = self
-            .range
+        Ok(elastic(self.slice_of(values, at)?, &mut self.center, alpha))
+    }
+
+    /// [`ServerShard::elastic`] answering the replica's move (its target
+    /// minus its values) for the shard's range, as a compressed step asks.
+    ///
+    /// # Errors
+    ///
+    /// As [`ServerShard::elastic`].
+    pub fn pull(&mut self, values: &[f32], at: usize, alpha: f32) -> Result<Vec<f32>> {
+        Ok(elastic_pull(
+            self.slice_of(values, at)?,
+            &mut self.center,
+            alpha,
+        ))
+    }
+
+    /// The shard's range of `values`, which start at index `at` of the
+    /// whole vector.
+    fn slice_of<'a>(&self, values: &'a [f32], at: usize) -> Result<&'a [f32]> {
+        self.range
             .start
             .checked_sub(at)
             .and_then(|from| values.get(from..from + self.range.len()))
@@ -110,8 +134,7 @@ impl ServerShard {
                     values.len(),
                     self.range
                 ))
-            })?;
-        Ok(elastic(slice, &mut self.center, alpha))
+            })
     }
 
     /// The shard's values.
@@ -124,7 +147,8 @@ impl ServerShard {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ShardRequest {
     /// The elastic step of `trainer`'s replica in its `round`: `values` are
-    /// the replica's from index `at` (the whole vector, or the shard's slice).
+    /// the replica's from index `at` (the whole vector, or the shard's
+    /// slice). Answered with the replica's target, or its move.
     Elastic {
         /// The replica's values from index `at`.
         values: Arc<[f32]>,
@@ -136,6 +160,9 @@ pub enum ShardRequest {
         trainer: usize,
         /// The trainer's sync round.
         round: u64,
+        /// Whether to answer the replica's move ([`ServerShard::pull`]), as
+        /// a compressed step asks, not its target.
+        answer_move: bool,
     },
     /// A copy of the shard's values.
     Center,
@@ -252,7 +279,11 @@ impl Handler<Serve> for ServerShardActor {
                 alpha,
                 trainer,
                 round,
-            } => hosted.serve(trainer, round, |shard| shard.elastic(&values, at, alpha)),
+                answer_move,
+            } => hosted.serve(trainer, round, |shard| match answer_move {
+                true => shard.pull(&values, at, alpha),
+                false => shard.elastic(&values, at, alpha),
+            }),
         };
         // The asker's queue has room for every shard's one answer: a send
         // fails only when it stopped waiting (syncing ended), with nobody to tell.

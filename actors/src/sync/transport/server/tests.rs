@@ -12,13 +12,23 @@ fn sharded_elastic_step_equals_the_unsharded_one() {
     for shards in [1, 3, 4, 10, 16] {
         let start = {
             let initial = initial.clone();
-            move || ServerClient::start(&initial, shards, &EventBus::default(), &[], &InProcess)
+            move || {
+                ServerClient::start(
+                    &initial,
+                    shards,
+                    None,
+                    &EventBus::default(),
+                    &[],
+                    &InProcess,
+                )
+            }
         };
         let (system, thread, server) = spawn_system("server-test", start).unwrap();
         let server = server.unwrap();
         assert_eq!(server.shard_count(), shards);
         let target = server.elastic(Arc::clone(&snapshot), 0.5, 0, 0, || false);
-        let target = target.unwrap().unwrap();
+        let (target, sent) = target.unwrap().unwrap();
+        assert_eq!(sent, 4 * 10, "the replica, as f32");
         assert_eq!(target.parts().count(), shards, "one part a shard");
         assert_eq!(target.into_vec(Vec::new()), expected, "{shards} shards");
         assert_eq!(server.center().unwrap(), expected_center);
@@ -60,7 +70,7 @@ fn an_elastic_step_made_here_is_the_requested_one_and_a_fault_moves_no_centre() 
         let start = {
             let initial = initial.clone();
             let events = EventBus::default();
-            move || ServerClient::start(&initial, shards, &events, &[fault], &InProcess)
+            move || ServerClient::start(&initial, shards, None, &events, &[fault], &InProcess)
         };
         let (system, thread, server) = spawn_system("server-test", start).unwrap();
         let server = server.unwrap();
@@ -114,4 +124,68 @@ fn shard_ranges_cover_the_vector_in_order() {
     let ranges = shard_ranges(10, 3).unwrap();
     assert_eq!(ranges, vec![0..4, 4..8, 8..10]);
     assert_eq!(shard_ranges(2, 4).unwrap(), vec![0..1, 1..2, 2..2, 2..2]);
+}
+
+#[test]
+fn a_compressed_step_rounds_only_what_crosses_and_counts_the_encoded_bytes() {
+    use crate::sync::{Codecs, SyncConfig};
+    let len = 1000;
+    let initial: Vec<f32> = (0..len).map(|i| ((i * 37) as f32).sin()).collect();
+    let config = SyncConfig {
+        compression: "int8".into(),
+        ..SyncConfig::default()
+    };
+    let codec = CentreCodec::new(&Codecs::default(), &config, &initial).unwrap();
+    for shards in [1, 3] {
+        let start = {
+            let (initial, codec) = (initial.clone(), codec.clone());
+            move || {
+                ServerClient::start(
+                    &initial,
+                    shards,
+                    codec,
+                    &EventBus::default(),
+                    &[],
+                    &InProcess,
+                )
+            }
+        };
+        let (system, thread, server) = spawn_system("server-test", start).unwrap();
+        let server = server.unwrap();
+        assert!(server.compressed());
+        // The replica is where the centre is: uncompressed, its target is
+        // itself and the centre stays.
+        let snapshot: Arc<[f32]> = Arc::from(&initial[..]);
+        let (target, sent) = server
+            .elastic(Arc::clone(&snapshot), 0.5, 0, 0, || false)
+            .unwrap()
+            .unwrap();
+        // A byte a value and 4 a block of 256, per shard's slice.
+        let encoded: usize = shard_ranges(len, shards)
+            .unwrap()
+            .iter()
+            .map(|r| r.len() + 4 * r.len().div_ceil(256))
+            .sum();
+        assert_eq!(sent, encoded as u64, "{shards} shards");
+        // int8 rounds a value by up to 1/254 of its block's largest (here
+        // 1). The centre sees the replica so rounded and moves by α of that;
+        // the replica moves back as much, and that move's own rounding. Its
+        // target, rounded as it crossed, would be off by up to 1/254.
+        let pulled = 0.5 / 254.0 * 1.001;
+        let target = target.into_vec(Vec::new());
+        let off = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        };
+        assert!(off(&target, &snapshot) <= pulled + 1e-5, "{shards} shards");
+        assert!(
+            off(&target, &snapshot) > 0.0,
+            "{shards} shards: nothing rounded"
+        );
+        assert!(off(&server.center().unwrap(), &snapshot) <= pulled);
+        system.stop();
+        thread.join().unwrap();
+    }
 }
