@@ -22,6 +22,29 @@ use super::{
 /// A shard's answer: its index and its values.
 type Answer = (usize, Vec<f32>);
 
+/// What an elastic step asks every shard, besides the values.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    alpha: f32,
+    trainer: usize,
+    round: u64,
+}
+
+impl Step {
+    /// The request of the step of `values`, from index `at`, answered with
+    /// the replica's move or its target.
+    fn request(self, values: Arc<[f32]>, at: usize, answer_move: bool) -> ShardRequest {
+        ShardRequest::Elastic {
+            values,
+            at,
+            alpha: self.alpha,
+            trainer: self.trainer,
+            round: self.round,
+            answer_move,
+        }
+    }
+}
+
 /// How long a waiting trainer sleeps between two looks at the stop flag.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -225,28 +248,49 @@ impl ServerClient {
         stopped: impl Fn() -> bool,
     ) -> Result<Option<(Combined, u64)>> {
         self.fits(&snapshot)?;
-        let Some(codec) = &self.codec else {
-            let request = |_, range: &Range<usize>, here| {
-                // Another process gets only its shard's slice.
-                let (values, at) = match here {
-                    true => (Arc::clone(&snapshot), 0),
-                    false => (Arc::from(&snapshot[range.clone()]), range.start),
-                };
-                ShardRequest::Elastic {
-                    values,
-                    at,
-                    alpha,
-                    trainer,
-                    round,
-                    answer_move: false,
-                }
-            };
-            let Some(targets) = self.gather(request, stopped)? else {
-                return Ok(None);
-            };
-            return Ok(Some((self.combined(targets)?, 4 * self.len as u64)));
+        let step = Step {
+            alpha,
+            trainer,
+            round,
         };
-        // Each shard reads its slice as it crossed, and answers the move.
+        match &self.codec {
+            None => self.plain_step(&snapshot, step, stopped),
+            Some(codec) => self.coded_step(codec, &snapshot, step, stopped),
+        }
+    }
+
+    /// [`ServerClient::elastic`] uncompressed: each shard answers the
+    /// replica's target.
+    fn plain_step(
+        &self,
+        snapshot: &Arc<[f32]>,
+        step: Step,
+        stopped: impl Fn() -> bool,
+    ) -> Result<Option<(Combined, u64)>> {
+        let request = |_, range: &Range<usize>, here| {
+            // Another process gets only its shard's slice.
+            let (values, at) = match here {
+                true => (Arc::clone(snapshot), 0),
+                false => (Arc::from(&snapshot[range.clone()]), range.start),
+            };
+            step.request(values, at, false)
+        };
+        let Some(targets) = self.gather(request, stopped)? else {
+            return Ok(None);
+        };
+        Ok(Some((self.combined(targets)?, 4 * self.len as u64)))
+    }
+
+    /// [`ServerClient::elastic`] compressed by `codec`: each shard reads its
+    /// slice as it crossed and answers the replica's move, which is added
+    /// to the snapshot.
+    fn coded_step(
+        &self,
+        codec: &CentreCodec,
+        snapshot: &[f32],
+        step: Step,
+        stopped: impl Fn() -> bool,
+    ) -> Result<Option<(Combined, u64)>> {
         let mut sent = 0;
         let crossed = self.shards.iter().map(|(range, _)| {
             let (values, bytes) = codec.crossed(range.start, &snapshot[range.clone()])?;
@@ -254,13 +298,8 @@ impl ServerClient {
             Ok(Arc::<[f32]>::from(values))
         });
         let crossed = crossed.collect::<Result<Vec<_>>>()?;
-        let request = |index: usize, range: &Range<usize>, _| ShardRequest::Elastic {
-            values: Arc::clone(&crossed[index]),
-            at: range.start,
-            alpha,
-            trainer,
-            round,
-            answer_move: true,
+        let request = |index: usize, range: &Range<usize>, _| {
+            step.request(Arc::clone(&crossed[index]), range.start, true)
         };
         let Some(moves) = self.gather(request, stopped)? else {
             return Ok(None);
