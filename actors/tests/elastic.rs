@@ -62,6 +62,10 @@ fn a_cluster_grows_to_four_and_shrinks_to_three_with_the_groups_following() {
     let report = &outcome.report;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!((report.trainers, report.departed.clone()), (4, vec![1]));
+    assert_eq!(
+        report.group_size, 3,
+        "the last plan's groups, of every member"
+    );
     assert_eq!(outcome.learners.len(), 4);
     let steps: Vec<u64> = report.trainer_stats.iter().map(|s| s.steps).collect();
     assert!(steps[1] < 600, "trainer 1 left early: {steps:?}");

@@ -30,10 +30,13 @@
 use super::handle::Cluster;
 use super::wiring::{build_parts, group_plan};
 use crate::events::Event;
+use crate::sync::GroupSchedule;
 use crate::trainer::{Control, SaveState, TrainerActor, WorkerState};
 use crate::{Error, Learner, LearnerState, Result};
 use actix::Addr;
 use crossbeam_channel::bounded;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 impl<L: Learner> Cluster<L> {
@@ -121,7 +124,7 @@ impl<L: Learner> Cluster<L> {
                 &self.inner.server,
             )?
             .bounding_staleness(config, &self.inner.stop);
-            let from = self.inner.groups.regroup(members, plan)?;
+            let from = self.regroup(members, plan)?;
             {
                 let mut roster = self.inner.roster.lock().unwrap_or_else(|p| p.into_inner());
                 roster.replicas.extend(parts.replicas);
@@ -177,7 +180,7 @@ impl<L: Learner> Cluster<L> {
             }
             members.remove(place);
             let plan = group_plan(config, members.len(), members.len())?;
-            let from = self.inner.groups.regroup(members, plan)?;
+            let from = self.regroup(members, plan)?;
             (self.inner.roster.lock().unwrap_or_else(|p| p.into_inner()))
                 .departed
                 .insert(trainer);
@@ -190,6 +193,15 @@ impl<L: Learner> Cluster<L> {
             });
             Ok(())
         })
+    }
+
+    /// Has the coordinator group `members` by `plan` from the first round
+    /// nobody has been handed yet, which it returns.
+    fn regroup(&self, members: Vec<usize>, plan: Arc<dyn GroupSchedule>) -> Result<u64> {
+        let group_size = plan.group_size();
+        let from = self.inner.groups.regroup(members, plan)?;
+        self.inner.group_size.store(group_size, Ordering::Relaxed);
+        Ok(from)
     }
 
     /// An error naming `elastic_capacity` for a fixed cluster.

@@ -19,7 +19,7 @@ use crate::{Error, Learner, LearnerState, Result};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, Receiver};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -83,7 +83,8 @@ impl<L: Learner> Cluster<L> {
 
 pub(crate) struct Inner<L: Learner> {
     pub(super) config: ClusterConfig,
-    pub(super) group_size: usize,
+    /// The group size of the plan the groups follow now.
+    pub(super) group_size: AtomicUsize,
     pub(crate) counters: Vec<Arc<TrainerCounters>>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) events: EventBus,
@@ -198,7 +199,7 @@ impl<L: Learner> Cluster<L> {
         );
         Ok(Self {
             inner: Arc::new(Inner {
-                group_size: wiring.plan.group_size(),
+                group_size: AtomicUsize::new(wiring.plan.group_size()),
                 counters: wiring.counters,
                 stop: wiring.stop,
                 events: config.events.clone(),
@@ -379,7 +380,7 @@ impl<L: Learner> Cluster<L> {
             report: ClusterReport {
                 algorithm: self.inner.config.sync.algorithm.clone(),
                 trainers: n,
-                group_size: self.inner.group_size,
+                group_size: self.inner.group_size.load(Ordering::Relaxed),
                 seconds,
                 examples,
                 examples_per_sec: trained_here as f64 / seconds.max(1e-9),

@@ -29,7 +29,7 @@ pub struct ClusterReport {
     pub algorithm: Algorithm,
     /// Number of trainers.
     pub trainers: usize,
-    /// Group size.
+    /// Group size (of the last plan, for a cluster whose trainers changed).
     pub group_size: usize,
     /// Wall-clock seconds from start to the last trainer's end.
     pub seconds: f64,
