@@ -151,10 +151,10 @@ impl SyncConfig {
     /// [`Self::TRAINERS_PER_SERVER_SHARD`] trainers and at least one per
     /// process, as a cluster adds servers with trainers. Each shard's link
     /// carries its slice for one trainer at a time: with one shard 16 trainers
-    /// queue at it (sync gap 10 steps, 9.5 of them waiting on the link), the
-    /// replicas are pulled towards a stale centre, and the centre scores behind
-    /// `none` (NE 0.850 against 0.839, 3 seeds); with 4 the gap is 3.9 and the
-    /// centre scores 0.821 (docs/results/e4-easgd-shards.md).
+    /// queue at it (a step lands 9.6 steps after its snapshot, against 0.6
+    /// with 4 shards), the replicas are pulled towards a stale centre, and
+    /// the centre scores NE 0.840 against 0.825 with 4 shards (3 seeds, p
+    /// 0.05; docs/results/e4-easgd-shards.md).
     pub fn server_shards_for(&self, trainers: usize, processes: usize) -> usize {
         self.server_shards.unwrap_or_else(|| {
             trainers
