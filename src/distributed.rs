@@ -37,7 +37,7 @@ use crate::metrics::Metrics;
 use crate::model::EmbeddingTable;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
-use shadowsync_actors::sync::{Codec, Fabric};
+use shadowsync_actors::sync::{packed, unpacked, Codec, Fabric};
 use shadowsync_actors::Error as RuntimeError;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -270,11 +270,7 @@ impl Shape {
                 let mut wire = Vec::new();
                 codec.encode(0, &deltas, &mut wire);
                 words.push(wire.len() as u32);
-                words.extend(wire.chunks(4).map(|bytes| {
-                    let mut word = [0u8; 4];
-                    word[..bytes.len()].copy_from_slice(bytes);
-                    u32::from_le_bytes(word)
-                }));
+                words.extend(packed(&wire));
             }
         }
         (words, plain_words)
@@ -327,18 +323,15 @@ impl Shape {
             return Err(format!("{} words for {count} rows", rest.len()));
         }
         let (rows, rest) = rest.split_at(count);
-        let (&bytes, packed) = rest.split_first().ok_or("no byte count")?;
-        let wire: Vec<u8> = packed.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let wire = wire
-            .get(..bytes as usize)
-            .ok_or_else(|| format!("{bytes} bytes in {} words", packed.len()))?;
+        let (&bytes, encoded) = rest.split_first().ok_or("no byte count")?;
+        let wire = unpacked(encoded, bytes)?;
         let rows: Vec<usize> = rows.iter().map(|&r| r as usize).collect();
         if let Some(row) = rows.iter().find(|&&r| r >= self.rows) {
             return Err(format!("row {row} of {}", self.rows));
         }
         let mut deltas = vec![0f32; rows.len() * self.blocks * self.width];
         codec
-            .decode(0, wire, &mut deltas)
+            .decode(0, &wire, &mut deltas)
             .map_err(|e| format!("its encoding: {e}"))?;
         Ok(Changes { rows, deltas })
     }

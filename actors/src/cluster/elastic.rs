@@ -108,9 +108,8 @@ impl<L: Learner> Cluster<L> {
                 }
                 learner.dense_params().load_from(&start)?;
             }
-            let (first, last) = match (joining.first(), joining.last()) {
-                (Some(&first), Some(&last)) => (first, last),
-                _ => return Ok(Vec::new()),
+            let (Some(&first), Some(&last)) = (joining.first(), joining.last()) else {
+                return Err(Error::Internal("a seat for every joiner"));
             };
             let (endpoints, rules) = running.spare.drain(..joining.len()).unzip();
             let parts = build_parts(

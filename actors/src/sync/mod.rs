@@ -36,6 +36,7 @@ pub use transport::{
     Codecs, Endpoint, Fabric, Fp16, InProcess, Int8, LinkModel, RemoteShards, ServerClient,
     ServerShard, ServerShardActor, TopK,
 };
+pub use transport::{packed, unpacked};
 #[cfg(feature = "mpi")]
 pub(crate) use transport::{serve, ShardRequest};
 pub(crate) use transport::{Payload, Reduce};

@@ -15,7 +15,7 @@ mod message;
 pub mod mpi;
 mod server;
 
-pub use codec::{Codec, CodecContext, CodecFactory, Codecs, Fp16, Int8, TopK};
+pub use codec::{packed, unpacked, Codec, CodecContext, CodecFactory, Codecs, Fp16, Int8, TopK};
 pub use fabric::{launched_by_mpirun, unaccounted_in_job, Fabric, InProcess};
 #[cfg(feature = "mpi")]
 pub(crate) use in_process::mesh_part;

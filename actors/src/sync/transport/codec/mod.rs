@@ -166,6 +166,29 @@ pub(crate) fn codec_maker(
     })))
 }
 
+/// `bytes` (a codec's encoding), four a word, little-endian (the last word
+/// padded with zeros): how encoded values ride in messages of `u32` words.
+pub fn packed(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    bytes.chunks(4).map(|chunk| {
+        let mut word = [0u8; 4];
+        word[..chunk.len()].copy_from_slice(chunk);
+        u32::from_le_bytes(word)
+    })
+}
+
+/// The first `bytes` bytes of `words` made by [`packed`].
+///
+/// # Errors
+///
+/// `words` not just as many as `bytes` take, saying both.
+pub fn unpacked(words: &[u32], bytes: u32) -> std::result::Result<Vec<u8>, String> {
+    if words.len() != (bytes as usize).div_ceil(4) {
+        return Err(format!("{bytes} bytes in {} words", words.len()));
+    }
+    let all = words.iter().flat_map(|w| w.to_le_bytes());
+    Ok(all.take(bytes as usize).collect())
+}
+
 /// Which end of a link a codec serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum End {

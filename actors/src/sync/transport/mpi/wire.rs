@@ -2,7 +2,7 @@
 //! a header and the `f32` values' bits, bit for bit (or a codec's bytes).
 
 use crate::embedding::RowRequest;
-use crate::sync::transport::{Body, Codec, Message, Outgoing, Phase};
+use crate::sync::transport::{packed, unpacked, Body, Codec, Message, Outgoing, Phase};
 use crate::sync::ShardRequest;
 use std::time::Instant;
 
@@ -79,28 +79,6 @@ pub(super) fn encode(out: &Outgoing) -> Vec<u32> {
         Some(wire) => words.extend(packed(wire)),
     }
     words
-}
-
-/// `bytes`, four a word, little-endian (the last word padded with zeros).
-fn packed(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
-    bytes.chunks(4).map(|chunk| {
-        let mut word = [0u8; 4];
-        word[..chunk.len()].copy_from_slice(chunk);
-        u32::from_le_bytes(word)
-    })
-}
-
-/// The first `bytes` bytes of `words` packed by [`packed`]; an error unless
-/// `words` are just as many as they take.
-fn unpacked(words: &[u32], bytes: u32) -> std::result::Result<Vec<u8>, String> {
-    if words.len() != (bytes as usize).div_ceil(4) {
-        return Err(format!(
-            "{} words, the header says {bytes} bytes",
-            words.len()
-        ));
-    }
-    let all = words.iter().flat_map(|w| w.to_le_bytes());
-    Ok(all.take(bytes as usize).collect())
 }
 
 /// The destination and the message of `words` (delivered now: the network
