@@ -7,7 +7,8 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use shadowsync::config::SyntheticConfig;
 use shadowsync::data::{
-    BadLinePolicy, CriteoReader, Pipeline, PipelineConfig, SyntheticData, TableLayout,
+    BadLinePolicy, CriteoReader, Dealing, Pipeline, PipelineConfig, Resume, SyntheticData,
+    TableLayout,
 };
 use std::path::{Path, PathBuf};
 
@@ -36,8 +37,8 @@ fn read_pipeline(path: &Path, shards: usize) -> usize {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 64,
-        shared: false,
-        skip: Vec::new(),
+        dealing: Dealing::Static,
+        resume: Resume::Start,
     };
     let layout = TableLayout::uniform(100_000).unwrap_or_else(|e| panic!("{e}"));
     let Ok(mut pipeline) = Pipeline::spawn(path, layout, &config) else {

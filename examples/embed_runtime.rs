@@ -31,15 +31,12 @@ fn main() -> anyhow::Result<()> {
     )?;
     let layout = config.table_layout()?;
 
-    // Three trainers on three shards, sharing one embedding table.
+    // Three trainers, sharing one embedding table, each taking the next
+    // batch of the pass when it is ready.
     let pipeline_config = PipelineConfig {
-        batch_size: 128,
         shards: 3,
-        keep: None,
         policy: config.data.bad_lines,
-        capacity: 64,
-        shared: false,
-        skip: Vec::new(),
+        ..PipelineConfig::default()
     };
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &pipeline_config)?;
     let registry = Registry::default(); // the built-in models and row optimizers

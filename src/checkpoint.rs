@@ -23,6 +23,7 @@
 //! is ever read: no pickled objects, no code.
 
 use crate::config::Config;
+use crate::data::ChunkSet;
 use crate::metrics::EvalPoint;
 use crate::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -81,8 +82,12 @@ pub struct Manifest {
     /// Per trainer.
     pub trainers: Vec<TrainerCounts>,
     /// Per learner: chunks of its data shard consumed, or `None` if it had
-    /// finished its data.
+    /// finished its data (static dealing).
     pub positions: Vec<Option<u64>>,
+    /// Shared dealing: the chunks of the pass trained (none in checkpoints
+    /// of statically dealt runs, and of runs from before shared dealing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dealt: Option<ChunkSet>,
     /// Training wall-clock seconds so far (of every run it continues).
     #[serde(default)]
     pub train_seconds: f64,
@@ -123,6 +128,9 @@ pub struct Checkpoint {
     pub history: Vec<EvalPoint>,
     /// The data files the run read.
     pub data: Vec<DataFile>,
+    /// Shared dealing: the chunks of the pass trained (this process's and
+    /// every other process's below its cursor).
+    pub dealt: Option<ChunkSet>,
 }
 
 /// A data file as a run read it: its size and the SHA-256 of its first MiB,
@@ -304,6 +312,7 @@ impl Checkpoint {
             train_seconds: manifest.train_seconds,
             history: manifest.history,
             data: manifest.data,
+            dealt: manifest.dealt,
             pushes: manifest.pushes,
             config: manifest.config,
             cluster: ClusterState {
@@ -594,6 +603,7 @@ fn write_checkpoint(tmp: &Path, checkpoint: &Checkpoint) -> Result<()> {
             .iter()
             .map(|l| l.as_ref().map(|l| l.position))
             .collect(),
+        dealt: checkpoint.dealt.clone(),
         train_seconds: checkpoint.train_seconds,
         history: checkpoint.history.clone(),
         data: checkpoint.data.clone(),
@@ -685,6 +695,10 @@ mod tests {
                     rows: vec![70, 0],
                 },
             },
+            dealt: Some(ChunkSet {
+                below: 40,
+                above: vec![42, 45],
+            }),
             train_seconds: 12.5,
             history: vec![EvalPoint {
                 examples: 4,

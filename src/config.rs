@@ -6,7 +6,7 @@
 //! An unknown key or a value of the wrong type is rejected with the file, line
 //! and key; an out-of-range value with the key and the allowed range.
 
-use crate::data::{BadLinePolicy, Profile, SyntheticSpec, TableLayout, NUM_SPARSE};
+use crate::data::{BadLinePolicy, Dealing, Profile, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::faults::Fault;
@@ -87,6 +87,9 @@ pub struct DataConfig {
     pub test: Option<PathBuf>,
     /// What to do with malformed lines.
     pub bad_lines: BadLinePolicy,
+    /// How the batches reach the trainers (`None`: shared, but static under
+    /// sync-sgd; see [`Config::dealing`]).
+    pub dealing: Option<Dealing>,
     /// Rows of every field's hash table.
     pub table_size: u32,
     /// Rows of each field's hash table (26 values); overrides `table_size`.
@@ -101,6 +104,7 @@ impl Default for DataConfig {
             train: None,
             test: None,
             bad_lines: BadLinePolicy::Fail,
+            dealing: None,
             table_size: 100_000,
             table_sizes: None,
             synthetic: SyntheticConfig::default(),
@@ -325,6 +329,14 @@ pub struct TrainConfig {
     /// run); a run whose rows are off fails. For tests and small tables: it
     /// keeps two `f64` copies of the table.
     pub audit_rows: bool,
+    /// Scores each replica at the end besides the final model (their
+    /// figures are in the report); under `none` the replicas are the final
+    /// model, and are scored whatever this says.
+    pub score_replicas: bool,
+    /// Threads scoring the model on the test set, each on its own part of
+    /// it (0: one per core, the machine's cores shared by the job's
+    /// processes).
+    pub score_threads: usize,
 }
 
 impl Default for TrainConfig {
@@ -342,6 +354,8 @@ impl Default for TrainConfig {
             table_sync_ms: 50,
             consensus_every_ms: 500,
             audit_rows: false,
+            score_replicas: true,
+            score_threads: 0,
         }
     }
 }
@@ -532,6 +546,12 @@ impl Config {
                 format!("must be in 1..={}", Self::MAX_THREADS),
             ));
         }
+        if self.train.score_threads > Self::MAX_THREADS {
+            return Err(Error::config(
+                "train.score_threads",
+                format!("must be in 0..={} (0: one per core)", Self::MAX_THREADS),
+            ));
+        }
         Ok(())
     }
 
@@ -603,7 +623,35 @@ impl Config {
         Ok(())
     }
 
+    /// How the run deals its batches: as `data.dealing` says, else to
+    /// whoever asks first, except under sync-sgd, whose trainers step in
+    /// lockstep on equal shares.
+    pub fn dealing(&self) -> Dealing {
+        match (self.data.dealing, &self.sync.algorithm) {
+            (Some(dealing), _) => dealing,
+            (None, Algorithm::SyncSgd) => Dealing::Static,
+            (None, _) => Dealing::Shared,
+        }
+    }
+
     fn validate_data(&self) -> Result<()> {
+        match (self.dealing(), &self.sync.algorithm) {
+            (Dealing::Shared, Algorithm::SyncSgd) => {
+                return Err(Error::config(
+                    "data.dealing",
+                    "sync-sgd steps every trainer in lockstep, one batch each, which needs \
+                     equal shares of the pass: use \"static\" (its default)",
+                ))
+            }
+            (Dealing::Static, _) if !self.elastic.is_empty() => {
+                return Err(Error::config(
+                    "data.dealing",
+                    "trainers that join and leave ([[elastic]]) take their batches from one \
+                     queue: use \"shared\" (the default)",
+                ))
+            }
+            _ => {}
+        }
         match (&self.data.train, &self.data.test) {
             (Some(_), None) => {
                 return Err(Error::config(

@@ -38,16 +38,23 @@ fn write_config(dir: &Path, trainers: usize, sync: &str) -> PathBuf {
     config_file(&config(dir, trainers, sync), dir, "run")
 }
 
-/// Every learner ended at the last chunk of its shard, and every trainer took
-/// exactly one step per chunk: across the interruption no chunk was trained
-/// twice or skipped.
+/// Across the interruption no chunk was trained twice or skipped. Dealt
+/// shared (the default), the pass's ledger holds every chunk and the
+/// trainers took one step per chunk in all; dealt in fixed shares, every
+/// learner ended at the last chunk of its shard, one step per chunk.
 fn assert_each_chunk_trained_once(end: &Value, trainers: u64) {
     assert_eq!(end["reason"], "end");
     let batch = ctr::BATCH as u64 / trainers;
     let chunks = ROWS / batch;
-    for (t, (counts, position)) in end["trainers"]
-        .as_array()
-        .unwrap()
+    let counts = end["trainers"].as_array().unwrap();
+    let sum = |key: &str| counts.iter().map(|c| c[key].as_u64().unwrap()).sum::<u64>();
+    if let Some(dealt) = end.get("dealt") {
+        assert_eq!(dealt["below"].as_u64(), Some(chunks), "{dealt}");
+        assert_eq!(dealt["above"].as_array().map(Vec::len), Some(0), "{dealt}");
+        assert_eq!((sum("steps"), sum("examples")), (chunks, ROWS));
+        return;
+    }
+    for (t, (counts, position)) in counts
         .iter()
         .zip(end["positions"].as_array().unwrap())
         .enumerate()
@@ -110,6 +117,7 @@ fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_train_ea
     let middle = bytes.len() / 2;
     bytes[middle] ^= 1;
     std::fs::write(&state, bytes).unwrap();
+    let from = common::checkpoints::manifest(previous);
     let (resumed, output) = resume(&checkpoints, &dir.path().join("resumed.json"));
     assert_eq!(
         resumed["resumed"]["checkpoint"].as_str(),
@@ -121,7 +129,32 @@ fn four_shadow_trainers_killed_then_resumed_past_a_corrupted_checkpoint_train_ea
     assert!(output.contains("unusable newer checkpoint"), "{output}");
     assert_eq!(resumed["examples"], ROWS);
     assert!(ne(&resumed) < LEARNED, "{output}");
+    // The checkpoint resumed from held exactly the chunks its steps took.
+    let dealt = &from["dealt"];
+    let listed = dealt["below"].as_u64().unwrap() + dealt["above"].as_array().unwrap().len() as u64;
+    let steps: u64 = from["trainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["steps"].as_u64().unwrap())
+        .sum();
+    assert_eq!(listed, steps, "{dealt}");
     assert_each_chunk_trained_once(&newest_manifest(&checkpoints), 4);
+}
+
+#[test]
+fn trainers_dealt_fixed_shares_resume_each_shard_where_it_stopped() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let mut fixed = config(dir.path(), 4, "shadow-ma");
+    fixed.data.dealing = Some(shadowsync::data::Dealing::Static);
+    let config = config_file(&fixed, dir.path(), "run");
+    let checkpoints = killed_after(&config, dir.path(), 1, Duration::from_millis(300));
+    let (resumed, output) = resume(&checkpoints, &dir.path().join("resumed.json"));
+    assert_eq!(resumed["examples"], ROWS, "{output}");
+    let end = newest_manifest(&checkpoints);
+    assert!(end.get("dealt").is_none(), "{end}");
+    assert_each_chunk_trained_once(&end, 4);
 }
 
 #[test]

@@ -4,11 +4,11 @@
 mod common;
 
 use common::sample;
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::RecvTimeoutError;
 use flate2::{write::GzEncoder, Compression};
 use shadowsync::data::{
-    BadLinePolicy, Batch, CriteoReader, Example, Pipeline, PipelineConfig, SyntheticData,
-    SyntheticSpec, TableLayout,
+    BadLinePolicy, Batch, Batches, ChunkSet, CriteoReader, Dealing, Example, Pipeline,
+    PipelineConfig, Resume, SyntheticData, SyntheticSpec, TableLayout,
 };
 use shadowsync::Error;
 use std::io::Write;
@@ -146,8 +146,8 @@ fn drain(data: &Path, skip: Vec<u64>) -> Vec<Vec<(u64, Vec<f32>)>> {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
-        shared: false,
-        skip,
+        dealing: Dealing::Static,
+        resume: Resume::Skip(skip),
     };
     let mut pipeline = Pipeline::spawn(data, TableLayout::uniform(1000).unwrap(), &config).unwrap();
     let shards = pipeline.take_shards();
@@ -198,8 +198,8 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
-        shared: false,
-        skip: Vec::new(),
+        dealing: Dealing::Static,
+        resume: Resume::Start,
     };
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
     let shards = pipeline.take_shards();
@@ -236,6 +236,84 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
     assert_eq!(interleaved, labels_of(&expected));
 }
 
+/// Drains `shards` concurrently, consumer 0 sleeping `slow` per batch; each
+/// consumer marks its batches trained until `stop_after` are marked in all,
+/// then takes one more unmarked (as a trainer's prefetched batch) and stops.
+/// The chunks each consumer marked.
+fn train_shared(shards: Vec<Batches>, slow: Duration, stop_after: usize) -> Vec<Vec<u64>> {
+    let marked = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (shards.into_iter().enumerate())
+            .map(|(i, consumer)| {
+                let marked = &marked;
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    while let Some(batch) = consumer.recv() {
+                        let batch = batch.unwrap();
+                        if i == 0 {
+                            std::thread::sleep(slow);
+                        }
+                        if marked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= stop_after {
+                            break;
+                        }
+                        consumer.trained(&batch);
+                        mine.push(batch.chunk);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn shared_dealing_gives_each_chunk_once_to_whoever_asks_and_resumes_past_what_was_trained() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic(dir.path(), 1000, 7);
+    let layout = TableLayout::uniform(1000).unwrap();
+    // 63 chunks of 16 lines (the last of 8), 3 consumers.
+    let config = PipelineConfig {
+        batch_size: 16,
+        shards: 3,
+        capacity: 2,
+        ..PipelineConfig::default()
+    };
+    let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
+    let ledger = pipeline.ledger().unwrap().clone();
+    let first = train_shared(pipeline.take_shards(), Duration::from_millis(20), 30);
+    let done = ledger.snapshot();
+    pipeline.finish().unwrap();
+    let trained: Vec<u64> = first.concat();
+    assert_eq!(trained.len(), 30);
+    assert!(
+        first[0].len() < first[1].len() + first[2].len(),
+        "the slow consumer took {} of 30",
+        first[0].len()
+    );
+    for k in 0..63 {
+        assert_eq!(done.contains(k), trained.contains(&k), "chunk {k}");
+    }
+    // Resumed past the set: the chunks it lacks, each once, read in file
+    // order (the batches in flight at the stop are among them).
+    let resumed = PipelineConfig {
+        resume: Resume::Past(done.clone()),
+        ..config
+    };
+    let mut pipeline = Pipeline::spawn(&data.train, layout, &resumed).unwrap();
+    let rest = train_shared(pipeline.take_shards(), Duration::ZERO, usize::MAX);
+    let read = pipeline.finish().unwrap();
+    assert_eq!(read.lines, 1000, "every line read, once, by one reader");
+    let mut all: Vec<u64> = trained
+        .iter()
+        .chain(rest.iter().flatten())
+        .copied()
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..63).collect::<Vec<_>>(), "each chunk trained once");
+    assert_eq!(ChunkSet::default().count_below(63), 0);
+}
+
 /// More shards than readers (16): they share them, and still get each of
 /// their chunks once, in order.
 #[test]
@@ -248,8 +326,8 @@ fn twenty_shards_share_the_readers_and_get_each_of_their_chunks_once() {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
-        shared: false,
-        skip: Vec::new(),
+        dealing: Dealing::Static,
+        resume: Resume::Start,
     };
     let mut pipeline =
         Pipeline::spawn(&data.train, TableLayout::uniform(1000).unwrap(), &config).unwrap();
@@ -278,7 +356,7 @@ fn twenty_shards_share_the_readers_and_get_each_of_their_chunks_once() {
     assert_eq!(total, 1000);
 }
 
-type Shard = Receiver<shadowsync::Result<Batch>>;
+type Shard = Batches;
 
 /// A pipeline of 2 shards of 16-line batches over `input`, with one consumer
 /// that never reads (a stopped or hung trainer): the other's receiver.
@@ -289,8 +367,8 @@ fn one_consumer_stopped(input: &Path) -> (Pipeline, Shard, Shard) {
         keep: None,
         policy: BadLinePolicy::Fail,
         capacity: 2,
-        shared: false,
-        skip: Vec::new(),
+        dealing: Dealing::Static,
+        resume: Resume::Start,
     };
     let mut pipeline =
         Pipeline::spawn(input, TableLayout::uniform(1000).unwrap(), &config).unwrap();
@@ -375,8 +453,8 @@ fn processes_keeping_their_shards_share_one_pass_between_them() {
             keep,
             policy: BadLinePolicy::Fail,
             capacity: 2,
-            shared: false,
-            skip: Vec::new(),
+            dealing: Dealing::Static,
+            resume: Resume::Start,
         };
         let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
         let shards = pipeline.take_shards();
@@ -408,8 +486,8 @@ fn processes_keeping_their_shards_share_one_pass_between_them() {
         keep: Some(3..5),
         policy: BadLinePolicy::Fail,
         capacity: 2,
-        shared: false,
-        skip: Vec::new(),
+        dealing: Dealing::Static,
+        resume: Resume::Start,
     };
     assert!(Pipeline::spawn(&data.train, layout, &outside).is_err());
 }
@@ -426,8 +504,8 @@ fn the_pipeline_reports_bad_lines_by_policy() {
             keep: None,
             policy,
             capacity: 4,
-            shared: false,
-            skip: Vec::new(),
+            dealing: Dealing::Static,
+            resume: Resume::Start,
         };
         let mut pipeline = Pipeline::spawn(&path, layout.clone(), &config).unwrap();
         let rx = pipeline.take_shards().pop().unwrap();

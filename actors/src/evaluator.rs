@@ -1,33 +1,54 @@
-//! Scoring the model on held-out data while training goes on.
+//! Scoring the model on held-out data while training goes on, on every core.
 //!
-//! A [`Scorer`] is the plain logic: it turns dense parameters into a score (for a
-//! CTR model, NE and AUC on a test set). The [`EvaluatorActor`] runs one on its
-//! own thread: each request carries a snapshot of the model and the progress it
-//! was taken at, and the scored [`Evaluation`] comes back on a channel, so neither
-//! the trainers nor the caller ever wait for a score they did not ask to wait for.
-//! [`Evaluator`] is the handle: it starts the actor (in an actor system of its
-//! own, so it outlives the cluster for the final evaluation) and stops it when
-//! dropped.
+//! A [`Scorer`] is the plain logic: it scores dense parameters on its part of
+//! the held-out data (for a CTR model, predictions on a slice of the test
+//! set), and [`Scorer::combine`] makes a score of every part (NE and AUC of
+//! the whole). The [`Evaluator`] runs several scorers, each an
+//! [`EvaluatorActor`] on a thread of its own (in an actor system of its own,
+//! so it outlives the cluster for the final evaluation): every request goes to
+//! all of them, each scores its part, and the combined [`Evaluation`] comes
+//! back in request order. Requests queue up, so while the scorers work on one
+//! the next is already waiting: N replicas scored at the end keep every
+//! scorer busy, and neither the trainers nor the caller ever wait for a score
+//! they did not ask to wait for.
+//!
+//! Memory stays bounded: each scorer holds one model and its part of the
+//! data; each request holds its snapshot (shared by the scorers) until every
+//! part is in.
 
 use crate::system::{deliver, spawn_system};
 use crate::{Error, Result};
 use actix::prelude::*;
 use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Scores a model given its dense parameters.
+/// Scores a model, given its dense parameters, on its part of the held-out
+/// data.
 pub trait Scorer: Send + 'static {
+    /// One scorer's part of a score (for example predictions and labels).
+    type Part: Send + 'static;
     /// What a score is (for example NE and AUC).
     type Score: Send + 'static;
     /// Why scoring failed.
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// Scores the model whose dense parameters are `dense`.
+    /// Scores the model whose dense parameters are `dense` on this scorer's
+    /// part of the data.
     ///
     /// # Errors
     ///
     /// Whatever the scorer cannot score (its own error type).
-    fn score(&mut self, dense: &[f32]) -> std::result::Result<Self::Score, Self::Error>;
+    fn score(&mut self, dense: &[f32]) -> std::result::Result<Self::Part, Self::Error>;
+
+    /// The score of every scorer's part, in the order the scorers were
+    /// given to [`Evaluator::start`].
+    ///
+    /// # Errors
+    ///
+    /// Parts that make no score (its own error type).
+    fn combine(parts: Vec<Self::Part>) -> std::result::Result<Self::Score, Self::Error>;
 }
 
 /// One scored snapshot.
@@ -39,18 +60,22 @@ pub struct Evaluation<S> {
     pub score: std::result::Result<S, String>,
 }
 
-/// A snapshot to score.
+/// A snapshot to score: the request's number and the dense parameters.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Evaluate {
-    dense: Vec<f32>,
-    tag: u64,
+    request: u64,
+    dense: Arc<Vec<f32>>,
 }
 
-/// The actor running a [`Scorer`].
+/// What a scorer sends back: the request, the scorer, its part.
+type PartReply<P> = (u64, usize, std::result::Result<P, String>);
+
+/// The actor running one [`Scorer`].
 pub struct EvaluatorActor<S: Scorer> {
     scorer: S,
-    results: Sender<Evaluation<S::Score>>,
+    index: usize,
+    parts: Sender<PartReply<S::Part>>,
 }
 
 impl<S: Scorer + Unpin> Actor for EvaluatorActor<S> {
@@ -61,88 +86,129 @@ impl<S: Scorer + Unpin> Handler<Evaluate> for EvaluatorActor<S> {
     type Result = ();
 
     fn handle(&mut self, request: Evaluate, _: &mut Context<Self>) {
-        let score = self.scorer.score(&request.dense).map_err(|e| e.to_string());
+        let part = self.scorer.score(&request.dense).map_err(|e| e.to_string());
         // The handle may be gone (shutting down): nobody to tell.
-        let _ = self.results.send(Evaluation {
-            tag: request.tag,
-            score,
-        });
+        let _ = self.parts.send((request.request, self.index, part));
     }
+}
+
+/// A request whose parts are coming in.
+struct Open<P> {
+    request: u64,
+    tag: u64,
+    parts: Vec<Option<std::result::Result<P, String>>>,
+    missing: usize,
 }
 
 /// A running evaluator: ask for scores, read them as they come.
 pub struct Evaluator<S: Scorer + Unpin> {
-    addr: Addr<EvaluatorActor<S>>,
-    results: Receiver<Evaluation<S::Score>>,
+    scorers: Vec<Addr<EvaluatorActor<S>>>,
+    parts: Receiver<PartReply<S::Part>>,
     system: System,
     thread: Option<JoinHandle<()>>,
-    pending: usize,
+    /// Requests not answered yet, oldest first.
+    open: VecDeque<Open<S::Part>>,
+    next_request: u64,
 }
 
 impl<S: Scorer + Unpin> Evaluator<S> {
-    /// Starts `scorer` on a thread of its own.
+    /// Starts each of `scorers` on a thread of its own.
     ///
     /// # Errors
     ///
-    /// A thread or actix system that cannot start.
-    pub fn start(scorer: S) -> Result<Self> {
-        let (results_tx, results) = unbounded();
-        let (system, thread, addr) = spawn_system("shadowsync-evaluator", move || {
-            EvaluatorActor {
-                scorer,
-                results: results_tx,
-            }
-            .start()
+    /// No scorer ([`Error::Internal`]), or a thread or actix system that
+    /// cannot start.
+    pub fn start(scorers: Vec<S>) -> Result<Self> {
+        if scorers.is_empty() {
+            return Err(Error::Internal("an evaluator needs a scorer"));
+        }
+        let (parts_tx, parts) = unbounded();
+        let (system, thread, addrs) = spawn_system("shadowsync-evaluator", move || {
+            scorers
+                .into_iter()
+                .enumerate()
+                .map(|(index, scorer)| {
+                    let parts = parts_tx.clone();
+                    EvaluatorActor::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+                        EvaluatorActor {
+                            scorer,
+                            index,
+                            parts,
+                        }
+                    })
+                })
+                .collect()
         })?;
         Ok(Self {
-            addr,
-            results,
+            scorers: addrs,
+            parts,
             system,
             thread: Some(thread),
-            pending: 0,
+            open: VecDeque::new(),
+            next_request: 0,
         })
     }
 
+    /// How many scorers share each request.
+    pub fn scorers(&self) -> usize {
+        self.scorers.len()
+    }
+
     /// Asks for the score of `dense`, tagged `tag`; returns once the request
-    /// is queued (waiting while the evaluator's mailbox is full).
+    /// is queued with every scorer (waiting while a mailbox is full).
     ///
     /// # Errors
     ///
     /// The evaluator has stopped ([`Error::Stopped`]).
     pub fn request(&mut self, dense: Vec<f32>, tag: u64) -> Result<()> {
-        deliver(&self.addr, Evaluate { dense, tag }, "evaluator")?;
-        self.pending += 1;
+        let request = self.next_request;
+        self.next_request += 1;
+        let dense = Arc::new(dense);
+        for scorer in &self.scorers {
+            let message = Evaluate {
+                request,
+                dense: Arc::clone(&dense),
+            };
+            deliver(scorer, message, "evaluator")?;
+        }
+        self.open.push_back(Open {
+            request,
+            tag,
+            parts: (0..self.scorers.len()).map(|_| None).collect(),
+            missing: self.scorers.len(),
+        });
         Ok(())
     }
 
     /// Requests not answered yet.
     pub fn pending(&self) -> usize {
-        self.pending
+        self.open.len()
     }
 
-    /// The evaluations finished so far, without waiting.
+    /// The evaluations finished so far, in request order, without waiting.
     pub fn finished(&mut self) -> Vec<Evaluation<S::Score>> {
-        let done: Vec<_> = self.results.try_iter().collect();
-        self.pending = self.pending.saturating_sub(done.len());
-        done
+        while let Ok(part) = self.parts.try_recv() {
+            self.file(part);
+        }
+        self.complete()
     }
 
-    /// Waits for every pending evaluation.
+    /// Waits for every pending evaluation; they come in request order.
     ///
     /// # Errors
     ///
-    /// The evaluator stopped, or a scoring failed (its error, named).
+    /// The evaluator stopped ([`Error::Stopped`]); a failed scoring is an
+    /// evaluation whose score is the error.
     pub fn wait_all(&mut self) -> Result<Vec<Evaluation<S::Score>>> {
-        let mut done = Vec::with_capacity(self.pending);
-        while self.pending > 0 {
-            let evaluation = self
-                .results
-                .recv()
-                .map_err(|_| Error::Stopped("evaluator"))?;
-            self.pending -= 1;
-            done.push(evaluation);
+        let mut done = Vec::with_capacity(self.open.len());
+        loop {
+            done.extend(self.complete());
+            if self.open.is_empty() {
+                return Ok(done);
+            }
+            let part = self.parts.recv().map_err(|_| Error::Stopped("evaluator"))?;
+            self.file(part);
         }
-        Ok(done)
     }
 
     /// Scores `dense` and waits for the result (after any pending request).
@@ -156,6 +222,38 @@ impl<S: Scorer + Unpin> Evaluator<S> {
         self.wait_all()?
             .pop()
             .ok_or(Error::Internal("the evaluator lost a request"))
+    }
+
+    /// Puts a scorer's part with its request.
+    fn file(&mut self, (request, index, part): PartReply<S::Part>) {
+        let open = self.open.iter_mut().find(|o| o.request == request);
+        if let Some(slot) = open.and_then(|o| {
+            o.missing = o.missing.saturating_sub(1);
+            o.parts.get_mut(index)
+        }) {
+            *slot = Some(part);
+        }
+    }
+
+    /// The oldest requests whose every part is in, combined.
+    fn complete(&mut self) -> Vec<Evaluation<S::Score>> {
+        let mut done = Vec::new();
+        while self.open.front().is_some_and(|o| o.missing == 0) {
+            let Some(open) = self.open.pop_front() else {
+                break;
+            };
+            let parts: std::result::Result<Vec<S::Part>, String> = open
+                .parts
+                .into_iter()
+                .map(|p| p.unwrap_or_else(|| Err("a scorer's part went missing".into())))
+                .collect();
+            let score = parts.and_then(|p| S::combine(p).map_err(|e| e.to_string()));
+            done.push(Evaluation {
+                tag: open.tag,
+                score,
+            });
+        }
+        done
     }
 }
 
@@ -171,11 +269,17 @@ impl<S: Scorer + Unpin> Drop for Evaluator<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
-    /// Scores the sum of the parameters; fails on an empty model.
-    struct Sum;
+    /// Scores `share` of the sum of the parameters (its part of the data),
+    /// slowly if `slow`; fails on an empty model.
+    struct Sum {
+        share: f32,
+        slow: bool,
+    }
 
     impl Scorer for Sum {
+        type Part = f32;
         type Score = f32;
         type Error = std::fmt::Error;
 
@@ -183,13 +287,30 @@ mod tests {
             if dense.is_empty() {
                 return Err(std::fmt::Error);
             }
-            Ok(dense.iter().sum())
+            if self.slow {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(self.share * dense.iter().sum::<f32>())
         }
+
+        fn combine(parts: Vec<f32>) -> std::result::Result<f32, std::fmt::Error> {
+            Ok(parts.iter().sum())
+        }
+    }
+
+    /// Scorers whose shares add up to 1; the first one slow.
+    fn scorers(n: usize) -> Vec<Sum> {
+        (0..n)
+            .map(|i| Sum {
+                share: 1.0 / n as f32,
+                slow: i == 0,
+            })
+            .collect()
     }
 
     #[test]
     fn scores_come_back_in_order_without_blocking_the_caller() {
-        let mut evaluator = Evaluator::start(Sum).unwrap();
+        let mut evaluator = Evaluator::start(scorers(1)).unwrap();
         evaluator.request(vec![1.0, 2.0], 10).unwrap();
         evaluator.request(vec![], 20).unwrap();
         assert_eq!(evaluator.pending(), 2);
@@ -207,25 +328,33 @@ mod tests {
     }
 
     #[test]
-    fn more_requests_at_once_than_a_mailbox_holds_are_all_scored() {
-        // A slow scorer, and 40 requests at once (as 40 trainers' final
-        // replicas are): a mailbox holds 16.
-        struct SlowSum;
-        impl Scorer for SlowSum {
-            type Score = f32;
-            type Error = std::fmt::Error;
-            fn score(&mut self, dense: &[f32]) -> std::result::Result<f32, std::fmt::Error> {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                Sum.score(dense)
-            }
-        }
-        let mut evaluator = Evaluator::start(SlowSum).unwrap();
+    fn every_scorer_scores_its_part_and_the_parts_combine_in_request_order() {
+        // 4 scorers, the first slow, and 40 requests at once (as 40
+        // trainers' final replicas are): a mailbox holds 16.
+        let mut evaluator = Evaluator::start(scorers(4)).unwrap();
+        assert_eq!(evaluator.scorers(), 4);
         for tag in 0..40 {
-            evaluator.request(vec![tag as f32], tag).unwrap();
+            evaluator.request(vec![tag as f32, 1.0], tag).unwrap();
         }
-        let done = evaluator.wait_all().unwrap();
+        let mut done = evaluator.finished();
+        done.extend(evaluator.wait_all().unwrap());
         let tags: Vec<u64> = done.iter().map(|e| e.tag).collect();
         assert_eq!(tags, (0..40).collect::<Vec<_>>());
-        assert!(done.iter().all(|e| e.score == Ok(e.tag as f32)));
+        for evaluation in &done {
+            let whole = evaluation.tag as f32 + 1.0;
+            let score = evaluation.score.clone().unwrap();
+            assert!((score - whole).abs() < 1e-4, "{score} vs {whole}");
+        }
+        // One part failing fails the whole score, and only it.
+        evaluator.request(vec![], 41).unwrap();
+        evaluator.request(vec![2.0], 42).unwrap();
+        let done = evaluator.wait_all().unwrap();
+        assert!(done[0].score.is_err());
+        assert_eq!(done[1].score, Ok(2.0));
+    }
+
+    #[test]
+    fn an_evaluator_of_no_scorer_is_refused() {
+        assert!(Evaluator::<Sum>::start(Vec::new()).is_err());
     }
 }

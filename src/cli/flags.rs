@@ -2,7 +2,7 @@
 //! a config file and the flags that override it.
 
 use crate::config::{Config, OptimPreset, OptimizerKind};
-use crate::data::{BadLinePolicy, Profile};
+use crate::data::{BadLinePolicy, Dealing, Profile};
 use crate::runtime::sync::{
     launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, WriteBack,
 };
@@ -80,9 +80,20 @@ pub(crate) struct TrainArgs {
     /// What to do with malformed lines.
     #[arg(long, value_enum, group = "setup")]
     pub(crate) bad_lines: Option<BadLinePolicy>,
+    /// How batches reach the trainers: shared (each to whichever trainer
+    /// asks first; the default but under sync-sgd) or static (fixed 1/N
+    /// shares).
+    #[arg(long, value_enum, group = "setup")]
+    pub(crate) dealing: Option<Dealing>,
     /// Examples between evaluations (0 = only at the end).
     #[arg(long, group = "setup")]
     pub(crate) eval_every: Option<u64>,
+    /// Threads scoring the test set, each on its part (0 = one per core).
+    #[arg(long, group = "setup")]
+    pub(crate) score_threads: Option<usize>,
+    /// Score only the final model at the end, not each replica too.
+    #[arg(long, group = "setup")]
+    pub(crate) no_replica_scores: bool,
     /// libtorch intra-op threads.
     #[arg(long, group = "setup")]
     pub(crate) threads: Option<usize>,
@@ -321,6 +332,7 @@ impl TrainArgs {
             table_size => data.table_size,
             bad_lines => data.bad_lines,
             eval_every => train.eval_every,
+            score_threads => train.score_threads,
             threads => train.threads,
             seed => train.seed,
             rows => data.synthetic.train_rows,
@@ -344,6 +356,12 @@ impl TrainArgs {
         );
         if self.checkpoint_dir.is_some() {
             c.checkpoint.dir.clone_from(&self.checkpoint_dir);
+        }
+        if self.dealing.is_some() {
+            c.data.dealing = self.dealing;
+        }
+        if self.no_replica_scores {
+            c.train.score_replicas = false;
         }
         if let Some(algorithm) = &self.sync {
             c.sync.algorithm = algorithm.clone();

@@ -26,6 +26,16 @@ pub(crate) fn print_summary(report: &TrainReport) {
             .map_or(String::new(), |d| format!(" in {} processes", d.processes)),
         cluster.algorithm,
     );
+    let wall = &report.wall;
+    println!(
+        "launch to results {:.1} s: {:.0} examples/s ({:.1} s to the first batch, {:.1} s \
+         training, {:.1} s scoring)",
+        wall.to_results_seconds,
+        wall.examples_per_sec,
+        wall.to_first_batch_seconds,
+        wall.training_seconds,
+        wall.scoring_seconds,
+    );
     if let Some(d) = &report.distributed {
         print_distributed(d);
     }

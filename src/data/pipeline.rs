@@ -1,31 +1,35 @@
-//! Reading off the trainers' threads: reader → parsers → one bounded channel per
-//! consumer.
+//! Reading off the trainers' threads: reader → parsers → the consumers'
+//! bounded channels.
 //!
-//! The file is cut into chunks of `batch_size` lines, dealt round-robin to
-//! `shards` parser threads (chunk `k` goes to shard `k % shards`). Each parser
-//! turns its chunks into [`Batch`]es and sends them down its shard's bounded
-//! channel, so every consumer sees its own 1/`shards` of one pass, in a
-//! deterministic order, and never waits on parsing while the parsers keep up.
-//! Or, with [`PipelineConfig::shared`], every parser sends down one channel
-//! that every consumer takes from: each batch goes to whoever asks first, so
-//! consumers may come and go (an elastic run's trainers) and the pass is
-//! still trained once.
+//! The file is cut into chunks of `batch_size` lines, numbered from 0 over the
+//! whole job's pass. How they reach the consumers is the [`Dealing`]:
+//!
+//! * **Shared** (the default): one reader reads the file once and sends each
+//!   chunk of this process down one channel that every parser takes from;
+//!   every parser sends its batches down one channel that every consumer
+//!   takes from. Each batch goes to whoever asks first, so a fast consumer
+//!   trains more of the pass and a slow one less, consumers may come and go
+//!   (an elastic run's trainers), and the pass is still trained once. Each
+//!   [`Batch::chunk`] is its chunk's number in the pass; the consumers mark
+//!   what they trained in the pipeline's [`ChunkLedger`].
+//! * **Static**: chunk `k` goes to shard `k % shards`, whose parser sends it
+//!   down its shard's own channel, so every consumer sees its own
+//!   1/`shards` of one pass, in a deterministic order. A plain regular file
+//!   gets a reader thread per shard (up to [`MAX_READERS`]; beyond, shard
+//!   `s` shares reader `s mod MAX_READERS`), which reads the whole file and
+//!   keeps its own chunks (reading past the others' costs a scan for line
+//!   ends): a consumer that is slow or stops reading holds up no other one
+//!   of another reader. A pipe, standard input or a gzip file is read once,
+//!   by one reader dealing to every shard in turn. Each [`Batch::chunk`] is
+//!   its chunk's index within its shard.
+//!
 //! Bounded channels give backpressure: memory stays flat however large the
 //! file.
 //!
-//! A plain regular file gets a reader thread per shard (up to
-//! [`MAX_READERS`]; beyond, shard `s` shares reader `s mod MAX_READERS`),
-//! which reads the whole file and keeps its own chunks (reading past the
-//! others' costs a scan for line ends): a consumer that is slow or stops
-//! reading holds up no other one of another reader. A pipe, standard input
-//! or a gzip file is read once, by one reader dealing to every shard in
-//! turn: there a consumer that stops reading holds up the others once its
-//! channel is full.
-//!
-//! A pipeline can start part-way through a pass ([`PipelineConfig::skip`]):
-//! each shard's first chunks are read past, unparsed, so a resumed run trains
-//! exactly the batches its checkpoint had not (each [`Batch::chunk`] is its
-//! chunk's index within the shard).
+//! A pipeline can start part-way through a pass ([`PipelineConfig::resume`]):
+//! the chunks trained before are read past, unparsed, so a resumed run trains
+//! exactly the batches its checkpoint had not: each static shard's first
+//! chunks, or the shared pass's [`ChunkSet`].
 //!
 //! Whoever stops the consumers raises the [`PipelineHalt`] too, and every
 //! channel is closed once drained. The parsers give up within a poll, even
@@ -37,7 +41,7 @@
 //! counted (policy `skip`); [`Pipeline::finish`] returns the counts.
 
 use crate::data::criteo::{self, parse_line, BadLinePolicy, Line, ReadStats};
-use crate::data::{Batch, TableLayout};
+use crate::data::{Batch, ChunkLedger, ChunkSet, Dealing, TableLayout};
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use std::io::BufRead;
@@ -51,25 +55,92 @@ use std::time::{Duration, Instant};
 /// How often a blocked thread of the pipeline looks at the stop flag.
 const POLL: Duration = Duration::from_millis(50);
 
-/// Readers of a plain file at most: each reads the whole file (scanning past
-/// the others' chunks costs about 0.16 µs a line, 0.2% of a trainer's step
-/// with logistic regression on this machine); beyond, trainers share them.
+/// Readers of a plain file at most under static dealing: each reads the
+/// whole file (scanning past the others' chunks costs about 0.16 µs a line,
+/// 0.2% of a trainer's step with logistic regression on this machine);
+/// beyond, trainers share them.
 const MAX_READERS: usize = 16;
+
+/// Parsers at most under shared dealing, where any parser serves any
+/// consumer: parsing a batch costs about 1% of a DLRM step.
+const MAX_SHARED_PARSERS: usize = 16;
 
 /// How long a stopped pipeline waits for its reader, which a stalled input
 /// can hold in a read (it notices the stop within a [`POLL`] otherwise).
 const READER_GRACE: Duration = Duration::from_secs(1);
 
 /// A consumer's end of the pipeline: the batches of its shard (or, shared,
-/// of every shard).
-pub type Batches = Receiver<Result<Batch>>;
+/// of the whole pass). Cloned, it is another consumer of the same batches.
+#[derive(Debug, Clone)]
+pub struct Batches {
+    batches: Receiver<Result<Batch>>,
+    ledger: Option<ChunkLedger>,
+}
+
+impl Batches {
+    /// The next batch, waiting for it; `None` once the pass is over.
+    pub fn recv(&self) -> Option<Result<Batch>> {
+        self.batches.recv().ok()
+    }
+
+    /// The next batch if one is ready.
+    pub fn try_recv(&self) -> Option<Result<Batch>> {
+        self.batches.try_recv().ok()
+    }
+
+    /// The next batch, waiting at most `timeout` for it.
+    ///
+    /// # Errors
+    ///
+    /// None came in time ([`RecvTimeoutError::Timeout`]), or the pass is
+    /// over ([`RecvTimeoutError::Disconnected`]).
+    pub fn recv_timeout(
+        &self,
+        timeout: Duration,
+    ) -> std::result::Result<Result<Batch>, RecvTimeoutError> {
+        self.batches.recv_timeout(timeout)
+    }
+
+    /// Says that `batch` is trained: under shared dealing its chunk is
+    /// marked in the ledger a checkpoint keeps (static dealing keeps each
+    /// consumer's position instead).
+    pub fn trained(&self, batch: &Batch) {
+        if let Some(ledger) = &self.ledger {
+            ledger.mark(batch.chunk);
+        }
+    }
+}
+
+impl IntoIterator for Batches {
+    type Item = Result<Batch>;
+    type IntoIter = crossbeam_channel::IntoIter<Result<Batch>>;
+
+    /// Every batch, in the order they come, until the pass is over.
+    fn into_iter(self) -> Self::IntoIter {
+        self.batches.into_iter()
+    }
+}
+
+/// Where a pipeline starts in its pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Resume {
+    /// At the beginning.
+    #[default]
+    Start,
+    /// Static dealing: past the first chunks of each kept shard, in order
+    /// (none for a shard not listed).
+    Skip(Vec<u64>),
+    /// Shared dealing: past the chunks of the set.
+    Past(ChunkSet),
+}
 
 /// How to cut and deal the data.
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
     /// Examples per batch.
     pub batch_size: usize,
-    /// Number of consumers; each gets its own channel and 1/`shards` of the data.
+    /// Consumers of the whole job; under static dealing each gets its own
+    /// channel and 1/`shards` of the data.
     pub shards: usize,
     /// The shards this process consumes (`None`: all); the lines of the others
     /// are read past unparsed (they are other processes' part of the pass).
@@ -78,17 +149,31 @@ pub struct PipelineConfig {
     pub policy: BadLinePolicy,
     /// Batches buffered per consumer.
     pub capacity: usize,
-    /// Whether every consumer takes from one channel (fed by every parser)
-    /// rather than from its shard's.
-    pub shared: bool,
-    /// Chunks to skip at the start of each kept shard, in order (none for a
-    /// shard not listed).
-    pub skip: Vec<u64>,
+    /// How the chunks reach the consumers.
+    pub dealing: Dealing,
+    /// Where the pass starts.
+    pub resume: Resume,
+}
+
+impl Default for PipelineConfig {
+    /// Batches of 128 to one consumer, dealt shared, 64 buffered, a
+    /// malformed line an error.
+    fn default() -> Self {
+        Self {
+            batch_size: 128,
+            shards: 1,
+            keep: None,
+            policy: BadLinePolicy::Fail,
+            capacity: 64,
+            dealing: Dealing::Shared,
+            resume: Resume::Start,
+        }
+    }
 }
 
 /// A chunk of consecutive raw lines.
 struct Chunk {
-    /// Its index within its shard.
+    /// Its number in the pass (shared) or index within its shard (static).
     index: u64,
     first_line: u64,
     bytes: Vec<u8>,
@@ -100,11 +185,60 @@ struct Chunk {
 /// The running pipeline: take the consumers' receivers, then `finish`.
 pub struct Pipeline {
     shards: Vec<Batches>,
+    ledger: Option<ChunkLedger>,
     stop: Arc<AtomicBool>,
     readers: Vec<JoinHandle<()>>,
     /// Lines the furthest reader has read (whole chunks).
     lines: Arc<AtomicU64>,
     parsers: Vec<JoinHandle<ReadStats>>,
+}
+
+/// Where a reader sends the chunks it reads.
+enum Route {
+    /// Chunk `k` to shard `k % senders.len()` as its `k / len`-th, if this
+    /// reader holds its sender and it is not skipped.
+    Static {
+        senders: Vec<Option<Sender<Result<Chunk>>>>,
+        skip: Vec<u64>,
+    },
+    /// This process's chunks not yet trained to the one channel, as `k`.
+    Shared {
+        sender: Sender<Result<Chunk>>,
+        shards: u64,
+        kept: Range<usize>,
+        done: ChunkSet,
+    },
+}
+
+impl Route {
+    /// Where chunk `k` goes (`None`: read past it) and its index there.
+    fn of(&self, k: u64) -> (Option<&Sender<Result<Chunk>>>, u64) {
+        match self {
+            Route::Static { senders, skip } => {
+                let shard = (k % senders.len() as u64) as usize;
+                let index = k / senders.len() as u64;
+                let skipped = index < skip.get(shard).copied().unwrap_or(0);
+                (senders[shard].as_ref().filter(|_| !skipped), index)
+            }
+            Route::Shared {
+                sender,
+                shards,
+                kept,
+                done,
+            } => {
+                let ours = kept.contains(&((k % shards) as usize));
+                (Some(sender).filter(|_| ours && !done.contains(k)), k)
+            }
+        }
+    }
+
+    /// A consumer to tell of a read error: any one here.
+    fn any(&self) -> Option<&Sender<Result<Chunk>>> {
+        match self {
+            Route::Static { senders, .. } => senders.iter().flatten().next(),
+            Route::Shared { sender, .. } => Some(sender),
+        }
+    }
 }
 
 impl Pipeline {
@@ -121,81 +255,135 @@ impl Pipeline {
                 "batch size and shard count must be at least 1",
             ));
         }
-        let readers = match criteo::rereadable(path)? {
-            true => config.shards.clamp(1, MAX_READERS),
-            false => 1,
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        let layout = Arc::new(layout);
         let keep = config.keep.clone().unwrap_or(0..config.shards);
-        let kept = keep.clone();
         if keep.is_empty() || keep.end > config.shards {
             return Err(Error::config(
                 "train.trainers",
                 format!("shards {keep:?} to keep out of {}", config.shards),
             ));
         }
-        let mut chunk_senders = vec![None; config.shards];
-        let mut shards = Vec::with_capacity(keep.len());
-        let mut parsers = Vec::with_capacity(keep.len());
-        let one_channel = config
-            .shared
-            .then(|| bounded(config.capacity.max(1) * keep.len()));
-        for shard in keep {
-            let (chunk_tx, chunk_rx) = bounded::<Result<Chunk>>(2);
-            let (batch_tx, batch_rx) = match &one_channel {
-                Some((tx, rx)) => (tx.clone(), rx.clone()),
-                None => bounded(config.capacity.max(1)),
-            };
-            chunk_senders[shard] = Some(chunk_tx);
-            shards.push(batch_rx);
-            let worker = Parser {
-                path: path.to_path_buf(),
-                layout: Arc::clone(&layout),
-                policy: config.policy,
-                stop: Arc::clone(&stop),
-            };
-            parsers.push(
-                std::thread::Builder::new()
-                    .name(format!("parse-{shard}"))
-                    .spawn(move || worker.run(chunk_rx, batch_tx))
-                    .map_err(|e| Error::Pipeline(format!("cannot start a parser thread: {e}")))?,
-            );
-        }
-        // Per shard of the file: the kept ones' skips at their places.
-        let mut skip = vec![0; config.shards];
-        for (place, &chunks) in skip[kept.clone()].iter_mut().zip(&config.skip) {
-            *place = chunks;
-        }
-        // Reader `r` deals to the kept shards `s` with `s mod readers = r`.
-        let mut dealt = vec![vec![None; config.shards]; readers.min(kept.len())];
-        for shard in kept.clone() {
-            let count = dealt.len();
-            dealt[shard % count][shard] = chunk_senders[shard].take();
-        }
-        let lines = Arc::new(AtomicU64::new(0));
-        let mut readers = Vec::with_capacity(dealt.len());
-        for senders in dealt {
+        let mut pipeline = Self {
+            shards: Vec::new(),
+            ledger: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            readers: Vec::new(),
+            lines: Arc::new(AtomicU64::new(0)),
+            parsers: Vec::new(),
+        };
+        let parser = Parser {
+            path: path.to_path_buf(),
+            layout: Arc::new(layout),
+            policy: config.policy,
+            stop: Arc::clone(&pipeline.stop),
+            ledger: None,
+        };
+        let routes = match config.dealing {
+            Dealing::Shared => pipeline.shared(parser, keep, config)?,
+            Dealing::Static => pipeline.dealt_statically(parser, keep, config, path)?,
+        };
+        for route in routes {
             let input = criteo::open(path)?;
-            let (path, skip) = (path.to_path_buf(), skip.clone());
-            let (stop, lines) = (Arc::clone(&stop), Arc::clone(&lines));
+            let path = path.to_path_buf();
+            let (stop, lines) = (Arc::clone(&pipeline.stop), Arc::clone(&pipeline.lines));
             let lines_per_chunk = config.batch_size;
-            readers.push(
+            pipeline.readers.push(
                 std::thread::Builder::new()
                     .name("read".into())
                     .spawn(move || {
-                        read_chunks(&path, input, lines_per_chunk, &skip, senders, &stop, &lines)
+                        read_chunks(&path, input, lines_per_chunk, &route, &stop, &lines)
                     })
                     .map_err(|e| Error::Pipeline(format!("cannot start a reader thread: {e}")))?,
             );
         }
-        Ok(Self {
-            shards,
-            stop,
-            readers,
-            lines,
-            parsers,
-        })
+        Ok(pipeline)
+    }
+
+    /// Shared dealing: one route of every kept chunk to parsers that all
+    /// take from one channel and send down one.
+    fn shared(
+        &mut self,
+        mut parser: Parser,
+        keep: Range<usize>,
+        config: &PipelineConfig,
+    ) -> Result<Vec<Route>> {
+        let done = match &config.resume {
+            Resume::Past(done) => done.clone(),
+            _ => ChunkSet::default(),
+        };
+        let ledger = ChunkLedger::new(config.shards, keep.clone(), &done);
+        parser.ledger = Some(ledger.clone());
+        let parsers = keep.len().min(MAX_SHARED_PARSERS);
+        let (chunk_tx, chunk_rx) = bounded::<Result<Chunk>>(2 * parsers);
+        let (batch_tx, batch_rx) = bounded(config.capacity.max(1) * parsers);
+        for p in 0..parsers {
+            let (worker, chunks, batches) = (parser.clone(), chunk_rx.clone(), batch_tx.clone());
+            self.parsers
+                .push(spawn_parser(format!("parse-{p}"), worker, chunks, batches)?);
+        }
+        let consumer = Batches {
+            batches: batch_rx,
+            ledger: Some(ledger.clone()),
+        };
+        self.shards = vec![consumer; keep.len()];
+        self.ledger = Some(ledger);
+        Ok(vec![Route::Shared {
+            sender: chunk_tx,
+            shards: config.shards as u64,
+            kept: keep,
+            done,
+        }])
+    }
+
+    /// Static dealing: a parser and a channel per kept shard, and a reader
+    /// per shard (up to [`MAX_READERS`]) of a file that can be read again.
+    fn dealt_statically(
+        &mut self,
+        parser: Parser,
+        keep: Range<usize>,
+        config: &PipelineConfig,
+        path: &Path,
+    ) -> Result<Vec<Route>> {
+        let mut chunk_senders = vec![None; config.shards];
+        for shard in keep.clone() {
+            let (chunk_tx, chunk_rx) = bounded::<Result<Chunk>>(2);
+            let (batch_tx, batch_rx) = bounded(config.capacity.max(1));
+            chunk_senders[shard] = Some(chunk_tx);
+            self.shards.push(Batches {
+                batches: batch_rx,
+                ledger: None,
+            });
+            let worker = parser.clone();
+            self.parsers.push(spawn_parser(
+                format!("parse-{shard}"),
+                worker,
+                chunk_rx,
+                batch_tx,
+            )?);
+        }
+        // Per shard of the file: the kept ones' skips at their places.
+        let mut skip = vec![0; config.shards];
+        if let Resume::Skip(chunks) = &config.resume {
+            for (place, &chunks) in skip[keep.clone()].iter_mut().zip(chunks) {
+                *place = chunks;
+            }
+        }
+        let readers = match criteo::rereadable(path)? {
+            true => config.shards.clamp(1, MAX_READERS),
+            false => 1,
+        };
+        // Reader `r` deals to the kept shards `s` with `s mod readers = r`.
+        let mut dealt = vec![vec![None; config.shards]; readers.min(keep.len())];
+        for shard in keep {
+            let count = dealt.len();
+            dealt[shard % count][shard] = chunk_senders[shard].take();
+        }
+        Ok(dealt
+            .into_iter()
+            .map(|senders| Route::Static {
+                senders,
+                skip: skip.clone(),
+            })
+            .collect())
     }
 
     /// A handle that stops the threads from elsewhere: within one send timeout
@@ -205,10 +393,15 @@ impl Pipeline {
         PipelineHalt(Arc::clone(&self.stop))
     }
 
-    /// The consumers' receivers, one per kept shard (taken once): clones of
-    /// one receiver when [`PipelineConfig::shared`].
+    /// The consumers' ends, one per kept shard (taken once): clones of one
+    /// end under shared dealing.
     pub fn take_shards(&mut self) -> Vec<Batches> {
         std::mem::take(&mut self.shards)
+    }
+
+    /// Under shared dealing, the ledger of the chunks trained.
+    pub fn ledger(&self) -> Option<&ChunkLedger> {
+        self.ledger.as_ref()
     }
 
     /// Stops the threads (if still running) and returns the read counts.
@@ -282,24 +475,20 @@ fn send_until_stopped<T>(tx: &Sender<T>, mut item: T, stop: &AtomicBool) -> bool
     }
 }
 
-/// A reader thread: cuts the input into chunks and deals them to the shards
-/// it has a sender of (reading past the others'), past the first `skip[s]` of
-/// each shard `s`, counting the lines read in `lines` (the furthest reader's).
+/// A reader thread: cuts the input into chunks and sends each where `route`
+/// says (reading past the others), counting the lines read in `lines` (the
+/// furthest reader's).
 fn read_chunks(
     path: &Path,
     mut input: Box<dyn BufRead + Send>,
     lines_per_chunk: usize,
-    skip: &[u64],
-    senders: Vec<Option<Sender<Result<Chunk>>>>,
+    route: &Route,
     stop: &AtomicBool,
     lines: &AtomicU64,
 ) {
     let mut line = 0u64;
     for k in 0u64.. {
-        let shard = (k % senders.len() as u64) as usize;
-        let target = &senders[shard];
-        let index = k / senders.len() as u64;
-        let skipped = target.is_none() || index < skip.get(shard).copied().unwrap_or(0);
+        let (target, index) = route.of(k);
         let mut chunk = Chunk {
             index,
             first_line: line + 1,
@@ -308,7 +497,7 @@ fn read_chunks(
         };
         let mut taken = 0;
         while taken < lines_per_chunk {
-            if skipped {
+            if target.is_none() {
                 chunk.bytes.clear();
                 chunk.too_long.clear();
             }
@@ -323,7 +512,7 @@ fn read_chunks(
                 }
                 Err(e) => {
                     // To this chunk's consumer, or any consumer here.
-                    if let Some(consumer) = target.as_ref().or(senders.iter().flatten().next()) {
+                    if let Some(consumer) = target.or(route.any()) {
                         send_until_stopped(consumer, Err(e), stop);
                     }
                     return;
@@ -335,7 +524,7 @@ fn read_chunks(
         if taken == 0 {
             return;
         }
-        if let (Some(consumer), false) = (target, skipped) {
+        if let Some(consumer) = target {
             if !send_until_stopped(consumer, Ok(chunk), stop) {
                 return;
             }
@@ -343,12 +532,29 @@ fn read_chunks(
     }
 }
 
+/// Starts a parser thread named `name`.
+fn spawn_parser(
+    name: String,
+    worker: Parser,
+    chunks: Receiver<Result<Chunk>>,
+    batches: Sender<Result<Batch>>,
+) -> Result<JoinHandle<ReadStats>> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || worker.run(chunks, batches))
+        .map_err(|e| Error::Pipeline(format!("cannot start a parser thread: {e}")))
+}
+
 /// A parser thread's state.
+#[derive(Clone)]
 struct Parser {
     path: PathBuf,
     layout: Arc<TableLayout>,
     policy: BadLinePolicy,
     stop: Arc<AtomicBool>,
+    /// Shared dealing: where a chunk whose every line was skipped is marked
+    /// done (no consumer will see it).
+    ledger: Option<ChunkLedger>,
 }
 
 impl Parser {
@@ -362,8 +568,14 @@ impl Parser {
                 Err(_) => break,
             };
             let batch = chunk.and_then(|c| self.parse_chunk(&c, &mut examples, &mut stats));
-            if matches!(&batch, Ok(b) if b.is_empty()) {
-                continue; // every line of the chunk was skipped
+            if let Ok(empty) = batch.as_ref() {
+                if empty.is_empty() {
+                    // Every line of the chunk was skipped: nothing to train.
+                    if let Some(ledger) = &self.ledger {
+                        ledger.mark(empty.chunk);
+                    }
+                    continue;
+                }
             }
             let failed = batch.is_err();
             if !send_until_stopped(&batches, batch, &self.stop) || failed {

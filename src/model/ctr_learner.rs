@@ -23,7 +23,7 @@ pub struct CtrLearner {
     /// Rows gathered by the last forward pass (their leaf holding the
     /// gradient), until [`CtrLearner::apply`].
     pending: Option<Pending>,
-    /// Chunks of its data shard consumed (the next batch's [`Batch::chunk`]
+    /// Static dealing: chunks of its data shard consumed (the next batch's [`Batch::chunk`]
     /// is at least this).
     position: u64,
 }
@@ -174,16 +174,16 @@ impl CtrLearner {
         let current = match self.next.take() {
             Some(next) => next?,
             None => match data.recv() {
-                Ok(batch) => {
+                Some(batch) => {
                     let batch = batch?;
                     let prefetch = self.table.begin(&batch.sparse)?;
                     (batch, prefetch)
                 }
-                Err(_) => return Ok(None),
+                None => return Ok(None),
             },
         };
         if self.table.prefetches() {
-            if let Ok(next) = data.try_recv() {
+            if let Some(next) = data.try_recv() {
                 self.next = Some(next.and_then(|batch| {
                     let prefetch = self.table.begin(&batch.sparse)?;
                     Ok((batch, prefetch))
@@ -239,6 +239,9 @@ impl Learner for CtrLearner {
         };
         self.position = batch.chunk + 1;
         let loss = self.backward_with(&batch, prefetch)?;
+        if let Some(data) = &self.data {
+            data.trained(&batch);
+        }
         Ok(Some(StepOutcome {
             examples: batch.len(),
             loss,

@@ -7,7 +7,7 @@ use super::memory::available_memory;
 use super::{load_batches, EVAL_BATCH};
 use crate::checkpoint::{Checkpoint, DataFile};
 use crate::config::{Config, RowShape};
-use crate::data::{Batch, Oracle, ReadStats, SyntheticData, TableLayout};
+use crate::data::{Batch, ChunkLedger, Oracle, ReadStats, SyntheticData, TableLayout};
 use crate::{Error, Result};
 use shadowsync_actors::sync::Fabric;
 use std::path::{Path, PathBuf};
@@ -28,6 +28,9 @@ pub(super) struct RunData {
     pub test_read: ReadStats,
     /// The files as read now (kept in checkpoints).
     pub files: Vec<DataFile>,
+    /// Shared dealing: the chunks of the pass trained (kept in checkpoints),
+    /// once the pipeline runs.
+    pub ledger: Option<ChunkLedger>,
 }
 
 impl RunData {
@@ -71,6 +74,7 @@ impl RunData {
             test_batches,
             test_read,
             files,
+            ledger: None,
         })
     }
 }

@@ -39,8 +39,8 @@
 use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore, Reason, Rejected};
 use crate::config::{Config, EmbeddingsMode, RowShape};
 use crate::data::{
-    BadLinePolicy, Batch, Batches, CriteoReader, Oracle, Pipeline, PipelineConfig, ReadStats,
-    TableLayout,
+    BadLinePolicy, Batch, Batches, CriteoReader, Dealing, Oracle, Pipeline, PipelineConfig,
+    ReadStats, Resume, TableLayout,
 };
 use crate::distributed::{every_process_u64s, TableSyncReport};
 use crate::metrics::{EvalPoint, Metrics};
@@ -59,11 +59,14 @@ use std::sync::Arc;
 mod data;
 mod memory;
 mod session;
+mod wall;
 
 pub use memory::MemoryReport;
+pub use wall::WallClock;
 
 use data::{no_examples, RunData};
 use session::{Ended, Session};
+use wall::Stopwatch;
 
 /// Examples per evaluation batch.
 pub(crate) const EVAL_BATCH: usize = 8192;
@@ -96,8 +99,12 @@ pub struct TrainReport {
     pub steps: u64,
     /// Training wall-clock seconds (with those of the run it resumed).
     pub train_seconds: f64,
-    /// Examples this run trained per second.
+    /// Examples this run trained per second of the training clock.
     pub examples_per_sec: f64,
+    /// This run from launch to results: setup, training, scoring, and
+    /// examples/s over the whole (absent in reports from before it was kept).
+    #[serde(default)]
+    pub wall: WallClock,
     /// Evaluations during training, in order (with those of the run it
     /// resumed, up to its checkpoint).
     pub history: Vec<EvalPoint>,
@@ -373,6 +380,11 @@ pub fn resume_on(
     }
     let mut config = checkpoint.config.clone();
     config.checkpoint.dir = Some(dir.to_path_buf());
+    if checkpoint.dealt.is_none() {
+        // Written by a run whose batches were dealt in fixed shares (before
+        // shared dealing, or chosen): it goes on in them.
+        config.data.dealing = Some(Dealing::Static);
+    }
     tracing::info!(checkpoint = %path.display(), examples = checkpoint.examples(), "resuming");
     // The job's examples before it.
     let mut examples = [checkpoint.examples()];
@@ -450,6 +462,7 @@ fn run(
     resumed: Option<(Resumed, Checkpoint)>,
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
+    let mut watch = Stopwatch::launch();
     config.validate_for(fabric.processes())?;
     let row_shape = registry.check(config)?;
     tch::set_num_threads(config.train.threads as i32);
@@ -461,6 +474,7 @@ fn run(
         refuse_finished(resumed, checkpoint)?;
     }
     let mut pipeline = spawn_pipeline(&data.train, &layout, config, fabric.as_ref(), checkpoint)?;
+    data.ledger = pipeline.ledger().cloned();
     let learners = build_learners(
         (config, registry),
         (&layout, row_shape),
@@ -477,7 +491,9 @@ fn run(
         checkpoint,
         observer,
     )?;
+    watch.trainers_started();
     session.supervise(observer, data.total, &pipeline.halt_handle())?;
+    watch.trainers_done();
     let ended = session.end(observer)?;
     let train_read = pipeline.finish()?;
     let memory = MemoryReport::now(table_bytes);
@@ -485,7 +501,7 @@ fn run(
         fabric.as_ref(),
         config,
         (data, train_read),
-        (ended, memory),
+        (ended, memory, watch),
         resumed.map(|(r, _)| r),
         observer,
     )
@@ -535,7 +551,7 @@ fn untrained(
 }
 
 /// The reader and parsers of the training file, one shard per learner of
-/// the job (this process's kept), each past the chunks `resumed` had trained.
+/// the job (this process's kept), past the chunks `resumed` had trained.
 fn spawn_pipeline(
     train: &Path,
     layout: &TableLayout,
@@ -553,16 +569,19 @@ fn spawn_pipeline(
             keep: Some(fabric.local_trainers(learners)),
             policy: config.data.bad_lines,
             capacity: 64,
-            // An elastic run deals every batch to whichever trainer asks first.
-            shared: !config.elastic.is_empty(),
-            // A learner that had finished its data skips all of it.
-            skip: resumed.map_or_else(Vec::new, |c| {
-                c.cluster
-                    .learners
-                    .iter()
-                    .map(|l| l.as_ref().map_or(u64::MAX, |l| l.position))
-                    .collect()
-            }),
+            dealing: config.dealing(),
+            resume: match (resumed, config.dealing()) {
+                (None, _) => Resume::Start,
+                (Some(c), Dealing::Shared) => Resume::Past(c.dealt.clone().unwrap_or_default()),
+                // A learner that had finished its data skips all of it.
+                (Some(c), Dealing::Static) => Resume::Skip(
+                    c.cluster
+                        .learners
+                        .iter()
+                        .map(|l| l.as_ref().map_or(u64::MAX, |l| l.position))
+                        .collect(),
+                ),
+            },
         },
     )
 }
@@ -637,7 +656,7 @@ fn report(
     fabric: &dyn Fabric,
     config: &Config,
     (data, train_read): (RunData, ReadStats),
-    (ended, memory): (Ended, MemoryReport),
+    (ended, memory, watch): (Ended, MemoryReport, Stopwatch),
     resumed: Option<Resumed>,
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
@@ -693,6 +712,8 @@ fn report(
         metrics: ended.metrics,
     };
     observer.evaluated(&last);
+    let this_run = examples.saturating_sub(resumed.as_ref().map_or(0, |r| r.examples));
+    let wall = watch.read(this_run, ended.scoring_seconds);
     let mut history = ended.history;
     history.push(last);
     Ok(TrainReport {
@@ -712,6 +733,7 @@ fn report(
             None => cluster.examples_per_sec,
         },
         history,
+        wall,
         final_metrics: last.metrics,
         replica_metrics: ended.replica_metrics,
         consensus_distance: ended.consensus_distance,

@@ -9,10 +9,11 @@
 //! the last checkpoint and scores the final model.
 
 use super::data::RunData;
+use super::EVAL_BATCH;
 use super::{process_dir, Observer};
 use crate::checkpoint::{Checkpoint, CheckpointStore, DataFile, Reason};
 use crate::config::{Config, ElasticStep};
-use crate::data::{Batch, Batches, PipelineHalt};
+use crate::data::{split_rows, Batch, Batches, ChunkLedger, ChunkSet, PipelineHalt};
 use crate::distributed::{TableSync, TableSyncReport};
 use crate::metrics::{evaluate, EvalPoint, Metrics};
 use crate::model::{AuditReport, CtrLearner, Models, Table};
@@ -63,6 +64,8 @@ pub(super) struct Ended {
     pub history: Vec<EvalPoint>,
     /// Training seconds before this process took the run up.
     pub earlier_seconds: f64,
+    /// Seconds scoring the final model and the replicas.
+    pub scoring_seconds: f64,
     /// The checkpoints written, and why some could not be.
     pub checkpoints: Checkpoints,
     pub interrupted: bool,
@@ -85,21 +88,57 @@ enum FinalModel {
     Mean,
 }
 
-/// Scores dense parameters on the test set with the shared embedding table.
+/// Scores dense parameters on its part of the test set, with the shared
+/// embedding table; the parts of every scorer make the test set's metrics.
 struct CtrScorer {
     model: CtrLearner,
     test: Vec<Batch>,
 }
 
 impl Scorer for CtrScorer {
+    type Part = (Vec<f32>, Vec<f32>);
     type Score = Metrics;
     type Error = Error;
 
-    fn score(&mut self, dense: &[f32]) -> Result<Metrics> {
+    fn score(&mut self, dense: &[f32]) -> Result<Self::Part> {
         self.model.dense_params().load_from(dense)?;
-        let (predictions, labels) = self.model.predict_all(&self.test)?;
-        Ok(evaluate(&predictions, &labels))
+        self.model.predict_all(&self.test)
     }
+
+    fn combine(parts: Vec<Self::Part>) -> Result<Metrics> {
+        let (predictions, labels): (Vec<Vec<f32>>, Vec<Vec<f32>>) = parts.into_iter().unzip();
+        Ok(evaluate(&predictions.concat(), &labels.concat()))
+    }
+}
+
+/// Test rows a scorer takes at least: below, another scorer costs more
+/// than it saves.
+const MIN_ROWS_PER_SCORER: usize = 2048;
+
+/// `train.score_threads` scorers, or one per core this process may use (the
+/// machine's cores shared by the job's processes), each with a model on
+/// `table` and its part of the `test` rows, in batches of at most
+/// [`EVAL_BATCH`].
+fn scorers(
+    (models, config): (&Models, &Config),
+    table: &Table,
+    test: Vec<Batch>,
+    processes: usize,
+) -> Result<Vec<CtrScorer>> {
+    let threads = match config.train.score_threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from) / processes.max(1),
+        threads => threads,
+    };
+    let rows: usize = test.iter().map(Batch::len).sum();
+    let count = threads.min(rows.div_ceil(MIN_ROWS_PER_SCORER)).max(1);
+    split_rows(test, count, EVAL_BATCH)?
+        .into_iter()
+        .map(|test| {
+            let model =
+                CtrLearner::with_table(models, &config.model, &config.optim, table.share(), None)?;
+            Ok(CtrScorer { model, test })
+        })
+        .collect()
 }
 
 impl FinalModel {
@@ -120,6 +159,17 @@ struct Joiners {
     queue: Batches,
 }
 
+/// What a checkpoint reads while the trainers stand still, besides the
+/// cluster's state: the table's arrays, its pushes, and under shared dealing
+/// the chunks trained (read later, it would hold chunks trained after the
+/// state, which a resumed run would then never train).
+type Still = (Vec<(String, Vec<f32>)>, Pushes, Option<ChunkSet>);
+
+/// The chunks trained, under shared dealing.
+fn dealt(ledger: &Option<ChunkLedger>) -> Option<ChunkSet> {
+    ledger.as_ref().map(ChunkLedger::snapshot)
+}
+
 /// Where a run's checkpoints go, and what each keeps besides the state.
 struct Saver {
     store: CheckpointStore,
@@ -127,6 +177,8 @@ struct Saver {
     /// another directory).
     config: Config,
     files: Vec<DataFile>,
+    /// Shared dealing: what the pass has trained.
+    ledger: Option<ChunkLedger>,
 }
 
 impl Saver {
@@ -135,7 +187,7 @@ impl Saver {
         &self,
         reason: Reason,
         cluster: shadowsync_actors::ClusterState,
-        (table, pushes): (Vec<(String, Vec<f32>)>, Pushes),
+        (table, pushes, dealt): Still,
         held: Duration,
         train_seconds: f64,
         history: &[EvalPoint],
@@ -150,6 +202,7 @@ impl Saver {
             train_seconds,
             history: history.to_vec(),
             data: self.files.clone(),
+            dealt,
         };
         let path = self.store.save(&checkpoint)?;
         tracing::info!(
@@ -217,6 +270,7 @@ impl<'a> Session<'a> {
                 )?,
                 config: with_absolute_paths(config)?,
                 files: data.files.clone(),
+                ledger: data.ledger.clone(),
             }),
             None => None,
         };
@@ -233,16 +287,12 @@ impl<'a> Session<'a> {
             }
             _ => None,
         };
-        let evaluator = Evaluator::start(CtrScorer {
-            model: CtrLearner::with_table(
-                registry.models(),
-                &config.model,
-                &config.optim,
-                table.share(),
-                None,
-            )?,
+        let evaluator = Evaluator::start(scorers(
+            (registry.models(), config),
+            &table,
             test,
-        })?;
+            fabric.processes(),
+        )?)?;
         let which = match config.sync.algorithm {
             Algorithm::None => FinalModel::EachReplica,
             _ => FinalModel::Mean,
@@ -441,12 +491,12 @@ impl<'a> Session<'a> {
         // The step the trainers parked at, the same in every process.
         let step = self.cluster.stats().iter().map(|s| s.steps).max();
         let point = 2 * step.unwrap_or(0);
-        let (fabric, table) = (&self.fabric, &self.table);
+        let (fabric, table, ledger) = (&self.fabric, &self.table, &saver.ledger);
         let read = || -> Result<Option<_>> {
             if !fabric.agree(point)? {
                 return Ok(None);
             }
-            let state = (table.arrays()?, table.pushes());
+            let state = (table.arrays()?, table.pushes(), dealt(ledger));
             Ok(fabric.agree(point + 1)?.then_some(state))
         };
         let saved = match self.cluster.checkpoint(read) {
@@ -547,7 +597,11 @@ impl<'a> Session<'a> {
                 .state(self.config.train.workers)
                 .map_err(Error::from)
                 .and_then(|state| {
-                    let table = (self.table.arrays()?, self.table.pushes());
+                    let table = (
+                        self.table.arrays()?,
+                        self.table.pushes(),
+                        dealt(&saver.ledger),
+                    );
                     saver.save(reason, state, table, Duration::ZERO, seconds, &self.history)
                 });
             note_checkpoint(saved, &mut self.checkpoints, observer);
@@ -555,11 +609,13 @@ impl<'a> Session<'a> {
         // The whole job's examples (this process's, in one).
         let mut examples = [outcome.report.examples];
         self.fabric.sum(&mut examples)?;
+        let scoring = Instant::now();
         let Final {
             metrics,
             replicas: replica_metrics,
             consensus_distance,
         } = self.final_metrics(outcome.center, examples[0])?;
+        let scoring_seconds = scoring.elapsed().as_secs_f64();
         let embeddings = match &self.table {
             Table::Sharded(sharded) => {
                 // Every process has read what it needs from the others' shards.
@@ -580,15 +636,18 @@ impl<'a> Session<'a> {
             consensus_distance,
             history: self.history,
             earlier_seconds: self.earlier.train_seconds,
+            scoring_seconds,
             checkpoints: self.checkpoints,
             interrupted: self.interrupted,
         })
     }
 
     /// The final figures: each replica scored on its own (of every
-    /// process), how far apart they are, and the final model — EASGD's
-    /// centre, the replicas' mean, or under `none` (independent models, whose
-    /// mean would mix unrelated parameters) the mean of their metrics.
+    /// process; unless `train.score_replicas` is off), how far apart they
+    /// are, and the final model — EASGD's centre, the replicas' mean, or
+    /// under `none` (independent models, whose mean would mix unrelated
+    /// parameters) the mean of their metrics. Every model is queued at once,
+    /// so that every scorer is busy until the last.
     fn final_metrics(&mut self, center: Option<Vec<f32>>, examples: u64) -> Result<Final> {
         let each = self.cluster.replicas()?;
         let mut mean = mean_of(&each);
@@ -599,19 +658,31 @@ impl<'a> Session<'a> {
         ];
         self.fabric.average(&mut distance)?;
         let evaluator = &mut self.evaluator;
-        for dense in each {
-            evaluator.request(dense, examples)?;
+        let final_model = match (center, self.which) {
+            (Some(center), _) => Some(center),
+            (None, FinalModel::Mean) => Some(mean),
+            (None, FinalModel::EachReplica) => None,
+        };
+        let score_each = self.config.train.score_replicas || final_model.is_none();
+        let asked = usize::from(final_model.is_some());
+        if let Some(model) = final_model {
+            evaluator.request(model, examples)?;
         }
-        let mine = evaluator
+        if score_each {
+            for dense in each {
+                evaluator.request(dense, examples)?;
+            }
+        }
+        let mut scored = evaluator
             .wait_all()?
             .into_iter()
             .map(metrics_of)
             .collect::<Result<Vec<_>>>()?;
+        let mine = scored.split_off(asked);
         let replicas = crate::distributed::every_process_metrics(self.fabric.as_ref(), mine)?;
-        let metrics = match (center, self.which) {
-            (Some(center), _) => metrics_of(evaluator.score(center, examples)?)?,
-            (None, FinalModel::Mean) => metrics_of(evaluator.score(mean, examples)?)?,
-            (None, FinalModel::EachReplica) => Metrics::mean(&replicas)
+        let metrics = match scored.pop() {
+            Some(metrics) => metrics,
+            None => Metrics::mean(&replicas)
                 .ok_or_else(|| Error::config("train.trainers", "must be at least 1"))?,
         };
         Ok(Final {
