@@ -1,16 +1,21 @@
 //! Parser benchmark: lines/s on a 1M-line Criteo file, single thread and through
-//! the pipeline (reader thread + parser threads + channels, drained like trainers).
+//! the pipeline (reader thread + parser threads + channels, drained like trainers),
+//! its batches dealt in fixed shares (a reader per consumer, up to 16, each
+//! reading the whole file) or shared (the file read once). Before the timings it
+//! prints the CPU seconds one pass costs 16 consumers each way: what the readers
+//! take from the cores the trainers need.
 //!
 //! `cargo bench --bench parser` (criterion prints `thrpt` in lines/s). The file is
 //! the cached synthetic training set of `benches/train_step.rs`.
 
+use cpu_time::ProcessTime;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use shadowsync::config::SyntheticConfig;
 use shadowsync::data::{
-    BadLinePolicy, CriteoReader, Dealing, Pipeline, PipelineConfig, Resume, SyntheticData,
-    TableLayout,
+    BadLinePolicy, CriteoReader, Dealing, Pipeline, PipelineConfig, SyntheticData, TableLayout,
 };
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 fn data_file() -> PathBuf {
     let synthetic = SyntheticConfig {
@@ -30,15 +35,12 @@ fn read_single_thread(path: &Path) -> usize {
         .unwrap_or(0)
 }
 
-fn read_pipeline(path: &Path, shards: usize) -> usize {
+fn read_pipeline(path: &Path, shards: usize, dealing: Dealing) -> usize {
     let config = PipelineConfig {
         batch_size: 128,
         shards,
-        keep: None,
-        policy: BadLinePolicy::Fail,
-        capacity: 64,
-        dealing: Dealing::Static,
-        resume: Resume::Start,
+        dealing,
+        ..PipelineConfig::default()
     };
     let layout = TableLayout::uniform(100_000).unwrap_or_else(|e| panic!("{e}"));
     let Ok(mut pipeline) = Pipeline::spawn(path, layout, &config) else {
@@ -58,16 +60,31 @@ fn parser(c: &mut Criterion) {
     let path = data_file();
     let lines = read_single_thread(&path);
     assert_eq!(lines, 1_000_000, "benchmark file");
+    for dealing in [Dealing::Static, Dealing::Shared] {
+        let cpu = ProcessTime::now();
+        let wall = Instant::now();
+        assert_eq!(read_pipeline(&path, 16, dealing), lines);
+        println!(
+            "one pass to 16 consumers dealt {dealing:?}: {:.2} CPU s, {:.2} s",
+            cpu.elapsed().as_secs_f64(),
+            wall.elapsed().as_secs_f64()
+        );
+    }
     let mut group = c.benchmark_group("criteo_1M_lines");
     group.sample_size(10);
     group.throughput(Throughput::Elements(lines as u64));
     group.bench_function("single_thread_examples", |b| {
         b.iter(|| read_single_thread(&path))
     });
-    for shards in [1, 2, 8] {
-        group.bench_function(format!("pipeline_batches_{shards}_shards"), |b| {
-            b.iter(|| read_pipeline(&path, shards))
-        });
+    for (shards, dealing) in [
+        (1, Dealing::Static),
+        (2, Dealing::Static),
+        (8, Dealing::Static),
+        (16, Dealing::Static),
+        (16, Dealing::Shared),
+    ] {
+        let name = format!("pipeline_batches_{shards}_consumers_{dealing:?}");
+        group.bench_function(name, |b| b.iter(|| read_pipeline(&path, shards, dealing)));
     }
     group.finish();
 }

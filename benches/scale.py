@@ -17,8 +17,9 @@ apply every pushed gradient once (`distributed.unaccounted_pushes` empty):
 
 Per cell: examples/s in all and per trainer, bytes sent per example (embedding
 rows, dense sync), sync gap and staleness, pushes sent and applied, peak resident
-set per rank, seconds to the first batch (the process's wall time less its
-training time: start-up, data, table) and to the end. Writes the markdown table
+set per rank, examples/s over the training clock and over the wall clock (rank 0's
+launch to results: start-up, data, table, training, scoring), seconds to the first
+batch (`wall.to_first_batch_seconds`) and the process's seconds to the end. Writes the markdown table
 to --out (docs/results/scale.md) after a preamble on what the machine can show.
 Run by `./dev scale`, which builds what it needs.
 
@@ -67,7 +68,7 @@ def run(args, out, model, ranks, trainers):
 def row(label, ranks, trainers, report, wall):
     """One table row of a cell."""
     if "failed" in report:
-        return f"| {label} | {ranks or 1} × {trainers} | **failed**: {report['failed']} |" + " |" * 9
+        return f"| {label} | {ranks or 1} × {trainers} | **failed**: {report['failed']} |" + " |" * 10
     job = trainers * (ranks or 1)
     stats = report["cluster"]["trainer_stats"]
     mean = lambda key: statistics.mean(s[key] for s in stats)
@@ -80,11 +81,12 @@ def row(label, ranks, trainers, report, wall):
     memory = d.get("memory_per_process") or [report.get("memory", {})]
     peak = max((m.get("peak_rss_bytes") or 0) for m in memory) / 2**20
     rate = report["examples_per_sec"]
+    clock = report["wall"]
     return (f"| {label} | {ranks or 1} × {trainers} | {report['examples']:,} "
-            f"| {rate:,.0f} | {rate / job:,.0f} "
+            f"| {rate:,.0f} | {clock['examples_per_sec']:,.0f} | {rate / job:,.0f} "
             f"| {d.get('sparse_bytes_per_example', 0):,.1f} | {d.get('dense_bytes_per_example', 0):,.1f} "
             f"| {mean('mean_sync_gap'):.1f} / {mean('mean_staleness'):.1f} | {pushes} "
-            f"| {peak:,.0f} | {max(wall - report['train_seconds'], 0):.1f} | {wall:.1f} |")
+            f"| {peak:,.0f} | {clock['to_first_batch_seconds']:.1f} | {wall:.1f} |")
 
 
 def main():
@@ -101,10 +103,11 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     args = p.parse_args()
 
-    header = ("| model | ranks × trainers | examples | examples/s | per trainer "
+    header = ("| model | ranks × trainers | examples | examples/s (training clock) "
+              "| examples/s (wall) | per trainer "
               "| rows B/example | dense B/example | sync gap / staleness (steps) "
               "| pushes (rank 0 sent) | peak RSS per rank (MiB) | s to first batch | s to end |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = []
     with tempfile.TemporaryDirectory() as out:
         lines += ["## One process", "", header]

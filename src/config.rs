@@ -830,6 +830,31 @@ mod tests {
     }
 
     #[test]
+    fn batches_are_dealt_shared_but_to_sync_sgd_which_refuses_it_by_name() {
+        let dealing = |text: &str| parse(text).map(|c| c.dealing());
+        for algorithm in ["none", "shadow-ma", "fr-bmuf:4"] {
+            let sync = format!("[sync]\nalgorithm = \"{algorithm}\"\n");
+            assert_eq!(dealing(&sync).unwrap(), Dealing::Shared, "{algorithm}");
+            let fixed = format!("[data]\ndealing = \"static\"\n{sync}");
+            assert_eq!(dealing(&fixed).unwrap(), Dealing::Static, "{algorithm}");
+        }
+        let sync_sgd = "[sync]\nalgorithm = \"sync-sgd\"\n";
+        assert_eq!(dealing(sync_sgd).unwrap(), Dealing::Static);
+        let e = dealing(&format!("[data]\ndealing = \"shared\"\n{sync_sgd}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("data.dealing") && e.contains("lockstep"), "{e}");
+        let elastic = "[data]\ndealing = \"static\"\n[sync]\nalgorithm = \"shadow-ma\"\n\
+                       [[elastic]]\nat_step = 10\nadd = 1\n";
+        let e = dealing(elastic).unwrap_err().to_string();
+        assert!(e.contains("data.dealing") && e.contains("elastic"), "{e}");
+        let e = parse("[train]\nscore_threads = 100000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("train.score_threads"), "{e}");
+    }
+
+    #[test]
     fn unknown_keys_and_wrong_types_are_named() {
         let e = parse("[train]\nbatch_sise = 3\n").unwrap_err().to_string();
         assert!(e.contains("batch_sise") && e.contains("line 2"), "{e}");

@@ -298,7 +298,16 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
         serde_json::json!([]),
         "{report}"
     );
-    // Cursor accounting: the pass, whole, once, over both ranks.
+    // Cursor accounting: the pass, whole, once, over both ranks, each rank's
+    // trainers taking their rank's chunks as they came (shared dealing: each
+    // checkpoint holds the chunks its rank had trained).
+    for rank in [&zero, &one] {
+        assert!(
+            rank[&from]["dealt"]["below"].as_u64().unwrap() > 0,
+            "{}",
+            rank[&from]
+        );
+    }
     assert_eq!(report["examples"], 400_000, "{report}");
     let ne = report["final_metrics"]["ne"].as_f64().unwrap();
 

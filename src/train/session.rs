@@ -9,7 +9,6 @@
 //! the last checkpoint and scores the final model.
 
 use super::data::RunData;
-use super::EVAL_BATCH;
 use super::{process_dir, Observer};
 use crate::checkpoint::{Checkpoint, CheckpointStore, DataFile, Reason};
 use crate::config::{Config, ElasticStep};
@@ -115,10 +114,15 @@ impl Scorer for CtrScorer {
 /// than it saves.
 const MIN_ROWS_PER_SCORER: usize = 2048;
 
+/// Rows a scorer predicts at once: small enough that a DLRM's activations
+/// (some 20 MB at this size) stay near its core's cache. On 2 cores, 2,048
+/// scored the same 500k rows 10–15% faster than 8,192.
+const SCORE_BATCH: usize = 2048;
+
 /// `train.score_threads` scorers, or one per core this process may use (the
 /// machine's cores shared by the job's processes), each with a model on
 /// `table` and its part of the `test` rows, in batches of at most
-/// [`EVAL_BATCH`].
+/// [`SCORE_BATCH`].
 fn scorers(
     (models, config): (&Models, &Config),
     table: &Table,
@@ -131,7 +135,7 @@ fn scorers(
     };
     let rows: usize = test.iter().map(Batch::len).sum();
     let count = threads.min(rows.div_ceil(MIN_ROWS_PER_SCORER)).max(1);
-    split_rows(test, count, EVAL_BATCH)?
+    split_rows(test, count, SCORE_BATCH)?
         .into_iter()
         .map(|test| {
             let model =
