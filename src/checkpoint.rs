@@ -75,6 +75,11 @@ pub struct Manifest {
     pub version: u32,
     /// Why it was taken.
     pub reason: Reason,
+    /// The run it belongs to (kept by a resumed run): pruning removes only
+    /// its own run's checkpoints (empty in checkpoints from before it was
+    /// kept).
+    #[serde(default)]
+    pub run: String,
     /// Seconds since the Unix epoch when it was written.
     pub created_unix: u64,
     /// The configuration of the run.
@@ -112,6 +117,9 @@ pub struct Manifest {
 pub struct Checkpoint {
     /// Why it was taken.
     pub reason: Reason,
+    /// The run it belongs to ([`new_run_id`]; a resumed run keeps its
+    /// checkpoint's).
+    pub run: String,
     /// The configuration of the run.
     pub config: Config,
     /// The runtime's state.
@@ -309,6 +317,7 @@ impl Checkpoint {
             .collect::<Result<Vec<_>, String>>()?;
         Ok(Self {
             reason: manifest.reason,
+            run: manifest.run,
             train_seconds: manifest.train_seconds,
             history: manifest.history,
             data: manifest.data,
@@ -360,19 +369,19 @@ impl CheckpointStore {
         &self.dir
     }
 
-    /// Writes `checkpoint` as the newest, atomically, and removes all but the
-    /// newest `keep`; returns its directory.
+    /// Writes `checkpoint` as the newest, atomically, then removes all but
+    /// the newest `keep` of its run's ([`CheckpointStore::prune`]).
     ///
     /// # Errors
     ///
-    /// A checkpoint that cannot be written, or old ones that cannot be removed
-    /// ([`Error::Io`]).
-    pub fn save(&self, checkpoint: &Checkpoint) -> Result<PathBuf> {
+    /// A checkpoint that cannot be written ([`Error::Io`], [`Error::Checkpoint`]);
+    /// old ones that cannot be removed are [`Saved::unpruned`], not an error.
+    pub fn save(&self, checkpoint: &Checkpoint) -> Result<Saved> {
         let number = self.numbered()?.last().map_or(1, |(n, _)| n + 1);
         let tmp = self.dir.join(format!("{TMP_PREFIX}{number:06}"));
         let fail = |e: std::io::Error| Error::io(&tmp, e);
         if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(fail)?;
+            remove_unfinished(&tmp)?;
         }
         std::fs::create_dir(&tmp).map_err(fail)?;
         // A write that fails (a full disk) leaves no temporary directory.
@@ -383,8 +392,39 @@ impl CheckpointStore {
         let path = self.path(number);
         std::fs::rename(&tmp, &path).map_err(fail)?;
         sync_dir(&self.dir)?;
-        self.prune()?;
-        Ok(path)
+        let unpruned = self.prune(&checkpoint.run).err();
+        Ok(Saved { path, unpruned })
+    }
+
+    /// Refuses a directory that already holds checkpoints (or entries named
+    /// as they are), for a run that starts afresh: its own would be numbered
+    /// among them and a resume would mix the two.
+    ///
+    /// # Errors
+    ///
+    /// Entries named `ckpt-N` ([`Error::Config`] naming `checkpoint.dir`).
+    pub fn refuse_taken(&self) -> Result<()> {
+        let numbered = self.numbered()?;
+        let (Some((_, first)), Some((_, last))) = (numbered.first(), numbered.last()) else {
+            return Ok(());
+        };
+        let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        Err(Error::config(
+            "checkpoint.dir",
+            format!(
+                "{} already holds {} checkpoint{} ({}{}) of a run: continue it with --resume {}, \
+                 or give a directory of its own to this run; nothing in it was changed",
+                self.dir.display(),
+                numbered.len(),
+                if numbered.len() == 1 { "" } else { "s" },
+                name(first).unwrap_or_default(),
+                match numbered.len() {
+                    1 => String::new(),
+                    _ => format!(" … {}", name(last).unwrap_or_default()),
+                },
+                self.dir.display()
+            ),
+        ))
     }
 
     /// The newest checkpoint that is whole, and those newer than it that were
@@ -494,21 +534,73 @@ impl CheckpointStore {
         Ok(numbered)
     }
 
-    /// Removes all but the newest `keep` checkpoints, and unfinished writes.
-    fn prune(&self) -> Result<()> {
-        let numbered = self.numbered()?;
-        let old = numbered.len().saturating_sub(self.keep);
-        for (_, path) in &numbered[..old] {
+    /// Removes all but the newest `keep` checkpoints of `run` (those whose
+    /// manifest names it: never another run's, nor a directory that only
+    /// looks like a checkpoint), and unfinished writes (directories
+    /// `.tmp-ckpt-N` holding nothing but a checkpoint's files).
+    ///
+    /// # Errors
+    ///
+    /// A directory that cannot be read or removed ([`Error::Io`]).
+    pub fn prune(&self, run: &str) -> Result<()> {
+        let ours: Vec<PathBuf> = (self.numbered()?.into_iter())
+            .filter(|(_, path)| run_of(path).as_deref() == Some(run))
+            .map(|(_, path)| path)
+            .collect();
+        for path in &ours[..ours.len().saturating_sub(self.keep)] {
             std::fs::remove_dir_all(path).map_err(|e| Error::io(path, e))?;
         }
         let entries = std::fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
-                let path = entry.path();
-                std::fs::remove_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+                remove_unfinished(&entry.path())?;
             }
         }
         Ok(())
+    }
+}
+
+/// A checkpoint written: where, and why older ones of its run are still
+/// there, if they are.
+#[derive(Debug)]
+pub struct Saved {
+    /// Its directory.
+    pub path: PathBuf,
+    /// Why the older checkpoints could not be removed.
+    pub unpruned: Option<Error>,
+}
+
+/// A new run's identity, kept in its checkpoints (random, 64 bits in hex).
+pub fn new_run_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// The run a checkpoint directory's manifest names, if it has one that
+/// parses.
+fn run_of(checkpoint: &Path) -> Option<String> {
+    #[derive(Deserialize)]
+    struct RunOnly {
+        #[serde(default)]
+        run: String,
+    }
+    let text = std::fs::read(checkpoint.join(MANIFEST_FILE)).ok()?;
+    serde_json::from_slice::<RunOnly>(&text).ok().map(|m| m.run)
+}
+
+/// Removes an unfinished write, a directory holding nothing but files a
+/// checkpoint is made of; anything else there is left as it is.
+fn remove_unfinished(tmp: &Path) -> Result<()> {
+    let ours = std::fs::read_dir(tmp)
+        .map_err(|e| Error::io(tmp, e))?
+        .flatten()
+        .all(|e| {
+            let name = e.file_name();
+            e.file_type().is_ok_and(|t| t.is_file())
+                && (name == STATE_FILE || name == MANIFEST_FILE)
+        });
+    match ours {
+        true => std::fs::remove_dir_all(tmp).map_err(|e| Error::io(tmp, e)),
+        false => Ok(()),
     }
 }
 
@@ -583,6 +675,7 @@ fn write_checkpoint(tmp: &Path, checkpoint: &Checkpoint) -> Result<()> {
     let manifest = Manifest {
         version: VERSION,
         reason: checkpoint.reason,
+        run: checkpoint.run.clone(),
         created_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -650,6 +743,7 @@ mod tests {
         };
         Checkpoint {
             reason: Reason::Periodic,
+            run: "run-a".into(),
             config,
             cluster: ClusterState {
                 trainers: vec![
@@ -718,7 +812,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = CheckpointStore::open(dir.path(), 2).unwrap();
         let saved = sample(5);
-        let path = store.save(&saved).unwrap();
+        let path = store.save(&saved).unwrap().path;
         assert!(path.ends_with("ckpt-000001"));
         let (latest, loaded, rejected) = store.load_latest().unwrap();
         assert_eq!((latest, rejected), (path, Vec::new()));
@@ -767,6 +861,52 @@ mod tests {
         assert_eq!(store.load_latest().unwrap().1, sample(4));
     }
 
+    /// Pruning removes the run's own checkpoints only: another run's, a
+    /// user's folders named like checkpoints and a temporary directory
+    /// holding anything else stay; a fresh run refuses such a directory.
+    #[test]
+    fn pruning_removes_only_this_runs_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path(), 1).unwrap();
+        assert!(store.refuse_taken().is_ok());
+        let other = Checkpoint {
+            run: "run-b".into(),
+            ..sample(9)
+        };
+        store.save(&other).unwrap();
+        let users = dir.path().join("ckpt-000002");
+        std::fs::create_dir(&users).unwrap();
+        std::fs::write(users.join("notes.txt"), b"mine").unwrap();
+        let unfinished_of_users = dir.path().join(".tmp-ckpt-000010");
+        std::fs::create_dir(&unfinished_of_users).unwrap();
+        std::fs::write(unfinished_of_users.join("photo.jpg"), b"mine").unwrap();
+        let e = store.refuse_taken().unwrap_err().to_string();
+        assert!(
+            e.contains("checkpoint.dir") && e.contains("--resume") && e.contains("ckpt-000002"),
+            "{e}"
+        );
+        for examples in 1..=3 {
+            let saved = store.save(&sample(examples)).unwrap();
+            assert!(saved.unpruned.is_none(), "{:?}", saved.unpruned);
+        }
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                ".tmp-ckpt-000010",
+                "ckpt-000001",
+                "ckpt-000002",
+                "ckpt-000005"
+            ]
+        );
+        assert_eq!(load(&dir.path().join("ckpt-000001")).unwrap(), other);
+        assert_eq!(std::fs::read(users.join("notes.txt")).unwrap(), b"mine");
+    }
+
     /// A job resuming from an older checkpoint than its newest sets the newer
     /// ones aside: kept, never read or pruned, and the numbers go on from the
     /// one resumed (as in the job's other processes).
@@ -783,7 +923,7 @@ mod tests {
         assert_eq!(store.numbers().unwrap(), [2]);
         assert_eq!(store.load(2).unwrap().1, sample(2));
         assert!(store.load(3).unwrap_err().reason.contains("manifest.json"));
-        let next = store.save(&sample(4)).unwrap();
+        let next = store.save(&sample(4)).unwrap().path;
         assert!(next.ends_with("ckpt-000003"));
         assert!(store
             .set_aside(3)
@@ -803,7 +943,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = CheckpointStore::open(dir.path(), 3).unwrap();
         store.save(&sample(1)).unwrap();
-        let newest = store.save(&sample(2)).unwrap();
+        let newest = store.save(&sample(2)).unwrap().path;
         damage(&newest.join(file));
         let (path, loaded, rejected) = store.load_latest().unwrap();
         assert!(path.ends_with("ckpt-000001"));
@@ -863,7 +1003,7 @@ mod tests {
         let store = CheckpointStore::open(dir.path(), 3).unwrap();
         let message = store.load_latest().unwrap_err().to_string();
         assert!(message.contains("no checkpoint"), "{message}");
-        let only = store.save(&sample(1)).unwrap();
+        let only = store.save(&sample(1)).unwrap().path;
         std::fs::remove_file(only.join(STATE_FILE)).unwrap();
         let message = store.load_latest().unwrap_err().to_string();
         assert!(

@@ -387,6 +387,53 @@ fn resume_given_one_checkpoint_or_a_missing_directory_says_so() {
     assert!(!missing.exists(), "--resume made the directory");
 }
 
+/// A fresh run never removes what is not its own: a directory holding
+/// another run's checkpoints, or the user's folders named like them, is
+/// refused before anything is written, and nothing in it changes.
+#[test]
+fn a_fresh_run_refuses_a_directory_of_checkpoints_and_prunes_only_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = (
+        sample_str("criteo_kaggle_paddlerec_train100.tsv"),
+        sample_str("criteo_kaggle_paddlerec_test100.tsv"),
+    );
+    let user = dir.path().join("userdir");
+    for n in 1..=4 {
+        let folder = user.join(format!("ckpt-{n:06}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("holiday.txt"), b"mine").unwrap();
+    }
+    let mut args = small(&train, &test);
+    args.extend(["--checkpoint-dir", path(&user), "--keep-checkpoints", "1"]);
+    let out = run(&args);
+    fails_saying(
+        &out,
+        &["checkpoint.dir", "already holds 4 checkpoints", "--resume"],
+    );
+    for n in 1..=4 {
+        let kept = user.join(format!("ckpt-{n:06}/holiday.txt"));
+        assert_eq!(std::fs::read(&kept).unwrap(), b"mine", "{}", kept.display());
+    }
+    // A run's own checkpoints: re-running the command without --resume is
+    // refused, and the run it could resume is whole.
+    let ours = dir.path().join("ours");
+    let mut args = small(&train, &test);
+    args.extend(["--checkpoint-dir", path(&ours), "--batch-size", "10"]);
+    args.extend(["--checkpoint-every", "2", "--keep-checkpoints", "2"]);
+    assert!(run(&args).status.success());
+    let before: Vec<_> = std::fs::read_dir(&ours)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before.len(), 2, "{before:?}");
+    fails_saying(&run(&args), &["already holds 2 checkpoints", "--resume"]);
+    let after: Vec<_> = std::fs::read_dir(&ours)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(after.len(), 2, "{after:?}");
+}
+
 #[test]
 fn gen_data_never_replaces_data_it_did_not_make() {
     let dir = tempfile::tempdir().unwrap();

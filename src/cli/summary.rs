@@ -115,6 +115,9 @@ pub(crate) fn print_summary(report: &TrainReport) {
     for error in &report.checkpoint_errors {
         println!("checkpoint not written: {error}");
     }
+    for error in &report.checkpoints_unpruned {
+        println!("older checkpoints not removed (pruning failed): {error}");
+    }
     for (name, read) in [
         ("train", &report.data.train_read),
         ("test", &report.data.test_read),

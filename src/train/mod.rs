@@ -131,6 +131,10 @@ pub struct TrainReport {
     /// Why checkpoints could not be written, if some could not (the run went
     /// on without them).
     pub checkpoint_errors: Vec<String>,
+    /// Why older checkpoints of the run could not be removed after a newer
+    /// one was written (the newer ones were written).
+    #[serde(default)]
+    pub checkpoints_unpruned: Vec<String>,
     /// Whether the run was interrupted before the end of its data.
     pub interrupted: bool,
     /// For a run spread over processes, this process's part in it (`examples`
@@ -742,6 +746,7 @@ fn report(
         resumed,
         checkpoint: ended.checkpoints.last,
         checkpoint_errors: ended.checkpoints.errors,
+        checkpoints_unpruned: ended.checkpoints.unpruned,
         interrupted: ended.interrupted,
         distributed,
         memory,

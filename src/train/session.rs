@@ -10,7 +10,7 @@
 
 use super::data::RunData;
 use super::{process_dir, Observer};
-use crate::checkpoint::{Checkpoint, CheckpointStore, DataFile, Reason};
+use crate::checkpoint::{new_run_id, Checkpoint, CheckpointStore, DataFile, Reason, Saved};
 use crate::config::{Config, ElasticStep};
 use crate::data::{split_rows, Batch, Batches, ChunkLedger, ChunkSet, PipelineHalt};
 use crate::distributed::{TableSync, TableSyncReport};
@@ -70,11 +70,15 @@ pub(super) struct Ended {
     pub interrupted: bool,
 }
 
-/// The checkpoints a run wrote, and why some could not be.
+/// The checkpoints a run wrote, why some could not be, and why older ones
+/// stayed.
 #[derive(Default)]
 pub(super) struct Checkpoints {
     pub last: Option<PathBuf>,
     pub errors: Vec<String>,
+    /// Why older checkpoints could not be removed after a new one was
+    /// written.
+    pub unpruned: Vec<String>,
 }
 
 /// Which model the evaluations score.
@@ -183,9 +187,40 @@ struct Saver {
     files: Vec<DataFile>,
     /// Shared dealing: what the pass has trained.
     ledger: Option<ChunkLedger>,
+    /// The run's identity, in each checkpoint: only its own are pruned.
+    run: String,
 }
 
 impl Saver {
+    /// The saver of a run with `checkpoint.dir` set, in this process's
+    /// directory: a resumed run goes on with its checkpoint's identity; a
+    /// fresh one takes a new one and refuses a directory holding checkpoints.
+    fn open(
+        config: &Config,
+        fabric: &dyn Fabric,
+        data: &RunData,
+        resumed: Option<&Checkpoint>,
+    ) -> Result<Option<Self>> {
+        let Some(dir) = &config.checkpoint.dir else {
+            return Ok(None);
+        };
+        let store = CheckpointStore::open(&process_dir(dir, fabric), config.checkpoint.keep)?;
+        let run = match resumed {
+            Some(checkpoint) => checkpoint.run.clone(),
+            None => {
+                store.refuse_taken()?;
+                new_run_id()
+            }
+        };
+        Ok(Some(Self {
+            store,
+            config: with_absolute_paths(config)?,
+            files: data.files.clone(),
+            ledger: data.ledger.clone(),
+            run,
+        }))
+    }
+
     /// Saves a checkpoint; `held`: how long the trainers stood still for it.
     fn save(
         &self,
@@ -195,10 +230,11 @@ impl Saver {
         held: Duration,
         train_seconds: f64,
         history: &[EvalPoint],
-    ) -> Result<PathBuf> {
+    ) -> Result<Saved> {
         let writing = Instant::now();
         let checkpoint = Checkpoint {
             reason,
+            run: self.run.clone(),
             config: self.config.clone(),
             cluster,
             table,
@@ -208,16 +244,16 @@ impl Saver {
             data: self.files.clone(),
             dealt,
         };
-        let path = self.store.save(&checkpoint)?;
+        let saved = self.store.save(&checkpoint)?;
         tracing::info!(
-            checkpoint = %path.display(),
+            checkpoint = %saved.path.display(),
             examples = checkpoint.examples(),
             ?reason,
             trainers_held_ms = held.as_millis() as u64,
             write_ms = writing.elapsed().as_millis() as u64,
             "checkpoint written"
         );
-        Ok(path)
+        Ok(saved)
     }
 }
 
@@ -266,18 +302,7 @@ impl<'a> Session<'a> {
         observer: &mut dyn Observer,
     ) -> Result<Self> {
         let test = std::mem::take(&mut data.test_batches);
-        let saver = match &config.checkpoint.dir {
-            Some(dir) => Some(Saver {
-                store: CheckpointStore::open(
-                    &process_dir(dir, fabric.as_ref()),
-                    config.checkpoint.keep,
-                )?,
-                config: with_absolute_paths(config)?,
-                files: data.files.clone(),
-                ledger: data.ledger.clone(),
-            }),
-            None => None,
-        };
+        let saver = Saver::open(config, fabric.as_ref(), data, resumed)?;
         let table_sync = match &table {
             Table::Local(local) if fabric.processes() > 1 => {
                 let every = Duration::from_millis(config.train.table_sync_ms);
@@ -728,14 +753,18 @@ fn metrics_of(evaluation: Evaluation<Metrics>) -> Result<Metrics> {
 /// Notes a checkpoint written, or why it could not be: the run goes on, as a
 /// failed checkpoint must not cost what was trained.
 fn note_checkpoint(
-    saved: Result<PathBuf>,
+    saved: Result<Saved>,
     checkpoints: &mut Checkpoints,
     observer: &mut dyn Observer,
 ) {
     match saved {
-        Ok(path) => {
-            observer.checkpointed(&path);
-            checkpoints.last = Some(path);
+        Ok(saved) => {
+            if let Some(e) = saved.unpruned {
+                tracing::warn!(error = %e, "older checkpoints not removed; training goes on");
+                checkpoints.unpruned.push(e.to_string());
+            }
+            observer.checkpointed(&saved.path);
+            checkpoints.last = Some(saved.path);
         }
         Err(e) => {
             tracing::warn!(error = %e, "checkpoint not written; training goes on");
