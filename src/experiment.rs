@@ -314,6 +314,28 @@ impl Experiment {
     pub fn directory(&self, out: &Path) -> PathBuf {
         out.join(&self.name)
     }
+
+    /// The data files its runs read (given, or the built-in set's), which
+    /// nothing it writes may replace.
+    pub fn inputs(&self) -> Vec<PathBuf> {
+        let mut inputs: Vec<PathBuf> = Vec::new();
+        for run in &self.runs {
+            let data = &run.config.data;
+            let files = match (&data.train, &data.test) {
+                (Some(train), Some(test)) => vec![train.clone(), test.clone()],
+                _ => {
+                    let dir = data.synthetic.directory();
+                    vec![dir.join("train.tsv"), dir.join("test.tsv")]
+                }
+            };
+            for file in files {
+                if !inputs.contains(&file) {
+                    inputs.push(file);
+                }
+            }
+        }
+        inputs
+    }
 }
 
 /// Every combination of the axes' values, the first axis varying slowest.
@@ -482,9 +504,12 @@ pub fn run_grid(
     let directory = experiment.directory(out);
     let runs_dir = directory.join("runs");
     output::create_dir(&runs_dir)?;
-    output::write_atomic(
+    let inputs = experiment.inputs();
+    let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    output::write_output(
         &directory.join("experiment.toml"),
         experiment.source.as_bytes(),
+        &inputs,
     )?;
     let mut outcome = GridOutcome {
         directory: directory.clone(),
@@ -499,6 +524,9 @@ pub fn run_grid(
             outcome.reused += 1;
             continue;
         }
+        // Refused before it trains, not after: a run file that is a link
+        // to an input.
+        output::check_output(&path, &inputs)?;
         let report = train::train_on(Arc::new(InProcess), &run.config, registry, observer)?;
         if report.interrupted {
             outcome.interrupted = true;
@@ -512,7 +540,7 @@ pub fn run_grid(
         let json = serde_json::to_vec_pretty(&result)
             .map_err(|e| Error::config(path.display().to_string(), e.to_string()))?;
         // Whole or not at all: a run killed while writing is run again.
-        output::write_atomic(&path, &json)?;
+        output::write_output(&path, &json, &inputs)?;
         if result.report.error.is_some() {
             outcome.failed.push(run.id.clone());
         } else {

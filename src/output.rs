@@ -9,7 +9,10 @@
 //! never renamed over. [`check_output`] tries the same in advance and refuses
 //! a path that is one of the run's inputs (`--results train.tsv`), so that a
 //! path that cannot or must not be written is refused before a long run
-//! rather than after it.
+//! rather than after it. [`write_output`] is the writer of every file the
+//! project makes (results, experiments' run files, reports and plots): it
+//! refuses a path that names one of the inputs, through links and other
+//! spellings alike, and writes the rest atomically.
 
 use crate::{Error, Result};
 use std::fs::File;
@@ -101,6 +104,38 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Writes `bytes` to `path` as [`write_atomic`] does, unless `path` names
+/// one of `inputs` (through links and other spellings alike).
+///
+/// # Errors
+///
+/// A path that names an input ([`Error::Data`] naming both), or as
+/// [`write_atomic`].
+pub fn write_output(path: &Path, bytes: &[u8], inputs: &[&Path]) -> Result<()> {
+    refuse_inputs(path, inputs)?;
+    write_atomic(path, bytes)
+}
+
+/// Refuses a `path` whose file (its links followed) is one of `inputs`.
+fn refuse_inputs(path: &Path, inputs: &[&Path]) -> Result<()> {
+    let Target::File(file) = target(path)? else {
+        return Ok(());
+    };
+    let Some(written) = identity(&file) else {
+        return Ok(());
+    };
+    match inputs.iter().find(|i| identity(i) == Some(written)) {
+        Some(input) => Err(Error::data(
+            path,
+            format!(
+                "is an input of this run ({}): writing there would destroy it",
+                input.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Makes the directory `dir` and its parents; where one of them is a file,
 /// the error names it as such (not the OS's "file exists").
 ///
@@ -135,21 +170,11 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
 /// A path that names an input ([`Error::Data`] naming it), or a place where no
 /// file can be created ([`Error::Io`]).
 pub fn check_output(path: &Path, inputs: &[&Path]) -> Result<()> {
+    refuse_inputs(path, inputs)?;
     let file = match target(path)? {
         Target::Special(_) => return Ok(()),
         Target::File(file) => file,
     };
-    if let Some(written) = identity(&file) {
-        if let Some(input) = inputs.iter().find(|i| identity(i) == Some(written)) {
-            return Err(Error::data(
-                path,
-                format!(
-                    "is an input of this run ({}): writing there would destroy it",
-                    input.display()
-                ),
-            ));
-        }
-    }
     let dir = parent(&file);
     create_dir(dir)?;
     let partial = partial_path(&file);
@@ -206,6 +231,16 @@ mod tests {
         assert!(e.contains("an input of this run"), "{e}");
         let spelt_otherwise = dir.path().join(".").join("target.json");
         assert!(check_output(&spelt_otherwise, &[&target]).is_err());
+        let e = write_output(&link, b"over it", &[&target])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("an input of this run"), "{e}");
+        assert_eq!(
+            std::fs::read(&target).unwrap(),
+            b"through",
+            "the input is whole"
+        );
+        write_output(&dir.path().join("other.json"), b"new", &[&target]).unwrap();
         assert!(check_output(&dir.path().join("other.json"), &[&target]).is_ok());
     }
 

@@ -71,6 +71,27 @@ impl ExperimentResults {
             damaged,
         })
     }
+
+    /// What a report of these results reads, which nothing it writes may
+    /// replace: the experiment's file and run files under `directory`, and
+    /// the data files the runs trained on.
+    pub fn inputs(&self, directory: &Path) -> Vec<PathBuf> {
+        let mut inputs = vec![directory.join("experiment.toml")];
+        inputs.extend(
+            self.experiment
+                .runs
+                .iter()
+                .map(|r| run_file(directory, &r.id)),
+        );
+        for result in &self.results {
+            for file in [&result.report.data.train, &result.report.data.test] {
+                if !inputs.contains(file) {
+                    inputs.push(file.clone());
+                }
+            }
+        }
+        inputs
+    }
 }
 
 /// Where and when a report was made.
@@ -123,19 +144,21 @@ pub struct Report {
 }
 
 impl Report {
-    /// Writes `OUT/NAME.md` and the plots into `OUT/NAME/`; returns the
+    /// Writes `OUT/NAME.md` and the plots into `OUT/NAME/`, none of them
+    /// over one of `inputs` ([`ExperimentResults::inputs`]); returns the
     /// document's path.
     ///
     /// # Errors
     ///
-    /// A document or plot that cannot be written ([`Error::Io`]).
-    pub fn write(&self, out: &Path) -> Result<PathBuf> {
+    /// A document or plot that cannot be written ([`Error::Io`]), or whose
+    /// path names an input ([`Error::Data`]).
+    pub fn write(&self, out: &Path, inputs: &[&Path]) -> Result<PathBuf> {
         let plots = out.join(&self.name);
         for (file, svg) in &self.plots {
-            output::write_atomic(&plots.join(file), svg.as_bytes())?;
+            output::write_output(&plots.join(file), svg.as_bytes(), inputs)?;
         }
         let path = out.join(format!("{}.md", self.name));
-        output::write_atomic(&path, self.markdown.as_bytes())?;
+        output::write_output(&path, self.markdown.as_bytes(), inputs)?;
         Ok(path)
     }
 }

@@ -287,3 +287,76 @@ fn a_bad_experiment_fails_before_anything_runs_naming_the_key() {
         text(&unknown)
     );
 }
+
+/// No file an experiment or a report writes replaces an input, even where
+/// the path it writes is a link to one: a run file or the experiment's copy
+/// linked to the training data, a report linked to a run file. Each is
+/// refused, naming the input, and the input stays whole.
+#[test]
+fn experiments_and_reports_never_write_through_a_link_onto_an_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let grid = dir.path().join("one.toml");
+    std::fs::write(
+        &grid,
+        format!(
+            "name = \"one\"\ntitle = \"One run\"\nabout = \"A run.\"\n\
+             [base]\ndata.synthetic = {{ train_rows = 2000, test_rows = 500, dir = {:?} }}\n\
+             data.table_size = 1000\nmodel.kind = \"lr\"\ntrain.eval_every = 0\n\
+             [grid]\n\"train.seed\" = [1]\n",
+            dir.path().join("data")
+        ),
+    )
+    .unwrap();
+    let (grid, results) = (grid.display().to_string(), dir.path().join("results"));
+    let results_arg = results.display().to_string();
+    let run = || shadowsync(&["experiment", &grid, "--out", &results_arg]);
+    assert!(run().status.success());
+    let train = std::fs::read_dir(dir.path().join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("train.tsv"))
+        .find(|p| p.exists())
+        .unwrap();
+    let data = std::fs::read(&train).unwrap();
+    let run_file = results.join("one/runs/seed=1.json");
+    let relink = |link: &Path, to: &Path| {
+        let _ = std::fs::remove_file(link);
+        std::os::unix::fs::symlink(to, link).unwrap();
+    };
+    for link in [&run_file, &results.join("one/experiment.toml")] {
+        relink(link, &train);
+        let out = run();
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(
+            text(&out).contains("is an input of this run"),
+            "{}",
+            text(&out)
+        );
+        assert_eq!(
+            std::fs::read(&train).unwrap(),
+            data,
+            "the training data is whole"
+        );
+        std::fs::remove_file(link).unwrap();
+    }
+    assert!(run().status.success());
+    let reports = dir.path().join("reports");
+    std::fs::create_dir(&reports).unwrap();
+    let run_bytes = std::fs::read(&run_file).unwrap();
+    for input in [&run_file, &train] {
+        relink(&reports.join("one.md"), input);
+        let out = shadowsync(&[
+            "report",
+            &results.join("one").display().to_string(),
+            "--out",
+            &reports.display().to_string(),
+        ]);
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(
+            text(&out).contains("is an input of this run"),
+            "{}",
+            text(&out)
+        );
+    }
+    assert_eq!(std::fs::read(&run_file).unwrap(), run_bytes);
+    assert_eq!(std::fs::read(&train).unwrap(), data);
+}

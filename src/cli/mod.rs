@@ -126,7 +126,9 @@ fn write_reports(args: &ReportArgs) -> Result<()> {
             results.damaged.len()
         );
         let document = report::render(&results, &Provenance::here(command))?;
-        let path = document.write(&args.out)?;
+        let inputs = results.inputs(dir);
+        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+        let path = document.write(&args.out, &inputs)?;
         println!(
             "{}: {} of {} runs, {} plots",
             path.display(),
@@ -280,14 +282,12 @@ fn train_command(args: &TrainArgs, registry: &Registry) -> Result<()> {
         // resumed run's data is known only now.
         let json = serde_json::to_vec_pretty(&report)?;
         let inputs = [report.data.train.as_path(), report.data.test.as_path()];
-        output::check_output(path, &inputs)
-            .and_then(|()| output::write_atomic(path, &json))
-            .with_context(|| {
-                format!(
-                    "results not written (the summary above has the figures; {} is as it was)",
-                    path.display()
-                )
-            })?;
+        output::write_output(path, &json, &inputs).with_context(|| {
+            format!(
+                "results not written (the summary above has the figures; {} is as it was)",
+                path.display()
+            )
+        })?;
         println!("results: {}", path.display());
     }
     if let Some(error) = report.error {
