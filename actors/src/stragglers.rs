@@ -35,13 +35,18 @@ fn one() -> f64 {
 }
 
 impl Straggler {
+    /// The largest slowdown: a trainer 1000× slower is as good as stopped.
+    pub const MAX_SLOWDOWN: f64 = 1000.0;
+    /// The longest pause, a day in milliseconds.
+    pub const MAX_PAUSE_MS: u64 = 86_400_000;
+
     /// An error naming `stragglers.…` unless it slows one of a process's
-    /// `trainers` trainers by a finite factor of at least 1.
+    /// `trainers` trainers by a factor in [1, 1000], pausing at most a day.
     ///
     /// # Errors
     ///
-    /// A trainer outside the job, or a slowdown below 1 or not finite
-    /// ([`Error::Config`]).
+    /// A trainer outside the job, a slowdown outside [1, 1000] or a pause
+    /// over a day ([`Error::Config`]).
     pub fn check(&self, trainers: usize) -> Result<()> {
         if self.trainer >= trainers {
             return Err(Error::Config {
@@ -52,10 +57,24 @@ impl Straggler {
                 ),
             });
         }
-        if !(self.slowdown.is_finite() && self.slowdown >= 1.0) {
+        if !(1.0..=Self::MAX_SLOWDOWN).contains(&self.slowdown) {
             return Err(Error::Config {
                 key: "stragglers.slowdown".into(),
-                reason: format!("{} is not a factor of at least 1", self.slowdown),
+                reason: format!(
+                    "{} is not a factor in [1, {}]",
+                    self.slowdown,
+                    Self::MAX_SLOWDOWN
+                ),
+            });
+        }
+        if self.pause_ms > Self::MAX_PAUSE_MS {
+            return Err(Error::Config {
+                key: "stragglers.pause_ms".into(),
+                reason: format!(
+                    "{} ms is more than a day ({} ms)",
+                    self.pause_ms,
+                    Self::MAX_PAUSE_MS
+                ),
             });
         }
         Ok(())
@@ -108,7 +127,7 @@ mod tests {
         assert!(straggler.check(2).is_ok());
         let e = straggler.check(1).unwrap_err().to_string();
         assert!(e.contains("stragglers.trainer"), "{e}");
-        for slowdown in [0.5, f64::NAN, f64::INFINITY] {
+        for slowdown in [0.5, f64::NAN, f64::INFINITY, 1e9] {
             let e = Straggler {
                 slowdown,
                 ..straggler.clone()
@@ -117,6 +136,13 @@ mod tests {
             .unwrap_err();
             assert!(e.to_string().contains("stragglers.slowdown"), "{e}");
         }
+        let e = Straggler {
+            pause_ms: u64::MAX,
+            ..straggler.clone()
+        }
+        .check(2)
+        .unwrap_err();
+        assert!(e.to_string().contains("stragglers.pause_ms"), "{e}");
         let parsed: Straggler = toml::from_str("trainer = 3").unwrap();
         assert_eq!((parsed.slowdown, parsed.pause_ms), (1.0, 0));
         assert!(toml::from_str::<Straggler>("trainer = 3\nslow = 2.0").is_err());

@@ -32,7 +32,9 @@ impl Config {
     pub fn elastic_capacity(&self) -> usize {
         match self.elastic.is_empty() {
             true => 0,
-            false => self.train.trainers + self.elastic.iter().map(|s| s.add).sum::<usize>(),
+            false => {
+                (self.elastic.iter()).fold(self.train.trainers, |n, s| n.saturating_add(s.add))
+            }
         }
     }
 
@@ -74,6 +76,13 @@ impl Config {
                 ))
             }
             _ => {}
+        }
+        if self.elastic_capacity() > Self::MAX_LEARNERS {
+            return refuse(format!(
+                "the plan starts {} trainers in all, more than the {} one process runs",
+                self.elastic_capacity(),
+                Self::MAX_LEARNERS
+            ));
         }
         let mut members: Vec<usize> = (0..self.train.trainers).collect();
         let mut counts = vec![members.len()];
@@ -219,6 +228,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("one process"));
+        // No more trainers than one process runs, however many are added,
+        // before anything is allocated.
+        for add in [1023, 10_000, usize::MAX] {
+            let c = with(vec![step(10, add, None)]);
+            let (key, reason) = refused(&c);
+            assert_eq!(key, "elastic");
+            assert!(reason.contains("more than the 1024"), "{add}: {reason}");
+        }
         // Fixed pairs have no groups for 3 trainers.
         let mut c = with(plan());
         c.sync.schedule = Schedule::Fixed;

@@ -235,12 +235,14 @@ impl SyncConfig {
         if !(self.zeta > 0.0 && self.zeta.is_finite()) {
             return bad("sync.zeta", "must be > 0");
         }
+        // A day, in milliseconds: longer waits are mistakes (and overflow a clock).
+        const DAY_MS: f64 = 86_400_000.0;
         for (key, ms) in [
             ("sync.delay_ms", self.delay_ms),
             ("sync.delay_jitter_ms", self.delay_jitter_ms),
         ] {
-            if !(ms >= 0.0 && ms.is_finite()) {
-                return bad(key, "must be a number of milliseconds, at least 0");
+            if !(0.0..=DAY_MS).contains(&ms) {
+                return bad(key, "must be in [0, 86400000] milliseconds (a day)");
             }
         }
         if !(self.topk_ratio > 0.0 && self.topk_ratio <= 1.0) {
@@ -259,8 +261,6 @@ impl SyncConfig {
         {
             return bad("sync.server_shards", "must be in 1..=256");
         }
-        // A day, in milliseconds: longer waits are mistakes (and overflow a clock).
-        const DAY_MS: f64 = 86_400_000.0;
         if !(0.0..=DAY_MS).contains(&self.peer_timeout_ms) {
             return bad(
                 "sync.peer_timeout_ms",
@@ -290,6 +290,29 @@ impl SyncConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn injected_delays_are_bounded_at_a_day() {
+        let with = |delay_ms, delay_jitter_ms| SyncConfig {
+            delay_ms,
+            delay_jitter_ms,
+            ..SyncConfig::default()
+        };
+        assert!(with(86_400_000.0, 500.0).validate().is_ok());
+        for (delay, jitter, key) in [
+            (1e300, 0.0, "sync.delay_ms"),
+            (1e12, 0.0, "sync.delay_ms"),
+            (-1.0, 0.0, "sync.delay_ms"),
+            (f64::NAN, 0.0, "sync.delay_ms"),
+            (0.0, 1e300, "sync.delay_jitter_ms"),
+        ] {
+            let e = with(delay, jitter).validate().unwrap_err().to_string();
+            assert!(
+                e.contains(key) && e.contains("a day"),
+                "{delay} {jitter}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn defaults_and_ranges() {
