@@ -87,7 +87,9 @@ impl<S: Scorer + Unpin> Handler<Evaluate> for EvaluatorActor<S> {
 
     fn handle(&mut self, request: Evaluate, _: &mut Context<Self>) {
         let part = self.scorer.score(&request.dense).map_err(|e| e.to_string());
-        // The handle may be gone (shutting down): nobody to tell.
+        // The channel is unbounded, so a send never waits nor fails on a
+        // full queue; it fails only once the handle is gone (shutting down),
+        // and then nobody is left to tell.
         let _ = self.parts.send((request.request, self.index, part));
     }
 }

@@ -564,6 +564,7 @@ fn spawn_pipeline(
     resumed: Option<&Checkpoint>,
 ) -> Result<Pipeline> {
     let learners = config.train.trainers * config.train.workers;
+    let dealing = config.dealing();
     Pipeline::spawn(
         train,
         layout.clone(),
@@ -573,8 +574,8 @@ fn spawn_pipeline(
             keep: Some(fabric.local_trainers(learners)),
             policy: config.data.bad_lines,
             capacity: 64,
-            dealing: config.dealing(),
-            resume: match (resumed, config.dealing()) {
+            dealing,
+            resume: match (resumed, dealing) {
                 (None, _) => Resume::Start,
                 (Some(c), Dealing::Shared) => Resume::Past(c.dealt.clone().unwrap_or_default()),
                 // A learner that had finished its data skips all of it.
