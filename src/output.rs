@@ -6,7 +6,8 @@
 //! there before stays whole (results, reports, plots, experiment files). A
 //! symbolic link is written through: its target is replaced, the link stays.
 //! What is not a regular file (`/dev/stdout`, a FIFO) is written in place,
-//! never renamed over. [`check_output`] tries the same in advance and refuses
+//! never renamed over; a FIFO is waited on for a reader
+//! [`FIFO_READER_WAIT`] at most, never for ever. [`check_output`] tries the same in advance and refuses
 //! a path that is one of the run's inputs (`--results train.tsv`), so that a
 //! path that cannot or must not be written is refused before a long run
 //! rather than after it. [`write_output`] is the writer of every file the
@@ -15,10 +16,14 @@
 //! spellings alike, and writes the rest atomically.
 
 use crate::{Error, Result};
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long a FIFO written in place is waited on for a reader.
+pub const FIFO_READER_WAIT: Duration = Duration::from_secs(10);
 
 /// Symbolic links followed before a chain is taken for a loop.
 const MAX_LINKS: usize = 40;
@@ -77,13 +82,7 @@ fn target(path: &Path) -> Result<Target> {
 /// it).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let path = match target(path)? {
-        Target::Special(device) => {
-            return std::fs::OpenOptions::new()
-                .write(true)
-                .open(&device)
-                .and_then(|mut d| d.write_all(bytes))
-                .map_err(|e| Error::io(&device, e));
-        }
+        Target::Special(device) => return write_in_place(&device, bytes, FIFO_READER_WAIT),
         Target::File(path) => path,
     };
     let dir = parent(&path);
@@ -102,6 +101,41 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     // The rename itself, to disk (best effort: some file systems refuse).
     let _ = File::open(dir).and_then(|d| d.sync_all());
     Ok(())
+}
+
+/// Writes `bytes` into a device, FIFO or socket in place. A FIFO without a
+/// reader is waited on `wait` at most (a plain open would block for ever).
+fn write_in_place(device: &Path, bytes: &[u8], wait: Duration) -> Result<()> {
+    let waiting = Instant::now();
+    // Opened without blocking, a FIFO with no reader fails at once (ENXIO).
+    let _probe = loop {
+        let probe = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(device);
+        match probe {
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                if waiting.elapsed() >= wait {
+                    return Err(Error::data(
+                        device,
+                        format!(
+                            "is a FIFO that nothing read in {} s, so nothing was written",
+                            wait.as_secs_f64()
+                        ),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            probe => break probe.map_err(|e| Error::io(device, e))?,
+        }
+    };
+    // A reader is there: the blocking open returns at once, and its writes
+    // wait for the reader rather than fail.
+    OpenOptions::new()
+        .write(true)
+        .open(device)
+        .and_then(|mut d| d.write_all(bytes))
+        .map_err(|e| Error::io(device, e))
 }
 
 /// Writes `bytes` to `path` as [`write_atomic`] does, unless `path` names
@@ -242,6 +276,24 @@ mod tests {
         );
         write_output(&dir.path().join("other.json"), b"new", &[&target]).unwrap();
         assert!(check_output(&dir.path().join("other.json"), &[&target]).is_ok());
+    }
+
+    #[test]
+    fn a_fifo_is_written_to_its_reader_and_refused_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("results");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success());
+        let started = Instant::now();
+        let e = write_in_place(&fifo, b"lost", Duration::from_millis(200)).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(e.to_string().contains("FIFO that nothing read"), "{e}");
+        let reading = fifo.clone();
+        let reader = std::thread::spawn(move || std::fs::read(reading).unwrap());
+        let bytes = vec![7u8; 1 << 20];
+        write_in_place(&fifo, &bytes, Duration::from_secs(10)).unwrap();
+        assert_eq!(reader.join().unwrap(), bytes);
+        assert!(!std::fs::metadata(&fifo).unwrap().is_file());
     }
 
     #[test]

@@ -108,6 +108,22 @@ pub enum Error {
         /// The last failure.
         last: String,
     },
+    /// A trainer held back by `sync.max_staleness` waited too long for an
+    /// average.
+    #[error(
+        "trainer {trainer} waited {:.0} s for an average under sync.max_staleness = {bound} \
+         and none landed (its group's rounds are held up: see sync.delay_ms, \
+         sync.peer_timeout_ms and sync.link)",
+        waited.as_secs_f64()
+    )]
+    StalenessWait {
+        /// The trainer.
+        trainer: usize,
+        /// The bound.
+        bound: u64,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
     /// Parameters do not have the layout an operation needs.
     #[error("parameter layout: {0}")]
     Layout(String),

@@ -61,13 +61,23 @@ impl std::fmt::Debug for ClusterControl {
 }
 
 impl ClusterControl {
-    pub(crate) fn new(stop: Arc<AtomicBool>, fabric: Arc<dyn Fabric>) -> Self {
+    pub(crate) fn new(
+        stop: Arc<AtomicBool>,
+        requested: Arc<AtomicBool>,
+        fabric: Arc<dyn Fabric>,
+    ) -> Self {
         Self {
             stop,
-            requested: Arc::default(),
+            requested,
             fabric,
             trainers: Arc::default(),
         }
+    }
+
+    /// The flag that ends syncing, and the one [`ClusterControl::stop`]
+    /// raises alone (trainers' sleeps end on it).
+    pub(crate) fn stop_flags(&self) -> (&Arc<AtomicBool>, &Arc<AtomicBool>) {
+        (&self.stop, &self.requested)
     }
 
     /// Connects trainers, once started (messages sent before are dropped).

@@ -73,3 +73,55 @@ fn a_straggler_of_no_trainer_is_refused_naming_the_key() {
         .to_string();
     assert!(e.contains("stragglers.trainer"), "{e}");
 }
+
+/// A stop ends the sleeps of a straggler's pause (a minute here), of its lag
+/// (1,000× a step of 30 ms) and of a hung step (a minute), rather than
+/// waiting them out.
+#[test]
+fn a_stop_wakes_a_pausing_a_lagging_and_a_hung_trainer() {
+    use shadowsync_actors::cluster::Cluster;
+    use shadowsync_actors::faults::{Fault, FaultKind};
+    let _machine = exclusive();
+    let mut ls = learners(3, None);
+    ls.iter_mut().for_each(|l| l.step_delay = STEP);
+    ls[1].step_delay = Duration::from_millis(30);
+    let mut c = config("shadow-ma");
+    c.stragglers = vec![
+        Straggler {
+            trainer: 0,
+            slowdown: 1.0,
+            pause_ms: 60_000,
+            pause_at_steps: vec![2],
+        },
+        Straggler {
+            trainer: 1,
+            slowdown: Straggler::MAX_SLOWDOWN,
+            pause_ms: 0,
+            pause_at_steps: vec![],
+        },
+    ];
+    c.faults = vec![Fault {
+        trainer: 2,
+        at_step: 2,
+        kind: FaultKind::Hang { ms: 60_000 },
+        every: 0,
+    }];
+    let cluster = Cluster::start(c, ls).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let stopping = std::time::Instant::now();
+    cluster.stop();
+    let outcome = cluster.wait().unwrap();
+    // A hang detector: the sleeps are 30 s and more, a stop ends them at once.
+    assert!(
+        stopping.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        stopping.elapsed()
+    );
+    let steps: Vec<u64> = outcome
+        .report
+        .trainer_stats
+        .iter()
+        .map(|t| t.steps)
+        .collect();
+    assert!(steps.iter().all(|&s| s >= 1), "{steps:?}");
+}

@@ -61,6 +61,7 @@ impl<L: Learner> Actors<L> {
                     fixed: Duration::from_secs_f64(sync.delay_ms / 1000.0),
                     jitter: Duration::from_secs_f64(sync.delay_jitter_ms / 1000.0),
                 },
+                max_staleness: sync.max_staleness.filter(|_| sync.algorithm.is_shadow()),
             },
             hub_link: (sync.shadow_threads == ShadowThreads::PerProcess
                 && fabric.processes() == 1

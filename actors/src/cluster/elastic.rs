@@ -122,7 +122,7 @@ impl<L: Learner> Cluster<L> {
                 &start,
                 &self.inner.server,
             )?
-            .bounding_staleness(config, &self.inner.stop);
+            .stopping_with(config, self.inner.control.stop_flags());
             let from = self.regroup(members, plan)?;
             {
                 let mut roster = self.inner.roster.lock().unwrap_or_else(|p| p.into_inner());

@@ -185,7 +185,7 @@ impl<L: Learner> Cluster<L> {
             start_actors(&system, (cores, 0), shadows, actors.clone()).map_err(stop_system)?;
         let started = Instant::now();
         let monitor = start_monitor(&roster, &config, &wiring.stop, started);
-        let control = ClusterControl::new(Arc::clone(&wiring.stop), Arc::clone(&fabric));
+        let control = wiring.control(&fabric);
         control.connect(addrs.iter().map(|a| a.clone().recipient()).collect());
         let ended = Arc::new(AtomicBool::new(false));
         let watchers = spawn_watchers(watchers, feeds, &control, &ended)?;

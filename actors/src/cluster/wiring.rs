@@ -19,7 +19,7 @@ use crate::sync::{
     SharedPeer, SyncConfig, SyncPeer, SyncRule,
 };
 use crate::system::spawn_system;
-use crate::trainer::{Foreground, Parking, TrainerCore};
+use crate::trainer::{Foreground, Parking, StalenessBound, TrainerCore};
 use crate::{with_causes, Error, Learner, Result};
 use actix::prelude::*;
 use crossbeam_channel::Receiver;
@@ -40,6 +40,8 @@ pub(super) struct Wiring {
     /// trainers an elastic cluster may add.
     pub(super) counters: Vec<Arc<TrainerCounters>>,
     pub(super) stop: Arc<AtomicBool>,
+    /// Raised when the cluster is asked to stop ([`ClusterControl::stop`](crate::monitor::ClusterControl::stop)).
+    pub(super) stop_requested: Arc<AtomicBool>,
     /// Every seat's endpoint.
     pub(super) endpoints: Vec<Endpoint>,
     /// Each endpoint's bytes sent: on the wire, and before compression.
@@ -90,6 +92,7 @@ impl Wiring {
             initial,
             counters,
             stop,
+            stop_requested: Arc::default(),
             endpoints,
             bytes_sent,
             rules,
@@ -99,6 +102,15 @@ impl Wiring {
 }
 
 impl Wiring {
+    /// What a monitor can do to the cluster, on its stop flags.
+    pub(super) fn control(&self, fabric: &Arc<dyn Fabric>) -> ClusterControl {
+        ClusterControl::new(
+            Arc::clone(&self.stop),
+            Arc::clone(&self.stop_requested),
+            Arc::clone(fabric),
+        )
+    }
+
     /// The trainers' cores (caught up with a resumed run's furthest one),
     /// their shadow loops and their sync peers (restored when resumed); takes
     /// the endpoints and the rules, and leaves the spare seats' in `spare`.
@@ -135,7 +147,8 @@ impl Wiring {
             .into_iter()
             .map(|core| core.catching_up_to(catch_up))
             .collect();
-        Ok((parts.bounding_staleness(config, &self.stop), spare))
+        let stops = (&self.stop, &self.stop_requested);
+        Ok((parts.stopping_with(config, stops), spare))
     }
 }
 
@@ -380,17 +393,27 @@ impl<L: Learner> Parts<L> {
 
     /// The parts with their trainers held back while the newest average in
     /// their replica is more than `sync.max_staleness` steps old (under
-    /// shadow rounds only: foreground rounds are exact) until `stop`.
-    pub(super) fn bounding_staleness(
+    /// shadow rounds only: foreground rounds are exact) until syncing ends
+    /// (`stop`), and their sleeps ended once a stop is requested.
+    pub(super) fn stopping_with(
         mut self,
         config: &ClusterConfig,
-        stop: &Arc<AtomicBool>,
+        (stop, stop_requested): (&Arc<AtomicBool>, &Arc<AtomicBool>),
     ) -> Self {
         let sync = &config.sync;
-        let bound = sync.max_staleness.filter(|_| sync.algorithm.is_shadow());
+        let bound = (sync.max_staleness.filter(|_| sync.algorithm.is_shadow())).map(|steps| {
+            StalenessBound {
+                steps,
+                patience: sync.staleness_patience(),
+                syncing_ended: Arc::clone(stop),
+            }
+        });
         self.cores = std::mem::take(&mut self.cores)
             .into_iter()
-            .map(|core| core.with_staleness_bound(bound, stop))
+            .map(|core| {
+                core.with_staleness_bound(bound.clone())
+                    .waking_on(stop_requested)
+            })
             .collect();
         self
     }

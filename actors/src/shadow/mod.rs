@@ -113,6 +113,9 @@ fn report(
 /// however many trainers share the cores and however slow their memory). A
 /// trainer that stops stepping (hung) holds its rounds back
 /// [`Pacing::STALLED`] at most, so its group never waits on it for longer.
+/// A trainer held back by `max_staleness` waits for the round itself: its
+/// round then waits only for `min_interval`, since the steps and CPU time it
+/// would otherwise wait for cannot come until the round lands.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Pacing {
     /// Least time between two snapshots.
@@ -124,6 +127,9 @@ pub(crate) struct Pacing {
     pub max_cpu_share: f64,
     /// Held back on purpose between each round's snapshot and its write-back.
     pub delay: RoundDelay,
+    /// The most steps a trainer takes past its newest average
+    /// (`sync.max_staleness`; none: unbounded).
+    pub max_staleness: Option<u64>,
 }
 
 /// A delay added on purpose to every shadow round between its snapshot and
@@ -155,6 +161,31 @@ impl RoundDelay {
 }
 
 impl Pacing {
+    /// Whether a trainer whose newest average is `average_age` steps old is
+    /// held back by the staleness bound, waiting for the next round.
+    pub(crate) fn holds(&self, average_age: u64) -> bool {
+        self.max_staleness.is_some_and(|bound| average_age > bound)
+    }
+
+    /// How long to wait before the round a held trainer waits for,
+    /// `elapsed` after the last snapshot: the interval only.
+    pub(crate) fn wait_held(&self, elapsed: Duration) -> Duration {
+        self.min_interval.saturating_sub(elapsed)
+    }
+
+    /// The longest a loop under a staleness bound waits before it looks again
+    /// whether its trainer is held (a held trainer waits for the look).
+    pub(crate) fn recheck(&self) -> Duration {
+        match self.max_staleness {
+            Some(_) => Self::HELD_RECHECK,
+            None => Self::RECHECK,
+        }
+    }
+
+    /// How often a loop under a staleness bound looks whether its trainer is
+    /// held.
+    const HELD_RECHECK: Duration = Duration::from_millis(1);
+
     /// Longest wait before looking again at a trainer that has not stepped.
     const RECHECK: Duration = Duration::from_millis(50);
     /// How long a loop waits for missing steps at most: a trainer that has not
@@ -242,6 +273,7 @@ mod tests {
             min_steps: 4,
             max_cpu_share: 0.0,
             delay: RoundDelay::NONE,
+            max_staleness: None,
         };
         // Enough steps: only the interval is left.
         assert_eq!(pacing.wait(5 * MS, Some(4), Duration::ZERO), 15 * MS);
@@ -266,6 +298,7 @@ mod tests {
             min_steps: 4,
             max_cpu_share: 0.0,
             delay: RoundDelay::NONE,
+            max_staleness: None,
         };
         assert_eq!(steps_only.wait(Duration::ZERO, Some(0), Duration::ZERO), MS);
         let unpaced = Pacing {
@@ -273,6 +306,7 @@ mod tests {
             min_steps: 0,
             max_cpu_share: 0.0,
             delay: RoundDelay::NONE,
+            max_staleness: None,
         };
         assert_eq!(
             unpaced.wait(Duration::ZERO, Some(0), Duration::ZERO),
@@ -296,12 +330,36 @@ mod tests {
     }
 
     #[test]
+    fn a_trainer_held_by_the_staleness_bound_waits_only_for_the_interval() {
+        let bounded = Pacing {
+            min_interval: 20 * MS,
+            min_steps: 0,
+            max_cpu_share: 0.03,
+            delay: RoundDelay::NONE,
+            max_staleness: Some(0),
+        };
+        assert!(!bounded.holds(0));
+        assert!(bounded.holds(1));
+        assert!(!Pacing {
+            max_staleness: None,
+            ..bounded
+        }
+        .holds(u64::MAX));
+        // Owing CPU it cannot pay while held, the round would wait for a
+        // stall (a second) every step; held, it waits for the interval only.
+        assert_eq!(bounded.wait(5 * MS, Some(1), 900 * MS), Pacing::RECHECK);
+        assert_eq!(bounded.wait_held(5 * MS), 15 * MS);
+        assert_eq!(bounded.wait_held(30 * MS), Duration::ZERO);
+    }
+
+    #[test]
     fn pacing_waits_until_the_trainer_has_paid_for_the_loops_cpu() {
         let unpaced = Pacing {
             min_interval: Duration::ZERO,
             min_steps: 0,
             max_cpu_share: 0.03,
             delay: RoundDelay::NONE,
+            max_staleness: None,
         };
         // The trainer owes 3 ms of CPU time: at least 3 ms of the clock.
         assert_eq!(unpaced.wait(Duration::ZERO, Some(9), 3 * MS), 3 * MS);

@@ -11,6 +11,7 @@ use crate::faults::{faults_at, faults_due, Fault, FaultKind, FaultSite};
 use crate::hogwild::ParamAlias;
 use crate::recovery::RecoveryPoint;
 use crate::stats::TrainerCounters;
+use crate::sync::transport::sleep_until;
 use crate::sync::{resident_zeros, Combined, Payload, SyncPeer, WriteBack};
 use crate::{with_causes, Error, Result};
 use actix::prelude::*;
@@ -89,13 +90,21 @@ impl ShadowLoop {
 
     /// How long to wait before its next round as `pacing` allows (zero:
     /// now), from the time and the trainer's steps since the last snapshot
-    /// and the training CPU time the trainer owes the loop.
+    /// and the training CPU time the trainer owes the loop (only for the
+    /// interval while the trainer is held back waiting for the round).
     pub(super) fn wait(&self, pacing: &Pacing) -> Duration {
         let (at, steps) = self.last_snapshot;
-        let stepped =
-            (!self.counters.is_finished()).then(|| self.counters.steps().saturating_sub(steps));
+        let finished = self.counters.is_finished();
+        if !finished && pacing.holds(self.counters.average_age()) {
+            return pacing.wait_held(at.elapsed());
+        }
+        let stepped = (!finished).then(|| self.counters.steps().saturating_sub(steps));
         let cpu_debt = self.counters.sync_cpu_debt(pacing.max_cpu_share);
-        pacing.wait(at.elapsed(), stepped, cpu_debt)
+        let wait = pacing.wait(at.elapsed(), stepped, cpu_debt);
+        match stepped {
+            Some(_) => wait.min(pacing.recheck()),
+            None => wait,
+        }
     }
 
     /// The number of the next round.
@@ -203,13 +212,21 @@ impl ShadowLoop {
     /// One round through the transport, its write-back held back `delay`;
     /// `Ok(None)` once syncing has stopped.
     pub(crate) fn round(&mut self, delay: Duration) -> Result<Option<RoundOutcome>> {
-        std::thread::sleep(self.injected_hang());
+        let hang = self.injected_hang();
+        self.sleep(hang);
         let contributed = self.take_snapshot()?;
         let combined = self.peer.combine(&self.snapshot, contributed);
-        std::thread::sleep(delay);
+        self.sleep(delay);
         // The round just taken (the coordinator may have moved the peer on).
         let round = self.peer.round().saturating_sub(1);
         self.write_back_combined(round, contributed, combined)
+    }
+
+    /// Sleeps for `duration`, or until syncing stops.
+    fn sleep(&self, duration: Duration) {
+        if !duration.is_zero() {
+            sleep_until(Instant::now() + duration, || self.peer.stopped());
+        }
     }
 
     /// The landing of a round against the centre, once its elastic step is

@@ -164,6 +164,19 @@ impl SyncConfig {
         })
     }
 
+    /// The longest injected delay (fixed plus jitter) under
+    /// `max_staleness`, in milliseconds: a bounded trainer stops that long
+    /// for each average.
+    pub const MAX_BOUNDED_DELAY_MS: f64 = 60_000.0;
+
+    /// How long a trainer held back by `max_staleness` waits for an average
+    /// before it fails: two minutes past the longest a round is held up on
+    /// purpose (its delay) and waits for a member (the peer timeout).
+    pub(crate) fn staleness_patience(&self) -> std::time::Duration {
+        let held_up = self.delay_ms + self.delay_jitter_ms + self.peer_timeout_ms;
+        std::time::Duration::from_secs(120) + std::time::Duration::from_secs_f64(held_up / 1000.0)
+    }
+
     /// How long a group member is waited for; `None` = for ever.
     pub fn peer_timeout(&self) -> Option<std::time::Duration> {
         (self.peer_timeout_ms > 0.0)
@@ -245,6 +258,16 @@ impl SyncConfig {
                 return bad(key, "must be in [0, 86400000] milliseconds (a day)");
             }
         }
+        if self.max_staleness.is_some()
+            && self.delay_ms + self.delay_jitter_ms > Self::MAX_BOUNDED_DELAY_MS
+        {
+            return bad(
+                "sync.delay_ms",
+                "with sync.delay_jitter_ms, must be at most 60000 ms (a minute) \
+                 under sync.max_staleness: every trainer would stop that long \
+                 for each average",
+            );
+        }
         if !(self.topk_ratio > 0.0 && self.topk_ratio <= 1.0) {
             return bad("sync.topk_ratio", "must be a share of values in (0, 1]");
         }
@@ -312,6 +335,31 @@ mod tests {
                 "{delay} {jitter}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn a_bounded_run_refuses_a_delay_that_would_stop_it_for_minutes() {
+        let bounded = |delay_ms, delay_jitter_ms| SyncConfig {
+            max_staleness: Some(4),
+            delay_ms,
+            delay_jitter_ms,
+            ..SyncConfig::default()
+        };
+        assert!(bounded(50_000.0, 10_000.0).validate().is_ok());
+        let e = bounded(50_000.0, 10_001.0).validate().unwrap_err();
+        assert!(
+            e.to_string().contains("sync.delay_ms") && e.to_string().contains("max_staleness"),
+            "{e}"
+        );
+        let unbounded = SyncConfig {
+            max_staleness: None,
+            ..bounded(1e9, 0.0)
+        };
+        assert!(unbounded
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("a day"));
     }
 
     #[test]

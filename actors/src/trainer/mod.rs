@@ -17,4 +17,4 @@ mod actor;
 mod stepping;
 
 pub(crate) use actor::{Control, Parking, SaveState, TrainerActor, TrainerExit, WorkerState};
-pub(crate) use stepping::{Foreground, Stepped, TrainerCore};
+pub(crate) use stepping::{Foreground, StalenessBound, Stepped, TrainerCore};

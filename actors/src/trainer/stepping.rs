@@ -4,11 +4,12 @@ use crate::faults::{faults_due, Fault, FaultKind};
 use crate::recovery::{unpanicked, RecoveryPoint};
 use crate::stats::TrainerCounters;
 use crate::stragglers::{straggler_of, Straggler};
+use crate::sync::transport::sleep_until;
 use crate::sync::{Payload, SyncPeer};
 use crate::{Error, Learner, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the trainer itself does to synchronize.
 #[derive(Debug)]
@@ -24,6 +25,45 @@ pub(crate) enum Foreground {
         /// The trainer's sync state.
         peer: SyncPeer,
     },
+}
+
+/// How far a trainer may run past the newest average applied to its replica
+/// (`sync.max_staleness`), and how long it waits for the next one.
+#[derive(Debug, Clone)]
+pub(crate) struct StalenessBound {
+    /// The most steps past the newest average.
+    pub steps: u64,
+    /// The longest wait for an average: then the trainer fails, naming the
+    /// bound ([`Error::StalenessWait`]).
+    pub patience: Duration,
+    /// Raised once syncing has ended: the bound holds no more.
+    pub syncing_ended: Arc<AtomicBool>,
+}
+
+impl StalenessBound {
+    /// Whether `trainer`, its newest average `average_age` steps old, is held
+    /// back, keeping since when in `held_since`; an error once it has been
+    /// for longer than the patience.
+    fn holds(
+        &self,
+        trainer: usize,
+        average_age: u64,
+        held_since: &mut Option<Instant>,
+    ) -> Result<bool> {
+        if average_age <= self.steps || self.syncing_ended.load(Ordering::Relaxed) {
+            *held_since = None;
+            return Ok(false);
+        }
+        let waited = held_since.get_or_insert_with(Instant::now).elapsed();
+        if waited > self.patience {
+            return Err(Error::StalenessWait {
+                trainer,
+                bound: self.steps,
+                waited,
+            });
+        }
+        Ok(true)
+    }
 }
 
 /// What one [`TrainerCore::step`] did.
@@ -80,9 +120,13 @@ pub(crate) struct TrainerCore<L> {
     faults: Vec<Fault>,
     /// How this trainer is slowed on purpose, if it is.
     straggler: Option<Straggler>,
-    /// The most steps past its newest average the replica may take
-    /// (`sync.max_staleness`), until syncing has ended (the flag).
-    staleness_bound: Option<(u64, Arc<AtomicBool>)>,
+    /// The most steps past its newest average the replica may take.
+    staleness_bound: Option<StalenessBound>,
+    /// Since when the bound has held the trainer back.
+    held_since: Option<Instant>,
+    /// Raised when the cluster is asked to stop: the trainer's sleeps (a
+    /// straggler's lag and pauses, an injected hang) end at once.
+    stop_requested: Arc<AtomicBool>,
     /// Attempts that failed, all told: a fault's `at_step` counts attempts
     /// (steps taken plus failed attempts), so a retry is a new attempt and a
     /// fault hitting every attempt fails every retry too.
@@ -117,6 +161,8 @@ impl<L: Learner> TrainerCore<L> {
             faults: Vec::new(),
             straggler: None,
             staleness_bound: None,
+            held_since: None,
+            stop_requested: Arc::default(),
             failed_attempts: 0,
             catch_up: 0,
             consecutive_faults: 0,
@@ -165,15 +211,34 @@ impl<L: Learner> TrainerCore<L> {
     }
 
     /// Takes a step only while the newest average applied to the replica is
-    /// at most `bound` steps old (none: always), until `syncing_ended` is
-    /// raised.
-    pub(crate) fn with_staleness_bound(
-        mut self,
-        bound: Option<u64>,
-        syncing_ended: &Arc<AtomicBool>,
-    ) -> Self {
-        self.staleness_bound = bound.map(|b| (b, Arc::clone(syncing_ended)));
+    /// at most `bound` steps old (none: always).
+    pub(crate) fn with_staleness_bound(mut self, bound: Option<StalenessBound>) -> Self {
+        self.staleness_bound = bound;
         self
+    }
+
+    /// Ends the trainer's sleeps once `stop_requested` is raised.
+    pub(crate) fn waking_on(mut self, stop_requested: &Arc<AtomicBool>) -> Self {
+        self.stop_requested = Arc::clone(stop_requested);
+        self
+    }
+
+    /// Sleeps for `duration`, or until the cluster is asked to stop.
+    fn sleep(&self, duration: Duration) {
+        if !duration.is_zero() {
+            let deadline = Instant::now() + duration;
+            sleep_until(deadline, || self.stop_requested.load(Ordering::Relaxed));
+        }
+    }
+
+    /// Whether the staleness bound holds the trainer back now; an error once
+    /// it has for longer than the bound's patience.
+    fn held(&mut self) -> Result<bool> {
+        let Some(bound) = &self.staleness_bound else {
+            return Ok(false);
+        };
+        let (trainer, age) = (self.counters.trainer(), self.counters.average_age());
+        bound.holds(trainer, age, &mut self.held_since)
     }
 
     /// The learner.
@@ -199,10 +264,8 @@ impl<L: Learner> TrainerCore<L> {
     /// One step (plus any in-line sync), recovering from a failed or diverged
     /// one; an error only when the trainer cannot go on.
     pub(crate) fn step(&mut self) -> Result<Stepped> {
-        if let Some((bound, ended)) = &self.staleness_bound {
-            if self.counters.average_age() > *bound && !ended.load(Ordering::Relaxed) {
-                return Ok(Stepped::Waiting);
-            }
+        if self.held()? {
+            return Ok(Stepped::Waiting);
         }
         let attempt = unpanicked(|| self.try_step());
         let cause = match attempt {
@@ -263,7 +326,7 @@ impl<L: Learner> TrainerCore<L> {
                 FaultKind::Panic => {
                     crate::faults::inject_panic(format!("injected panic at step {step}"))
                 }
-                FaultKind::Hang { .. } => std::thread::sleep(fault.hang()),
+                FaultKind::Hang { .. } => self.sleep(fault.hang()),
                 FaultKind::Diverge => diverge = Some(FaultKind::Diverge),
                 // They hit elsewhere (FaultKind::site).
                 FaultKind::SyncPanic
@@ -330,7 +393,7 @@ impl<L: Learner> TrainerCore<L> {
     fn try_step(&mut self) -> std::result::Result<bool, Failure> {
         let diverge = self.inject()?;
         if let Some(straggler) = &self.straggler {
-            std::thread::sleep(straggler.pause_before(self.counters.steps()));
+            self.sleep(straggler.pause_before(self.counters.steps()));
         }
         let started = Instant::now();
         let outcome = match self.learner.compute_gradients() {
@@ -359,7 +422,7 @@ impl<L: Learner> TrainerCore<L> {
         took += applying.elapsed();
         if let Some(straggler) = &self.straggler {
             // The step's own time (not sync-sgd's wait for the others), stretched.
-            std::thread::sleep(straggler.lag(took));
+            self.sleep(straggler.lag(took));
         }
         if diverge.is_some() {
             // An infinite learning rate for this step's dense update.
@@ -406,5 +469,35 @@ impl<L: Learner> TrainerCore<L> {
         } else {
             Failure::Fatal(Error::learner(e))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_trainer_fails_naming_the_bound_once_no_average_comes_in_its_patience() {
+        let bound = StalenessBound {
+            steps: 4,
+            patience: Duration::from_millis(20),
+            syncing_ended: Arc::default(),
+        };
+        let mut since = None;
+        assert!(!bound.holds(1, 4, &mut since).unwrap());
+        assert!(bound.holds(1, 5, &mut since).unwrap());
+        // A fresh average lets it go, and its wait starts again.
+        std::thread::sleep(Duration::from_millis(15));
+        assert!(!bound.holds(1, 0, &mut since).unwrap());
+        assert!(bound.holds(1, 5, &mut since).unwrap());
+        std::thread::sleep(Duration::from_millis(15));
+        assert!(bound.holds(1, 5, &mut since).unwrap());
+        std::thread::sleep(Duration::from_millis(15));
+        let e = bound.holds(1, 5, &mut since).unwrap_err().to_string();
+        assert!(e.starts_with("trainer 1 waited 0 s"), "{e}");
+        assert!(e.contains("sync.max_staleness = 4"), "{e}");
+        // Once syncing has ended, nothing holds it.
+        bound.syncing_ended.store(true, Ordering::Relaxed);
+        assert!(!bound.holds(1, 99, &mut since).unwrap());
     }
 }

@@ -24,6 +24,7 @@ const UNPACED: Pacing = Pacing {
     min_steps: 0,
     max_cpu_share: 0.0,
     delay: RoundDelay::NONE,
+    max_staleness: None,
 };
 
 fn group_of(values: &[Vec<f32>], link: LinkModel) -> Group {
