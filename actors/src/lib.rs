@@ -19,7 +19,7 @@
 //!
 //! | where | what a user needs it for |
 //! |---|---|
-//! | crate root | [`Learner`] and [`FlatParams`] (what is trained), [`Cluster`], [`ClusterBuilder`], [`ClusterConfig`] (running it), [`ClusterOutcome`], [`ClusterReport`] (what comes back), [`ClusterState`], [`TrainerState`] (a checkpoint to resume from), [`Error`], [`Result`], [`ParamAlias`], [`with_values`] and `unsafe` [`with_values_mut`] (a tensor's memory as a slice) |
+//! | crate root | [`Learner`] and [`FlatParams`] (what is trained), [`Cluster`], [`ClusterBuilder`], [`ClusterConfig`] (running it), [`ClusterOutcome`], [`ClusterReport`] (what comes back), [`ClusterState`], [`TrainerState`] (a checkpoint to resume from), [`Error`], [`Result`], [`ParamAlias`], [`with_shared`] and [`SharedValues`] (a tensor's memory, shared with other threads, seen from Rust) |
 //! | [`sync`] | the algorithm ([`sync::Algorithm`], [`sync::SyncConfig`]); rules ([`sync::SyncRule`], [`sync::Rules`], the built-in ones and their math); schedules ([`sync::GroupSchedule`], [`sync::Schedule`], [`sync::Schedules`], [`sync::GroupPlan`]); where trainers live ([`sync::Fabric`], [`sync::InProcess`], `sync::mpi` with feature `mpi`) |
 //! | [`embedding`] | tables sharded over processes: their rows' rules ([`embedding::RowRule`]: SGD, Adagrad, FTRL), shards, server, clients, the push ledger |
 //! | [`monitor`], [`events`], [`stats`], [`evaluator`] | watching and steering a run, live evaluation |
@@ -104,7 +104,7 @@ pub use cluster::{
     TrainerState,
 };
 pub use error::{first_line, with_causes, Error, Result};
-pub use hogwild::{with_values, with_values_mut, ParamAlias};
+pub use hogwild::{with_shared, ParamAlias, SharedValues};
 pub use learner::{Learner, LearnerState, SharedGradients, StepOutcome};
 pub use named::Named;
 pub use params::FlatParams;

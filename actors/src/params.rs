@@ -10,8 +10,7 @@
 //! [`FlatParams::adopt_shared`] points a second model's variables at an existing
 //! buffer instead: Hogwild workers of one replica, each with its own gradient.
 
-use crate::hogwild::{with_borrowed, with_values, ParamAlias};
-use crate::recovery::{all_finite, copy_all_finite};
+use crate::hogwild::{with_borrowed, with_shared, ParamAlias};
 use crate::{Error, Result};
 use tch::{nn::VarStore, Kind, Tensor};
 
@@ -170,7 +169,7 @@ impl FlatParams {
     /// tells whether every value is finite (in the same pass).
     fn read_finite(&self, buffer: &Tensor, out: &mut [f32]) -> Result<bool> {
         self.check_len(out.len())?;
-        with_values(buffer, |values| copy_all_finite(values, out))
+        with_shared(buffer, |values| values.read_finite_into(out))
     }
 
     /// Overwrites `buffer` (the values or the gradient) with `src`.
@@ -248,13 +247,16 @@ impl FlatParams {
     ///
     /// One pass that reads each value once: a sync loop may be writing the
     /// buffer meanwhile, and libtorch's `isfinite` reads it twice (`w == w`),
-    /// so a value changing between the reads looked like a NaN.
+    /// so a value changing between the reads looked like a NaN. The sum in
+    /// `f64` is finite exactly when every value is: a NaN or an infinity
+    /// carries through it, and no count of finite `f32`s can overflow it.
     ///
     /// # Errors
     ///
     /// A buffer that is not on the CPU ([`Error::Layout`]).
     pub fn all_finite(&self) -> Result<bool> {
-        with_values(&self.values, all_finite)
+        let sum = self.values.f_sum(Kind::Double)?;
+        Ok(sum.f_double_value(&[])?.is_finite())
     }
 }
 

@@ -55,23 +55,6 @@ pub(crate) fn all_finite(values: &[f32]) -> bool {
         .all(|block| !block.iter().fold(false, |bad, &x| bad | not_finite(x)))
 }
 
-/// Copies `from` into `to` (as many values as the shorter holds) and tells
-/// whether every value copied is finite: block by block, each checked while
-/// it is still in L2 from the copy, so the values are read from memory once.
-/// (The copy stays `memcpy`'s, whose string moves write without first reading
-/// the destination: a plain loop copying and checking at once measured
-/// slower in training runs.)
-pub(crate) fn copy_all_finite(from: &[f32], to: &mut [f32]) -> bool {
-    const COPY_BLOCK: usize = 16 * FINITE_BLOCK;
-    let blocks = from.chunks(COPY_BLOCK).zip(to.chunks_mut(COPY_BLOCK));
-    blocks.fold(true, |finite, (from, to)| {
-        let len = from.len().min(to.len());
-        let to = &mut to[..len];
-        to.copy_from_slice(&from[..len]);
-        finite & all_finite(to)
-    })
-}
-
 /// Values checked at a time, without branches, by [`all_finite`].
 const FINITE_BLOCK: usize = 4096;
 
@@ -141,13 +124,16 @@ mod tests {
                     values[at] = value;
                     let scalar = values.iter().all(|x| x.is_finite());
                     assert_eq!(all_finite(&values), scalar, "{value} at {at} of {len}");
+                    let mut source = values.clone();
+                    let shared = crate::SharedValues::of(&mut source);
+                    assert_eq!(shared.all_finite(), scalar);
                     let mut copy = vec![7.0; len];
-                    assert_eq!(copy_all_finite(&values, &mut copy), scalar);
+                    assert_eq!(shared.read_finite_into(&mut copy), scalar);
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&copy), bits(&values), "{value} at {at} of {len}");
                     // Into a shorter buffer: as many values as it holds.
                     let mut short = vec![7.0; len / 2];
-                    let finite = copy_all_finite(&values, &mut short);
+                    let finite = shared.read_finite_into(&mut short);
                     assert_eq!(finite, all_finite(&values[..len / 2]));
                     assert_eq!(bits(&short), bits(&values[..len / 2]));
                 }

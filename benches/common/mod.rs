@@ -57,6 +57,9 @@ pub(crate) fn bench_config(rows: u64) -> Result<Config> {
             (data.train, data.test)
         }
     };
+    // The files replace the built-in data: its settings are left at their
+    // defaults, which a run reading files refuses to see changed.
+    config.data.synthetic = Default::default();
     config.data.train = Some(train);
     config.data.test = Some(test);
     Ok(config)

@@ -14,10 +14,10 @@
 use super::audit::{AuditReport, RowAudit};
 use crate::data::TableLayout;
 use crate::{Error, Result};
-use shadowsync_actors::embedding::{check_rule, update_row, RowRule};
+use shadowsync_actors::embedding::{check_rule, update_row, RowRule, RowScratch};
 use shadowsync_actors::sync::Fabric;
 use shadowsync_actors::Error::Layout;
-use shadowsync_actors::{with_values, with_values_mut};
+use shadowsync_actors::{with_shared, SharedValues};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tch::{Device, Kind, Tensor};
@@ -333,8 +333,8 @@ impl EmbeddingTable {
     /// Indices out of the table or a gradient of another shape.
     pub fn apply(&mut self, rows: &Tensor, grad: &Tensor) -> Result<()> {
         let ids = Vec::<i64>::try_from(rows.f_reshape(-1)?)?;
-        let grad = grad.f_contiguous()?;
-        let (ids, summed) = with_values(&grad, |grad| coalesce(&ids, grad, self.width as usize))??;
+        let grad = Vec::<f32>::try_from(grad.f_reshape(-1)?)?;
+        let (ids, summed) = coalesce(&ids, &grad, self.width as usize)?;
         self.apply_rows(&ids, &summed)
     }
 
@@ -356,9 +356,6 @@ impl EmbeddingTable {
         }
     }
 
-    // Unsafe: the one-pass row update over the table's memory (see
-    // `with_values_mut`).
-    #[allow(unsafe_code)]
     fn write_rows(&self, ids: &[u64], grads: &[f32]) -> Result<()> {
         let (width, lr, rule) = (self.width as usize, self.lr as f32, &*self.rule);
         if grads.len() != ids.len() * width {
@@ -369,33 +366,29 @@ impl EmbeddingTable {
             ))
             .into());
         }
-        // SAFETY: the rows and the state arrays are distinct tensors, and this
-        // thread holds no other slice of either while they are written.
-        let written = unsafe {
-            with_values_mut(&self.weight, |weight: &mut [f32]| {
-                let rows = weight.len() / width;
-                // One slice per state array of the rule (none without state).
-                let mut update = |state: &mut [f32]| -> Result<()> {
-                    let mut arrays: Vec<&mut [f32]> =
-                        state.chunks_mut(weight.len().max(1)).collect();
-                    for (&id, grad) in ids.iter().zip(grads.chunks_exact(width)) {
-                        let row = usize::try_from(id).ok().filter(|&row| row < rows);
-                        let Some(row) = row else {
-                            let reason =
-                                format!("embedding row {id} is outside the table's {rows} rows");
-                            return Err(Layout(reason).into());
-                        };
-                        let span = row * width..(row + 1) * width;
-                        update_row(rule, weight, &mut arrays, span, grad, lr);
-                    }
-                    Ok(())
+        // Other threads (Hogwild workers, the merge) read and write the rows
+        // meanwhile: each row is updated on a copy and stored back.
+        let update = |weight: SharedValues<'_>, state: &[SharedValues<'_>]| -> Result<()> {
+            let rows = weight.len() / width;
+            let mut scratch = RowScratch::default();
+            for (&id, grad) in ids.iter().zip(grads.chunks_exact(width)) {
+                let row = usize::try_from(id).ok().filter(|&row| row < rows);
+                let Some(row) = row else {
+                    let reason = format!("embedding row {id} is outside the table's {rows} rows");
+                    return Err(Layout(reason).into());
                 };
-                match &self.state {
-                    Some(state) => with_values_mut(state, |state: &mut [f32]| update(state))?,
-                    None => update(&mut []),
-                }
-            })
+                let span = row * width..(row + 1) * width;
+                update_row(rule, (weight, state), span, grad, lr, &mut scratch);
+            }
+            Ok(())
         };
+        let written = with_shared(&self.weight, |weight| match &self.state {
+            Some(state) => with_shared(state, |state| {
+                let arrays: Vec<_> = state.chunks(weight.len()).collect();
+                update(weight, &arrays)
+            })?,
+            None => update(weight, &[]),
+        });
         // Marked once written, never before: a merge that takes the marks in
         // between would read the rows unchanged and clear their marks, and
         // the update would never cross to the other ranks.

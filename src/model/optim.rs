@@ -1,12 +1,14 @@
 //! Optimizers of the dense parameters, each one pass of plain Rust over the
 //! flat parameter and gradient buffers of [`FlatParams`] (vectorized by the
 //! compiler for the baseline x86-64 instruction set, so it runs on any CPU).
+//! The parameters are shared with the sync threads and Hogwild workers, so
+//! the pass goes chunk by chunk through [`SharedValues`]; the optimizer's
+//! own state is its own memory.
 
 use crate::config::OptimizerKind;
 use crate::{Error, Result};
 use shadowsync_actors::embedding::{Adagrad, RowRule, Sgd};
-use shadowsync_actors::{with_values, with_values_mut, FlatParams};
-use tch::Tensor;
+use shadowsync_actors::{with_shared, FlatParams, SharedValues};
 
 /// Dense optimizer state.
 #[derive(Debug)]
@@ -21,16 +23,16 @@ pub enum DenseOptimizer {
         /// Learning rate.
         lr: f64,
         /// Accumulated squared gradients.
-        sum: Tensor,
+        sum: Vec<f32>,
     },
     /// Adam with bias correction (β₁ = 0.9, β₂ = 0.999, ε = 1e-8).
     Adam {
         /// Learning rate.
         lr: f64,
         /// First moment.
-        m: Tensor,
+        m: Vec<f32>,
         /// Second moment.
-        v: Tensor,
+        v: Vec<f32>,
         /// Steps taken.
         t: i32,
     },
@@ -45,16 +47,16 @@ impl DenseOptimizer {
     ///
     /// # Errors
     ///
-    /// A state buffer libtorch cannot allocate.
+    /// None today; kept for optimizers whose state may fail to build.
     pub fn new(kind: OptimizerKind, lr: f64, params: &FlatParams) -> Result<Self> {
-        let zeros = || params.values().f_zeros_like();
+        let zeros = || vec![0f32; params.numel()];
         Ok(match kind {
             OptimizerKind::Sgd => Self::Sgd { lr },
-            OptimizerKind::Adagrad => Self::Adagrad { lr, sum: zeros()? },
+            OptimizerKind::Adagrad => Self::Adagrad { lr, sum: zeros() },
             OptimizerKind::Adam => Self::Adam {
                 lr,
-                m: zeros()?,
-                v: zeros()?,
+                m: zeros(),
+                v: zeros(),
                 t: 0,
             },
         })
@@ -83,12 +85,10 @@ impl DenseOptimizer {
     pub fn reset(&mut self) -> Result<()> {
         match self {
             Self::Sgd { .. } => {}
-            Self::Adagrad { sum, .. } => {
-                let _ = sum.f_zero_()?;
-            }
+            Self::Adagrad { sum, .. } => sum.fill(0.0),
             Self::Adam { m, v, t, .. } => {
-                let _ = m.f_zero_()?;
-                let _ = v.f_zero_()?;
+                m.fill(0.0);
+                v.fill(0.0);
                 *t = 0;
             }
         }
@@ -101,15 +101,13 @@ impl DenseOptimizer {
     ///
     /// A state buffer that cannot be read.
     pub fn state(&self) -> Result<Vec<(String, Vec<f32>)>> {
-        let array = |name: &str, t: &Tensor| -> Result<(String, Vec<f32>)> {
-            Ok((name.to_string(), Vec::<f32>::try_from(t)?))
-        };
+        let array = |name: &str, values: &[f32]| (name.to_string(), values.to_vec());
         Ok(match self {
             Self::Sgd { .. } => Vec::new(),
-            Self::Adagrad { sum, .. } => vec![array("sum", sum)?],
+            Self::Adagrad { sum, .. } => vec![array("sum", sum)],
             Self::Adam { m, v, t, .. } => vec![
-                array("m", m)?,
-                array("v", v)?,
+                array("m", m),
+                array("v", v),
                 ("t".to_string(), vec![*t as f32]),
             ],
         })
@@ -139,9 +137,9 @@ impl DenseOptimizer {
                 )),
             }
         };
-        let load = |target: &mut Tensor, name: &str| -> Result<()> {
-            let values = find(name, target.numel() as i64)?;
-            target.f_copy_(&Tensor::f_from_slice(values)?)?;
+        let load = |target: &mut Vec<f32>, name: &str| -> Result<()> {
+            let values = find(name, target.len() as i64)?;
+            target.copy_from_slice(values);
             Ok(())
         };
         match self {
@@ -163,29 +161,33 @@ impl DenseOptimizer {
     /// # Errors
     ///
     /// Buffers that are not contiguous CPU `f32` tensors.
-    // Unsafe: the one-pass step over the buffers' memory (`with_values_mut`).
-    #[allow(unsafe_code)]
     pub fn step(&mut self, params: &FlatParams) -> Result<()> {
-        // SAFETY: the values, the gradient and each optimizer state are
-        // distinct buffers, each sliced once here; the trainer's sync thread
-        // writes the values concurrently, Hogwild's race by design.
-        with_values(params.grad(), |g: &[f32]| unsafe {
-            with_values_mut(params.values(), |w: &mut [f32]| match self {
-                Self::Sgd { lr } => {
-                    Sgd.update(w, &mut [], g, *lr as f32);
-                    Ok(())
-                }
-                Self::Adagrad { lr, sum } => with_values_mut(sum, |s: &mut [f32]| {
-                    Adagrad::default().update(w, &mut [s], g, *lr as f32)
-                }),
-                Self::Adam { lr, m, v, t } => {
-                    *t += 1;
-                    let step = AdamStep::new(*lr, *t);
-                    with_values_mut(m, |m: &mut [f32]| {
-                        with_values_mut(v, |v: &mut [f32]| step.update(w, m, v, g))
-                    })?
-                }
-            })?
+        if let Self::Adam { t, .. } = self {
+            *t += 1;
+        }
+        let adam = match self {
+            Self::Adam { lr, t, .. } => Some(AdamStep::new(*lr, *t)),
+            _ => None,
+        };
+        with_shared(params.grad(), |grads: SharedValues<'_>| {
+            with_shared(params.values(), |w: SharedValues<'_>| {
+                let mut grad = [0f32; SharedValues::CHUNK];
+                w.update_chunks(|span, w| {
+                    let g = &mut grad[..w.len()];
+                    grads.slice(span.clone()).read_into(g);
+                    match &mut *self {
+                        Self::Sgd { lr } => Sgd.update(w, &mut [], g, *lr as f32),
+                        Self::Adagrad { lr, sum } => {
+                            Adagrad::default().update(w, &mut [&mut sum[span]], g, *lr as f32)
+                        }
+                        Self::Adam { m, v, .. } => {
+                            if let Some(adam) = &adam {
+                                adam.update(w, &mut m[span.clone()], &mut v[span], g);
+                            }
+                        }
+                    }
+                });
+            })
         })??;
         Ok(())
     }
@@ -221,7 +223,7 @@ impl AdamStep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tch::{nn, Device, Kind};
+    use tch::{nn, Device, Kind, Tensor};
 
     /// A one-variable model `w` (3 values) with loss Σ c·w, so the gradient is `c`.
     fn setup() -> (nn::VarStore, Tensor, FlatParams) {

@@ -19,7 +19,6 @@ use shadowsync_actors::embedding::{
     Fetch, Pushes, RowClient, RowRule, RowServer, RowSharding, RowStats, RowStore,
 };
 use shadowsync_actors::sync::{Codec, Fabric};
-use shadowsync_actors::with_values;
 use std::sync::Arc;
 use std::time::Duration;
 use tch::Tensor;
@@ -213,7 +212,7 @@ impl Table {
             PendingRows::Local(rows) => {
                 let ids = Vec::<i64>::try_from(rows.f_reshape(-1)?)?;
                 let width = self.width() as usize;
-                with_values(&grad, |grad| coalesce(&ids, grad, width))?
+                coalesce(&ids, &Vec::<f32>::try_from(grad.f_view(-1)?)?, width)
             }
             PendingRows::Sharded(ids) => Ok((ids, Vec::<f32>::try_from(grad.f_view(-1)?)?)),
         }

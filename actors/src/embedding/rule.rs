@@ -7,7 +7,7 @@
 //! with the rows, merge and checkpoint them; the rule only sees one row's
 //! slice of each.
 
-use crate::{Error, Result};
+use crate::{Error, Result, SharedValues};
 use std::fmt::Debug;
 use std::ops::Range;
 
@@ -51,22 +51,41 @@ pub fn check_rule(rule: &dyn RowRule) -> Result<()> {
     Ok(())
 }
 
+/// A row and its state, copied out of a table for [`update_row`] to update
+/// and store back: kept between rows, so that no row allocates.
+#[derive(Debug, Default)]
+pub struct RowScratch {
+    row: Vec<f32>,
+    state: [Vec<f32>; MAX_STATE_ARRAYS],
+}
+
 /// Applies `rule` to the row at `span` of `weight` and of each of the rule's
-/// `state` arrays (every array as long as `weight`).
+/// `state` arrays (every array as long as `weight`): on private copies of
+/// the row's values in `scratch`, stored back whole, so other threads may
+/// read and write the rows meanwhile (Hogwild).
 pub fn update_row(
     rule: &dyn RowRule,
-    weight: &mut [f32],
-    state: &mut [&mut [f32]],
+    (weight, state): (SharedValues<'_>, &[SharedValues<'_>]),
     span: Range<usize>,
     grad: &[f32],
     lr: f32,
+    scratch: &mut RowScratch,
 ) {
     let arrays = state.len().min(MAX_STATE_ARRAYS);
+    let RowScratch { row, state: copies } = scratch;
+    row.resize(span.len(), 0.0);
+    weight.slice(span.clone()).read_into(row);
     let mut row_state: [&mut [f32]; MAX_STATE_ARRAYS] = Default::default();
-    for (slot, array) in row_state.iter_mut().zip(state.iter_mut()) {
-        *slot = &mut array[span.clone()];
+    for ((slot, copy), array) in row_state.iter_mut().zip(copies.iter_mut()).zip(state) {
+        copy.resize(span.len(), 0.0);
+        array.slice(span.clone()).read_into(copy);
+        *slot = copy;
     }
-    rule.update(&mut weight[span], &mut row_state[..arrays], grad, lr);
+    rule.update(row, &mut row_state[..arrays], grad, lr);
+    weight.slice(span.clone()).write_from(row);
+    for (copy, array) in copies.iter().zip(state).take(arrays) {
+        array.slice(span.clone()).write_from(copy);
+    }
 }
 
 /// `w −= lr·g`.

@@ -1,9 +1,9 @@
 //! One rank's shard of a table: its rows, their optimizer state, and the rule
 //! that turns a row's gradient into its update.
 
-use super::rule::{check_rule, update_row, RowRule};
+use super::rule::{check_rule, update_row, RowRule, RowScratch};
 use super::{PushCounts, RowSharding};
-use crate::{Error, Result};
+use crate::{Error, Result, SharedValues};
 
 /// The rows of one shard, stored contiguously by local index, with their
 /// rule's state arrays (one after another, each as long as the rows).
@@ -131,10 +131,13 @@ impl RowStore {
             .iter()
             .map(|&id| self.local(id))
             .collect::<Result<Vec<_>>>()?;
-        let mut state: Vec<&mut [f32]> = self.state.chunks_mut(self.weight.len().max(1)).collect();
+        let rows = self.weight.len();
+        let weight = SharedValues::of(&mut self.weight);
+        let state: Vec<_> = SharedValues::of(&mut self.state).chunks(rows).collect();
+        let mut scratch = RowScratch::default();
         for (local, grad) in locals.into_iter().zip(grads.chunks(w)) {
             let span = local * w..(local + 1) * w;
-            update_row(&*self.rule, &mut self.weight, &mut state, span, grad, lr);
+            update_row(&*self.rule, (weight, &state), span, grad, lr, &mut scratch);
         }
         self.applied.record(from, ids.len());
         Ok(())

@@ -8,23 +8,23 @@
 //! as a `shallow_clone` would. Reads may see a half-updated replica and concurrent
 //! updates may overwrite each other: Hogwild semantics, by design (docs/design.md §2).
 //!
-//! [`with_values`] and [`with_values_mut`] hand a tensor's memory to plain Rust
-//! loops (the one-pass optimizers), under the same Hogwild contract.
+//! [`with_shared`] hands a tensor's memory to plain Rust loops (the one-pass
+//! optimizers, the sync threads' snapshots and write-backs) as
+//! [`SharedValues`], whose accesses are relaxed atomics: Hogwild without a
+//! data race in Rust.
 //!
 //! This is the runtime's only module with `unsafe` code (the workspace denies
-//! it elsewhere): making tensors over raw memory and slices over tensors is
+//! it elsewhere): making tensors over raw memory and views over tensors is
 //! what lets the sync threads and the one-pass optimizers touch parameters
-//! without copies. [`with_values_mut`] is itself `unsafe`: its caller
-//! promises that no other slice of the memory is alive in its thread.
+//! without copies. Every function it exports is safe.
 
 #![allow(unsafe_code)]
 
 mod memory;
 
 pub(crate) use memory::with_borrowed;
-pub use memory::{with_values, with_values_mut};
+pub use memory::{with_shared, SharedValues};
 
-use crate::recovery::copy_all_finite;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
@@ -41,17 +41,25 @@ pub enum WriteBack {
 }
 
 impl WriteBack {
-    /// Applies `target` (computed from `snapshot`) to `replica`.
-    pub fn apply(self, replica: &mut [f32], target: &[f32], snapshot: &[f32]) {
+    /// Applies `target` (computed from `snapshot`) to `replica` (as many
+    /// values as the shortest holds).
+    pub fn apply(self, replica: SharedValues<'_>, target: &[f32], snapshot: &[f32]) {
         match self {
-            WriteBack::Overwrite => replica.copy_from_slice(target),
-            WriteBack::Delta => {
-                for ((w, t), s) in replica.iter_mut().zip(target).zip(snapshot) {
+            WriteBack::Overwrite => replica.write_from(target),
+            WriteBack::Delta => replica.update_chunks(|span, w| {
+                let (target, snapshot) = (tail(target, &span), tail(snapshot, &span));
+                for ((w, t), s) in w.iter_mut().zip(target).zip(snapshot) {
                     *w += t - s;
                 }
-            }
+            }),
         }
     }
+}
+
+/// The values of `values` from `span`'s start, up to its length.
+fn tail<'v>(values: &'v [f32], span: &std::ops::Range<usize>) -> &'v [f32] {
+    let end = span.end.min(values.len());
+    &values[span.start.min(end)..end]
 }
 
 /// Another thread's handle on a replica's flat parameter buffer.
@@ -73,7 +81,7 @@ impl ParamAlias {
     /// the alias points at the memory as it is now. `FlatParams` keeps this
     /// promise ([`ParamAlias::new`]).
     pub(crate) unsafe fn over(owner: Tensor) -> Result<Self> {
-        let len = memory::plain_len::<f32>(&owner)?;
+        let len = memory::plain_len(&owner)?;
         if owner.dim() != 1 {
             return Err(Error::Layout(format!(
                 "an alias of a tensor of shape {:?}: only flat buffers",
@@ -131,7 +139,7 @@ impl ParamAlias {
                 out.len()
             )));
         }
-        with_values(&self.alias, |replica: &[f32]| copy_all_finite(replica, out))
+        with_shared(&self.alias, |replica| replica.read_finite_into(out))
     }
 
     /// Writes `target`, computed from `snapshot`, into the replica in one pass:
@@ -176,26 +184,20 @@ impl ParamAlias {
                 snapshot.len()
             )));
         }
-        // SAFETY: the snapshot and the blocks are the round's own buffers
-        // (copies and combinations of snapshots), never slices of the
-        // replica's memory, and nothing else in this thread holds one.
-        let written = unsafe {
-            with_values_mut(&self.alias, |replica: &mut [f32]| {
-                blocks(&mut |offset, target| {
-                    let span = offset..offset.saturating_add(target.len());
-                    match (replica.get_mut(span.clone()), snapshot.get(span.clone())) {
-                        (Some(replica), Some(snapshot)) => {
-                            mode.apply(replica, target, snapshot);
-                            Ok(())
-                        }
-                        _ => Err(Error::Layout(format!(
-                            "write-back of values {span:?} into a replica of {len}"
-                        ))),
+        with_shared(&self.alias, |replica| {
+            blocks(&mut |offset, target| {
+                let span = offset..offset.saturating_add(target.len());
+                match snapshot.get(span.clone()) {
+                    Some(snapshot) if span.end <= len => {
+                        mode.apply(replica.slice(span), target, snapshot);
+                        Ok(())
                     }
-                })
+                    _ => Err(Error::Layout(format!(
+                        "write-back of values {span:?} into a replica of {len}"
+                    ))),
+                }
             })
-        };
-        written?
+        })?
     }
 }
 

@@ -269,10 +269,10 @@ mod tests {
         mean_into(&mut avg, &[&a, &b]);
         assert_eq!(avg, [2.0, 0.0]);
         let mut replica = [1.5f32, 2.0];
-        WriteBack::Overwrite.apply(&mut replica, &avg, &a);
+        WriteBack::Overwrite.apply(crate::SharedValues::of(&mut replica), &avg, &a);
         assert_eq!(replica, [2.0, 0.0]);
         let mut replica = [1.5f32, 2.0];
-        WriteBack::Delta.apply(&mut replica, &avg, &a);
+        WriteBack::Delta.apply(crate::SharedValues::of(&mut replica), &avg, &a);
         assert_eq!(replica, [2.5, 0.0]); // keeps its +0.5 local step
     }
 
@@ -308,7 +308,7 @@ mod tests {
         let pull = elastic_pull(&[1.0, 2.0], &mut pulled, 0.25);
         assert_eq!((pulled, pull), (center, vec![-0.25, 0.5]));
         let mut replica = [1.5f32, 2.0];
-        WriteBack::Delta.apply(&mut replica, &target, &[1.0, 2.0]);
+        WriteBack::Delta.apply(crate::SharedValues::of(&mut replica), &target, &[1.0, 2.0]);
         assert_eq!(replica, [1.25, 2.5]);
     }
 
