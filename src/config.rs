@@ -451,13 +451,20 @@ impl Config {
     }
 
     fn validate_optim(&self) -> Result<()> {
+        // The models step in f32: a rate must be one there too (1e-50
+        // rounds to 0 and 1e300 to ∞).
         let positive_lr = |key: &str, lr: f64| {
-            if lr.is_finite() && lr > 0.0 {
+            if (lr as f32).is_normal() && lr > 0.0 {
                 Ok(())
             } else {
                 Err(Error::config(
                     key,
-                    format!("{lr} is not a learning rate; must be > 0"),
+                    format!(
+                        "{lr} is not a learning rate; must be > 0, and one that f32 holds \
+                         (from {:e} to {:e})",
+                        f32::MIN_POSITIVE,
+                        f32::MAX
+                    ),
                 ))
             }
         };
@@ -565,9 +572,7 @@ impl Config {
                 format!("{} names no trainer; trainers are 0..{n}", fault.trainer),
             ));
         }
-        for straggler in &self.stragglers {
-            straggler.check(n)?;
-        }
+        shadowsync_actors::stragglers::check_all(&self.stragglers, n)?;
         // Groups are formed over the whole job's trainers.
         let n = n * processes.max(1);
         if self.sync.group_size > n {
@@ -635,6 +640,23 @@ impl Config {
     }
 
     fn validate_data(&self) -> Result<()> {
+        let paths = [
+            ("data.train", &self.data.train),
+            ("data.test", &self.data.test),
+            ("checkpoint.dir", &self.checkpoint.dir),
+        ];
+        for (key, path) in paths {
+            if let Some(path) = path.as_ref().filter(|p| p.to_str().is_none()) {
+                return Err(Error::config(
+                    key,
+                    format!(
+                        "{} is not valid UTF-8, which the results JSON cannot record: \
+                         rename it, or link it under a UTF-8 name",
+                        path.display()
+                    ),
+                ));
+            }
+        }
         match (self.dealing(), &self.sync.algorithm) {
             (Dealing::Shared, Algorithm::SyncSgd) => {
                 return Err(Error::config(
@@ -806,6 +828,29 @@ mod tests {
         );
     }
     use shadowsync_actors::sync::ShadowThreads;
+
+    #[test]
+    fn rates_f32_cannot_hold_and_paths_json_cannot_record_are_refused() {
+        for (lr, key) in [(1e-50, "optim.sparse_lr"), (1e300, "optim.sparse_lr")] {
+            let mut c = Config::default();
+            c.optim.sparse_lr = lr;
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("f32"), "{lr}: {e}");
+        }
+        let mut c = Config::default();
+        c.optim.dense_lr = 1e-40; // subnormal in f32
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("optim.dense_lr"));
+        use std::os::unix::ffi::OsStrExt;
+        let mut c = Config::default();
+        c.data.train = Some(PathBuf::from(std::ffi::OsStr::from_bytes(b"day\xff.tsv")));
+        c.data.test = Some(PathBuf::from("test.tsv"));
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("data.train") && e.contains("UTF-8"), "{e}");
+    }
 
     fn parse(text: &str) -> Result<Config> {
         let config: Config =

@@ -209,8 +209,11 @@ impl Experiment {
             }
         }
         let mut experiment = Experiment {
+            title: match file.title.is_empty() {
+                true => file.name.clone(),
+                false => file.title,
+            },
             name: file.name,
-            title: file.title,
             about: file.about,
             target_ne: file.target_ne,
             baseline: file.baseline,
@@ -370,6 +373,10 @@ fn run_id(settings: &[(String, Value)]) -> String {
             Value::Array(a) => a.iter().map(label).collect::<Vec<_>>().join("-"),
             other => other.to_string(),
         }
+    }
+    if settings.is_empty() {
+        // An empty grid: its one run, named (never a hidden `runs/.json`).
+        return "run".to_string();
     }
     settings
         .iter()
@@ -574,6 +581,14 @@ mod tests {
         "train.trainers" = [1, 2]
         "sync.group_size" = [0, 2]
     "#;
+
+    #[test]
+    fn an_empty_grid_is_one_named_run_and_a_title_defaults_to_the_name() {
+        let e = Experiment::parse("name = \"one\"\n[grid]\n", "test").unwrap();
+        let ids: Vec<&str> = e.runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["run"]);
+        assert_eq!(e.title, "one");
+    }
 
     #[test]
     fn a_grid_is_every_combination_of_its_values_first_key_slowest() {

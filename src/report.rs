@@ -33,9 +33,10 @@ pub struct ExperimentResults {
     pub results: Vec<RunResult>,
     /// Runs of the grid without (finished) results.
     pub missing: Vec<String>,
-    /// Results files that are there but cannot be read, with why (their runs
-    /// count as missing).
-    pub damaged: Vec<String>,
+    /// Results files that are there but left out, with why: damaged, of
+    /// another configuration than the experiment's now, or of no run of its
+    /// grid (their runs count as missing).
+    pub left_out: Vec<String>,
 }
 
 impl ExperimentResults {
@@ -50,25 +51,34 @@ impl ExperimentResults {
         let text = std::fs::read_to_string(&spec).map_err(|e| Error::io(&spec, e))?;
         let experiment = Experiment::parse(&text, &spec.display().to_string())?;
         let mut results = Vec::new();
-        let (mut missing, mut damaged) = (Vec::new(), Vec::new());
+        let (mut missing, mut left_out) = (Vec::new(), Vec::new());
         for run in &experiment.runs {
             let path = run_file(directory, &run.id);
             match RunResult::read(&path) {
+                Ok(result) if result.report.config != run.config => {
+                    left_out.push(format!(
+                        "{}: run with another configuration than the experiment gives it \
+                         now (run the experiment again to redo it)",
+                        path.display()
+                    ));
+                    missing.push(run.id.clone());
+                }
                 Ok(result) if result.report.error.is_none() => results.push(result),
                 Ok(_) => missing.push(run.id.clone()),
                 Err(e) => {
                     if path.exists() {
-                        damaged.push(e.to_string());
+                        left_out.push(format!("damaged: {e}"));
                     }
                     missing.push(run.id.clone());
                 }
             }
         }
+        left_out.extend(stray_run_files(directory, &experiment));
         Ok(Self {
             experiment,
             results,
             missing,
-            damaged,
+            left_out,
         })
     }
 
@@ -196,6 +206,28 @@ impl Cell<'_> {
 }
 
 /// A value as a table shows it.
+/// The results files under `directory/runs` that name no run of
+/// `experiment`'s grid, each with why it is left out.
+fn stray_run_files(directory: &Path, experiment: &Experiment) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(directory.join("runs")) else {
+        return Vec::new();
+    };
+    let mut stray: Vec<String> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .filter(|path| {
+            let id = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default();
+            !experiment.runs.iter().any(|run| run.id == id)
+        })
+        .map(|path| format!("{}: names no run of the experiment's grid", path.display()))
+        .collect();
+    stray.sort();
+    stray
+}
+
 fn text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
@@ -283,10 +315,10 @@ pub fn render(results: &ExperimentResults, provenance: &Provenance) -> Result<Re
             _ => format!(" (missing: {})", results.missing.join("; ")),
         }
     );
-    if !results.damaged.is_empty() {
-        let _ = writeln!(md, "Damaged results files, left out:\n");
-        for damaged in &results.damaged {
-            let _ = writeln!(md, "- {damaged}");
+    if !results.left_out.is_empty() {
+        let _ = writeln!(md, "Results files left out:\n");
+        for why in &results.left_out {
+            let _ = writeln!(md, "- {why}");
         }
         md.push('\n');
     }

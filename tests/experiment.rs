@@ -259,6 +259,33 @@ fn a_grid_runs_resumes_and_is_reported() {
     );
     let document = std::fs::read_to_string(docs.join("cli-grid.md")).unwrap();
     assert!(document.contains("7 of 8 runs have results"), "{document}");
+
+    // A stray results file, and runs of another configuration (the base
+    // edited since): each left out by name, never averaged in.
+    std::fs::copy(
+        runs.join("algorithm=none,trainers=2,seed=1.json"),
+        runs.join("an-old-copy.json"),
+    )
+    .unwrap();
+    let spec = results.join("cli-grid/experiment.toml");
+    let edited = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("train.eval_every = 5000", "train.eval_every = 4000");
+    std::fs::write(&spec, edited).unwrap();
+    let out = shadowsync(&[
+        "report",
+        results.join("cli-grid").to_str().unwrap(),
+        "--out",
+        docs.to_str().unwrap(),
+    ]);
+    let said = common::text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("an-old-copy.json: names no run of the experiment's grid"),
+        "{said}"
+    );
+    assert!(said.contains("run with another configuration"), "{said}");
+    assert!(said.contains("no run has results to report"), "{said}");
 }
 
 #[test]

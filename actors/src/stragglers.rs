@@ -67,6 +67,16 @@ impl Straggler {
                 ),
             });
         }
+        if (self.pause_ms == 0) != self.pause_at_steps.is_empty() {
+            let (key, reason) = match self.pause_ms {
+                0 => ("stragglers.pause_at_steps", "is set, but pause_ms is 0"),
+                _ => ("stragglers.pause_ms", "is set, but pause_at_steps is empty"),
+            };
+            return Err(Error::Config {
+                key: key.into(),
+                reason: format!("{reason}: trainer {} would never pause", self.trainer),
+            });
+        }
         if self.pause_ms > Self::MAX_PAUSE_MS {
             return Err(Error::Config {
                 key: "stragglers.pause_ms".into(),
@@ -95,8 +105,32 @@ impl Straggler {
     }
 }
 
-/// The straggler of `trainer` among `stragglers`, if any (the last one
-/// naming it).
+/// An error naming `stragglers.…` unless each of `stragglers` passes
+/// [`Straggler::check`] and names a trainer no other one does.
+///
+/// # Errors
+///
+/// As [`Straggler::check`], or a trainer named twice ([`Error::Config`]).
+pub fn check_all(stragglers: &[Straggler], trainers: usize) -> Result<()> {
+    for (i, straggler) in stragglers.iter().enumerate() {
+        straggler.check(trainers)?;
+        if stragglers[..i]
+            .iter()
+            .any(|s| s.trainer == straggler.trainer)
+        {
+            return Err(Error::Config {
+                key: "stragglers.trainer".into(),
+                reason: format!(
+                    "trainer {} is named by two [[stragglers]] entries; give it one",
+                    straggler.trainer
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The straggler of `trainer` among `stragglers`, if any.
 pub(crate) fn straggler_of(stragglers: &[Straggler], trainer: usize) -> Option<Straggler> {
     stragglers.iter().rfind(|s| s.trainer == trainer).cloned()
 }
@@ -146,5 +180,41 @@ mod tests {
         let parsed: Straggler = toml::from_str("trainer = 3").unwrap();
         assert_eq!((parsed.slowdown, parsed.pause_ms), (1.0, 0));
         assert!(toml::from_str::<Straggler>("trainer = 3\nslow = 2.0").is_err());
+    }
+
+    #[test]
+    fn settings_that_would_do_nothing_are_refused_naming_the_key() {
+        let pausing = Straggler {
+            trainer: 0,
+            slowdown: 1.0,
+            pause_ms: 30,
+            pause_at_steps: vec![5],
+        };
+        let without_steps = Straggler {
+            pause_at_steps: vec![],
+            ..pausing.clone()
+        };
+        let e = without_steps.check(2).unwrap_err().to_string();
+        assert!(
+            e.contains("stragglers.pause_ms") && e.contains("never pause"),
+            "{e}"
+        );
+        let without_pause = Straggler {
+            pause_ms: 0,
+            ..pausing.clone()
+        };
+        let e = without_pause.check(2).unwrap_err().to_string();
+        assert!(e.contains("stragglers.pause_at_steps"), "{e}");
+        let twice = [
+            pausing.clone(),
+            Straggler {
+                trainer: 1,
+                ..pausing.clone()
+            },
+            pausing,
+        ];
+        assert!(check_all(&twice[..2], 2).is_ok());
+        let e = check_all(&twice, 2).unwrap_err().to_string();
+        assert!(e.contains("trainer 0 is named by two"), "{e}");
     }
 }

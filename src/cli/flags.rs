@@ -40,7 +40,11 @@ pub(crate) enum Command {
 
 /// Flags override the config file's values.
 #[derive(Args)]
-#[command(group(clap::ArgGroup::new("setup").multiple(true)))]
+#[command(
+    group(clap::ArgGroup::new("setup").multiple(true)),
+    // `--trainers -1` is a bad value, not an unknown flag.
+    allow_negative_numbers = true
+)]
 pub(crate) struct TrainArgs {
     /// TOML configuration file.
     #[arg(long, group = "setup")]
@@ -107,7 +111,7 @@ pub(crate) struct TrainArgs {
     #[arg(long, group = "setup")]
     pub(crate) workers: Option<usize>,
     /// Synchronization: none, sync-sgd, fr-RULE:K or shadow-RULE, the rule ma,
-    /// easgd, bmuf or one the binary registered.
+    /// easgd, bmuf, diloco or one the binary registered.
     #[arg(long, value_parser = parse::<Algorithm>, group = "setup")]
     pub(crate) sync: Option<Algorithm>,
     /// Trainers per DS-Sync group (0 = all).
@@ -256,6 +260,7 @@ pub(crate) struct ReportArgs {
 }
 
 #[derive(Args)]
+#[command(allow_negative_numbers = true)]
 pub(crate) struct GenDataArgs {
     /// Output directory (gets train.tsv, test.tsv, oracle.json).
     #[arg(long)]

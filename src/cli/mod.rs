@@ -96,7 +96,7 @@ fn write_reports(args: &ReportArgs) -> Result<()> {
         }
     };
     anyhow::ensure!(!dirs.is_empty(), "no experiment results to report");
-    let mut damaged = Vec::new();
+    let mut left_out = Vec::new();
     for dir in &dirs {
         let results = ExperimentResults::load(dir)?;
         let name = &results.experiment.name;
@@ -115,15 +115,15 @@ fn write_reports(args: &ReportArgs) -> Result<()> {
             dir.display(),
             args.out.display()
         );
-        for damaged in &results.damaged {
-            tracing::warn!("damaged results file, its run left out: {damaged}");
+        for why in &results.left_out {
+            tracing::warn!("results file left out: {why}");
         }
         anyhow::ensure!(
             !results.results.is_empty(),
-            "{}: no run has results to report ({} runs, {} results files damaged)",
+            "{}: no run has results to report ({} runs, {} results files left out)",
             dir.display(),
             results.experiment.runs.len(),
-            results.damaged.len()
+            results.left_out.len()
         );
         let document = report::render(&results, &Provenance::here(command))?;
         let inputs = results.inputs(dir);
@@ -136,15 +136,15 @@ fn write_reports(args: &ReportArgs) -> Result<()> {
             results.experiment.runs.len(),
             document.plots.len()
         );
-        damaged.extend(results.damaged.iter().cloned());
+        left_out.extend(results.left_out.iter().cloned());
     }
     // The reports are written without them; the command still fails.
     anyhow::ensure!(
-        damaged.is_empty(),
-        "{} results files are damaged, their runs left out of the reports \
-         (run the experiment again to redo them):\n  {}",
-        damaged.len(),
-        damaged.join("\n  ")
+        left_out.is_empty(),
+        "{} results files left out of the reports (run the experiment again to redo \
+         them):\n  {}",
+        left_out.len(),
+        left_out.join("\n  ")
     );
     Ok(())
 }
@@ -303,7 +303,7 @@ fn train_command(args: &TrainArgs, registry: &Registry) -> Result<()> {
     }
     if let Some(audit) = report.row_audit.filter(|a| !a.holds()) {
         anyhow::bail!(
-            "the row audit failed: {} values of this process's {} rows are not their initial \
+            "the row audit failed: {} values of the job's {} rows are not their initial \
              values minus every step pushed to them (largest error {:.2e} of their movement, \
              bound {:.0e}): updates were lost or applied twice",
             audit.off,

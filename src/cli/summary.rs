@@ -82,6 +82,14 @@ pub(crate) fn print_summary(report: &TrainReport) {
         "test ({} examples): NE {:.4}  AUC {:.4}  logloss {:.4}  calibration {:.3}",
         m.examples, m.ne, m.auc, m.logloss, m.calibration
     );
+    if m.ctr == 0.0 || m.ctr == 1.0 {
+        println!(
+            "NE and AUC are undefined: every test example is a {} (CTR {}), and both need \
+             clicks and non-clicks",
+            if m.ctr == 0.0 { "non-click" } else { "click" },
+            m.ctr
+        );
+    }
     let replicas = &report.replica_metrics;
     if replicas.len() > 1 {
         let spread = |f: fn(&Metrics) -> f64| mean_std(&replicas.iter().map(f).collect::<Vec<_>>());
@@ -138,13 +146,20 @@ pub(crate) fn print_summary(report: &TrainReport) {
 /// compressed.
 fn payload_bytes(report: &TrainReport) -> String {
     let cluster = &report.cluster;
-    let sent = cluster.per_example(cluster.bytes_sent);
+    // Two significant digits of a figure under 10 (a sync every few thousand
+    // examples sends a fraction of a byte per example).
+    let per_example = |bytes: u64| match cluster.per_example(bytes) {
+        b if b < 10.0 => format!("{b:.2}"),
+        b => format!("{b:.0}"),
+    };
+    let sent = per_example(cluster.bytes_sent);
     match report.config.sync.compression.as_str() {
-        "none" => format!("{sent:.0} bytes sent per example"),
+        _ if cluster.bytes_sent == 0 => "no dense sync bytes sent".to_string(),
+        "none" => format!("{sent} bytes sent per example"),
         codec => format!(
-            "{sent:.0} bytes sent per example, {codec}-compressed from {:.0} ({:.1}×)",
-            cluster.per_example(cluster.bytes_before_compression),
-            cluster.bytes_before_compression as f64 / cluster.bytes_sent.max(1) as f64
+            "{sent} bytes sent per example, {codec}-compressed from {} ({:.1}×)",
+            per_example(cluster.bytes_before_compression),
+            cluster.bytes_before_compression as f64 / cluster.bytes_sent as f64
         ),
     }
 }

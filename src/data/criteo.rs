@@ -102,6 +102,9 @@ impl LineError {
 /// parse ([`LineError`]).
 pub fn parse_line(line: &[u8]) -> Result<Example, LineError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.is_empty() {
+        return Err(LineError::new(0, "blank line", line));
+    }
     let mut example = Example {
         label: 0.0,
         dense: [0.0; NUM_DENSE],
@@ -121,8 +124,10 @@ pub fn parse_line(line: &[u8]) -> Result<Example, LineError> {
         } else if field < NUM_FIELDS {
             example.sparse[field - 1 - NUM_DENSE] =
                 parse_hex(raw).map_err(|r| LineError::new(field, r, raw))?;
-        } else {
-            return Err(LineError::new(field, "more than 40 fields", raw));
+        } else if !raw.is_empty() {
+            // Empty fields past the 40th are trailing tabs, trimmed; a value
+            // there is named as the first field too many.
+            return Err(LineError::new(NUM_FIELDS, "more than 40 fields", raw));
         }
     }
     Ok(example)
@@ -359,7 +364,7 @@ impl WatchedFile {
             )),
             Err(e) => Err(Error::new(
                 e.kind(),
-                format!("the file was removed while it was read ({e})"),
+                format!("the file was removed while it was read: {e}"),
             )),
         }
     }
@@ -533,6 +538,11 @@ mod tests {
         );
         let too_many = line(&vec!["1"; 41]);
         assert_eq!(err(&too_many).field, 40);
+        assert_eq!(err(b"\r").reason, "blank line");
+        // Trailing tabs after the 40th field are trimmed, not extra fields.
+        let mut trailing = line(&vec!["1"; 40]);
+        trailing.extend_from_slice(b"\t\t\r");
+        assert!(parse_line(&trailing).is_ok());
         let garbage = err(b"\xff\xfe\x00binary");
         assert_eq!(garbage.field, 0);
         assert!(garbage.text.contains('\u{fffd}'));

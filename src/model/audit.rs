@@ -37,7 +37,8 @@ pub struct RowAudit {
 /// What the audit found.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct AuditReport {
-    /// Rows compared (this process's: its shard or its replica).
+    /// Rows compared, over every process (each its shard, or its replica:
+    /// a replicated table's rows once per process).
     pub rows: u64,
     /// Values outside the bound.
     pub off: u64,
@@ -51,6 +52,32 @@ impl AuditReport {
     /// Whether every value is within the bound.
     pub fn holds(&self) -> bool {
         self.off == 0
+    }
+
+    /// This process's report combined with every other's (a collective): the
+    /// rows and the values off summed, the largest error of all. Every
+    /// process gets the job's report, so any process's mismatch fails the job.
+    ///
+    /// # Errors
+    ///
+    /// A fabric collective that fails.
+    pub fn over_job(self, fabric: &dyn Fabric) -> Result<Self> {
+        // The processes' errors, each in its own slot, as bits: a sum of
+        // zeros and one value is that value.
+        let mut counts = vec![0u64; 2 + fabric.processes()];
+        counts[0] = self.rows;
+        counts[1] = self.off;
+        if let Some(slot) = counts.get_mut(2 + fabric.process()) {
+            *slot = self.max_relative_error.to_bits();
+        }
+        fabric.sum(&mut counts)?;
+        let errors = counts[2..].iter().map(|&bits| f64::from_bits(bits));
+        Ok(Self {
+            rows: counts[0],
+            off: counts[1],
+            max_relative_error: errors.fold(0.0, f64::max),
+            bound: self.bound,
+        })
     }
 }
 

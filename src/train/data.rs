@@ -63,6 +63,13 @@ impl RunData {
         if test_batches.is_empty() {
             return Err(no_examples(&test, &test_read));
         }
+        if let Some(class) = one_class(&test_batches)? {
+            tracing::warn!(
+                test = %test.display(),
+                "every test example is a {class}: NE and AUC will be undefined (both need \
+                 clicks and non-clicks)"
+            );
+        }
         if let Some(available) = available_memory() {
             config.check_table_fits(available, row_shape, fabric.processes())?;
         }
@@ -110,4 +117,20 @@ pub(super) fn no_examples(path: &Path, read: &ReadStats) -> Error {
         (lines, _) => format!("has no examples in its {lines} lines"),
     };
     Error::data(path, reason)
+}
+
+/// `"click"` or `"non-click"` if every example of `batches` is one, else none.
+fn one_class(batches: &[Batch]) -> Result<Option<&'static str>> {
+    let (mut clicks, mut examples) = (0.0, 0usize);
+    for batch in batches {
+        clicks += batch.labels.f_sum(tch::Kind::Double)?.double_value(&[]);
+        examples += batch.len();
+    }
+    Ok(if clicks == 0.0 {
+        Some("non-click")
+    } else if clicks == examples as f64 {
+        Some("click")
+    } else {
+        None
+    })
 }

@@ -591,6 +591,26 @@ fn spawn_pipeline(
     )
 }
 
+/// Refuses `train.audit_rows` when sharded pushes cross between processes
+/// `encoded` (by `sync.compression`): the audit sums the pushes as computed,
+/// the shards apply them rounded, and it would count the rounding as lost
+/// updates. (A replicated table's merges settle their rounding at the end.)
+fn check_audit_of_pushes(config: &Config, encoded: bool) -> Result<()> {
+    if config.train.audit_rows && encoded {
+        return Err(Error::config(
+            "train.audit_rows",
+            format!(
+                "compares each row with the pushes as computed, but sharded pushes cross \
+                 between processes encoded by sync.compression = {:?} (rounded), which the \
+                 audit would count as lost updates: audit with sync.compression = \"none\" \
+                 or with train.embeddings = \"replicated\"",
+                config.sync.compression
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// One learner per shard of `pipeline`, all sharing one embedding table (the
 /// checkpoint's, when resumed): this process's, or one sharded over
 /// `fabric`'s processes, its rows of `row_shape` (what [`Registry::check`]
@@ -608,13 +628,18 @@ fn build_learners(
     let lr = config.optim.sparse_lr;
     let mut table = match config.train.embeddings_for(fabric.processes()) {
         EmbeddingsMode::Replicated => Table::local(layout, width, rule, lr)?,
-        EmbeddingsMode::Sharded => Table::Sharded(ShardedTable::start(
-            layout,
-            width,
-            (rule, lr),
-            &config.train,
-            (fabric, registry.row_codec(&config.sync)?),
-        )?),
+        EmbeddingsMode::Sharded => {
+            let codec = registry.row_codec(&config.sync)?;
+            let encoded = codec.is_some() && fabric.processes() > 1;
+            check_audit_of_pushes(config, encoded)?;
+            Table::Sharded(ShardedTable::start(
+                layout,
+                width,
+                (rule, lr),
+                &config.train,
+                (fabric, codec),
+            )?)
+        }
     };
     if config.train.audit_rows && resumed.is_none() {
         let rows = layout.total_rows() as usize;
@@ -753,4 +778,26 @@ fn report(
         memory,
         row_audit: ended.row_audit,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_row_audit_refuses_pushes_that_cross_encoded() {
+        let mut config = Config::default();
+        config.train.audit_rows = true;
+        config.sync.compression = "int8".into();
+        let e = check_audit_of_pushes(&config, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("train.audit_rows") && e.contains("\"int8\""),
+            "{e}"
+        );
+        assert!(check_audit_of_pushes(&config, false).is_ok());
+        config.train.audit_rows = false;
+        assert!(check_audit_of_pushes(&config, true).is_ok());
+    }
 }

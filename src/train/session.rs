@@ -654,7 +654,10 @@ impl<'a> Session<'a> {
             Table::Local(_) => None,
         };
         // Every update is in: the pushes applied, the last merge done.
-        let row_audit = self.table.audit(self.fabric.as_ref())?;
+        let fabric = self.fabric.as_ref();
+        let row_audit = (self.table.audit(fabric)?)
+            .map(|audit| audit.over_job(fabric))
+            .transpose()?;
         Ok(Ended {
             cluster: outcome.report,
             table_sync,

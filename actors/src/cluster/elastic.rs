@@ -34,7 +34,7 @@ use crate::sync::GroupSchedule;
 use crate::trainer::{Control, SaveState, TrainerActor, WorkerState};
 use crate::{Error, Learner, LearnerState, Result};
 use actix::Addr;
-use crossbeam_channel::bounded;
+use crossbeam_channel::{bounded, RecvTimeoutError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,12 +219,21 @@ impl<L: Learner> Cluster<L> {
 const DONOR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The state of `donor`'s learner (its optimizer's), or `None` from a donor
-/// that has just finished: the joiners then start as they are.
+/// that has just finished, or that did not answer in [`DONOR_TIMEOUT`] (with
+/// a warning): the joiners then start as they are.
 fn donor_state<L: Learner>(donor: &Addr<TrainerActor<L>>) -> Result<Option<LearnerState>> {
     let (reply, states) = bounded(1);
     donor.do_send(SaveState(reply));
     match states.recv_timeout(DONOR_TIMEOUT) {
         Ok(WorkerState { learner, .. }) => learner.map(Some),
-        Err(_) => Ok(None),
+        Err(RecvTimeoutError::Disconnected) => Ok(None),
+        Err(RecvTimeoutError::Timeout) => {
+            tracing::warn!(
+                "the joining trainers start with fresh optimizer state: the trainer asked \
+                 for its state did not answer within {} s (hung or stalled)",
+                DONOR_TIMEOUT.as_secs()
+            );
+            Ok(None)
+        }
     }
 }

@@ -64,9 +64,7 @@ impl Wiring {
         check_workers(learners, workers, &sync.algorithm)?;
         let trainers = learners.len() / workers;
         let seats = config.elastic_seats(fabric.processes(), trainers, resumed.is_some())?;
-        for straggler in &config.stragglers {
-            straggler.check(seats)?;
-        }
+        crate::stragglers::check_all(&config.stragglers, seats)?;
         let plan = group_plan(config, trainers, trainers * fabric.processes())?;
         let (initial, mut counters) = starting_point(learners, workers, resumed)?;
         counters.extend((trainers..seats).map(|t| Arc::new(TrainerCounters::with_workers(t, 1))));

@@ -122,6 +122,9 @@ impl Default for SyncConfig {
     }
 }
 
+/// A day, in milliseconds: longer waits are mistakes (and overflow a clock).
+const DAY_MS: f64 = 86_400_000.0;
+
 impl SyncConfig {
     /// The most shards an EASGD server may have (each is an actor thread).
     pub const MAX_SERVER_SHARDS: usize = 256;
@@ -223,6 +226,36 @@ impl SyncConfig {
         }
     }
 
+    /// Checks the injected delays: each at most a day, and together at most
+    /// [`Self::MAX_BOUNDED_DELAY_MS`] under `max_staleness`.
+    fn validate_delays(&self) -> Result<()> {
+        let bad = |key: &str, reason: &str| {
+            Err(Error::Config {
+                key: key.into(),
+                reason: reason.into(),
+            })
+        };
+        for (key, ms) in [
+            ("sync.delay_ms", self.delay_ms),
+            ("sync.delay_jitter_ms", self.delay_jitter_ms),
+        ] {
+            if !(0.0..=DAY_MS).contains(&ms) {
+                return bad(key, "must be in [0, 86400000] milliseconds (a day)");
+            }
+        }
+        if self.max_staleness.is_some()
+            && self.delay_ms + self.delay_jitter_ms > Self::MAX_BOUNDED_DELAY_MS
+        {
+            return bad(
+                "sync.delay_ms",
+                "with sync.delay_jitter_ms, must be at most 60000 ms (a minute) \
+                 under sync.max_staleness: every trainer would stop that long \
+                 for each average",
+            );
+        }
+        Ok(())
+    }
+
     /// Checks the ranges that do not depend on the number of trainers.
     ///
     /// # Errors
@@ -248,32 +281,16 @@ impl SyncConfig {
         if !(self.zeta > 0.0 && self.zeta.is_finite()) {
             return bad("sync.zeta", "must be > 0");
         }
-        // A day, in milliseconds: longer waits are mistakes (and overflow a clock).
-        const DAY_MS: f64 = 86_400_000.0;
-        for (key, ms) in [
-            ("sync.delay_ms", self.delay_ms),
-            ("sync.delay_jitter_ms", self.delay_jitter_ms),
-        ] {
-            if !(0.0..=DAY_MS).contains(&ms) {
-                return bad(key, "must be in [0, 86400000] milliseconds (a day)");
-            }
-        }
-        if self.max_staleness.is_some()
-            && self.delay_ms + self.delay_jitter_ms > Self::MAX_BOUNDED_DELAY_MS
-        {
-            return bad(
-                "sync.delay_ms",
-                "with sync.delay_jitter_ms, must be at most 60000 ms (a minute) \
-                 under sync.max_staleness: every trainer would stop that long \
-                 for each average",
-            );
-        }
+        self.validate_delays()?;
         if !(self.topk_ratio > 0.0 && self.topk_ratio <= 1.0) {
             return bad("sync.topk_ratio", "must be a share of values in (0, 1]");
         }
         let diloco = self.diloco;
-        if !(diloco.outer_lr > 0.0 && diloco.outer_lr.is_finite()) {
-            return bad("sync.diloco.outer_lr", "must be > 0");
+        if !(diloco.outer_lr > 0.0 && (diloco.outer_lr as f32).is_normal()) {
+            return bad(
+                "sync.diloco.outer_lr",
+                "must be a finite number > 0 that f32 holds (the outer step is in f32)",
+            );
         }
         if !(0.0..1.0).contains(&diloco.momentum) {
             return bad("sync.diloco.momentum", "must be in [0, 1)");
@@ -303,7 +320,8 @@ impl SyncConfig {
         {
             return bad(
                 "sync.link",
-                "latency and bandwidth must be ≥ 0 and slow_factor ≥ 1",
+                "latency_us must be in [0, 86400000000] (a day), bandwidth_gbps ≥ 0 and \
+                 slow_factor ≥ 1",
             );
         }
         Ok(())

@@ -400,13 +400,17 @@ impl SyncPeer {
         let Some((target, sent)) = step? else {
             return Ok(None);
         };
-        self.endpoint.count_sent_encoded(sent, 4 * len as u64);
+        // Both ways, as a group round's phases: the replica to the centre,
+        // and the answer (the target, or its move encoded as the replica was).
+        self.endpoint
+            .count_sent_encoded(2 * sent, 2 * 4 * len as u64);
         Ok(Some(target))
     }
 
-    /// Counts the replica of `len` values an elastic step sent the centre.
+    /// Counts an elastic step of `len` values made here: the replica to the
+    /// centre and the target back.
     pub(crate) fn count_centre_step(&self, len: usize) {
-        self.count_sent(4 * len as u64);
+        self.count_sent(2 * 4 * len as u64);
     }
 
     /// Whether a round against the centre goes ahead: not once stopped;

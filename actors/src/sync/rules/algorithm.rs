@@ -63,7 +63,7 @@ impl FromStr for Algorithm {
             key: "sync.algorithm".into(),
             reason: format!(
                 "unknown algorithm {s:?}; expected none, sync-sgd, fr-RULE:K or shadow-RULE \
-                 (built-in rules: ma, easgd, bmuf)"
+                 (built-in rules: ma, easgd, bmuf, diloco)"
             ),
         };
         let rule = |name: &str| {
@@ -82,13 +82,17 @@ impl FromStr for Algorithm {
                 }
                 let rest = s.strip_prefix("fr-").ok_or_else(bad)?;
                 let (name, every) = rest.split_once(':').ok_or_else(bad)?;
-                let every: u64 = every.parse().map_err(|_| bad())?;
-                if every == 0 {
+                let every = every.parse::<u64>().ok().filter(|&k| k >= 1);
+                let Some(every) = every else {
                     return Err(Error::Config {
                         key: "sync.algorithm".into(),
-                        reason: format!("{s}: the sync period k must be at least 1"),
+                        reason: format!(
+                            "{s}: the sync period k must be a whole number of steps from 1 \
+                             to {}",
+                            u64::MAX
+                        ),
                     });
-                }
+                };
                 Ok(Algorithm::Foreground {
                     rule: rule(name)?,
                     every,
@@ -155,5 +159,12 @@ mod tests {
                 .to_string();
             assert!(e.contains("sync.algorithm"), "{bad}: {e}");
         }
+        // A period out of range is named as such, not as an unknown algorithm.
+        for bad in ["fr-ma:-1", "fr-ma:0", "fr-ma:18446744073709551616"] {
+            let e = bad.parse::<Algorithm>().unwrap_err().to_string();
+            assert!(e.contains("the sync period k must be"), "{bad}: {e}");
+        }
+        let e = "async".parse::<Algorithm>().unwrap_err().to_string();
+        assert!(e.contains("diloco"), "{e}");
     }
 }

@@ -94,8 +94,14 @@ pub(crate) enum Body {
         data: Arc<[f32]>,
         span: std::ops::Range<usize>,
     },
-    /// `len` values as the sender's codec encoded them.
-    Encoded { wire: Arc<[u8]>, len: usize },
+    /// `len` values, at `offset` of the synced vector, as the sender's
+    /// codec encoded them (the offset decodes a message that comes after
+    /// its round: a codec with memory of its link must see every message).
+    Encoded {
+        wire: Arc<[u8]>,
+        len: usize,
+        offset: usize,
+    },
 }
 
 impl Body {

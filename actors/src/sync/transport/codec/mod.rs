@@ -271,6 +271,7 @@ impl LinkCodecs {
         Ok(Body::Encoded {
             wire: wire.into(),
             len: values.len(),
+            offset,
         })
     }
 

@@ -17,7 +17,9 @@
 //! one process a message shares its sender's whole buffer), or else keep
 //! their own values of it for that round (across processes only each
 //! member's slice crosses: a real reduce-scatter). Its messages that arrive
-//! once their round is over are dropped.
+//! once their round is over are dropped, decoded first when compressed: a
+//! codec with memory of its link (top-k's error feedback) stays in step with
+//! the sender's.
 //!
 //! A [`LinkModel`] simulates the network a real cluster has: each message is
 //! delivered `latency + bytes / bandwidth` after it is sent (messages leaving one
@@ -541,6 +543,23 @@ impl Endpoint {
         }
     }
 
+    /// Decodes `message`, of a round already over, into nothing: a codec
+    /// with memory of its link (top-k's error feedback) then stays in step
+    /// with the sender's, which encoded it.
+    fn absorb_late(&mut self, message: &Message) {
+        let Body::Encoded { len, offset, .. } = message.body else {
+            return;
+        };
+        let mut values = vec![0.0; len];
+        if let Err(e) = decode_into(self.codecs.as_mut(), message, offset, &mut values) {
+            tracing::warn!(
+                trainer = self.id,
+                from = message.from,
+                "a late message does not decode: {e}"
+            );
+        }
+    }
+
     /// Waits for the `phase` messages of `round` from every other member of
     /// `group`, until their simulated delivery time, or until the timeout:
     /// returns the messages and the members that did not send theirs.
@@ -554,7 +573,14 @@ impl Endpoint {
         let fits = |m: &Message| m.round == round && m.phase == phase && group.contains(&m.from);
         let deadline = self.timeout.map(|t| Instant::now() + t);
         // Messages of rounds already over (from members timed out of them).
-        self.early.retain(|m| m.round >= round);
+        let (mut late, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early)
+            .into_iter()
+            .partition(|m| m.round < round);
+        self.early = kept;
+        late.sort_by_key(|m| m.round);
+        for message in &late {
+            self.absorb_late(message);
+        }
         let mut received = Vec::with_capacity(wanted);
         let mut i = 0;
         while i < self.early.len() {
@@ -571,7 +597,8 @@ impl Endpoint {
             match self.inbox.recv_timeout(POLL) {
                 Ok(m) if fits(&m) => received.push(m),
                 Ok(m) if m.round >= round => self.early.push(m),
-                Ok(_) => {} // a round already over: its sender was timed out of it
+                // A round already over: its sender was timed out of it.
+                Ok(m) => self.absorb_late(&m),
                 Err(RecvTimeoutError::Timeout) if !self.stopped() => {}
                 Err(_) => return Ok(None),
             }

@@ -371,3 +371,58 @@ fn stop_releases_a_trainer_waiting_for_a_silent_peer() {
     stop.store(true, Ordering::Relaxed);
     assert_eq!(waiter.join().unwrap().unwrap(), None);
 }
+
+/// Top-k keeps the values last sent at both ends of a link. A member timed
+/// out of a round sends its messages late; the others must still decode
+/// them (into nothing), or their memory of its link lags the sender's for
+/// good: the values it sent then are never sent again. With every member's
+/// values constant, the rounds' mean must then come to the exact mean.
+#[test]
+fn late_top_k_messages_keep_both_ends_of_the_link_in_step() {
+    let config = SyncConfig {
+        compression: "topk".into(),
+        topk_ratio: 0.25,
+        ..SyncConfig::default()
+    };
+    let len = 12;
+    let value = |id: usize| -> Vec<f32> { (0..len).map(|i| (id * len + i) as f32).collect() };
+    let mut endpoints = mesh(3, LinkModel::default(), Arc::new(AtomicBool::new(false)));
+    for ep in &mut endpoints {
+        ep.set_timeout(Some(Duration::from_millis(100)));
+        ep.compress_with(&Codecs::default(), &config, &vec![0.0; len])
+            .unwrap();
+    }
+    let group = [0, 1, 2];
+    let run = |endpoints: Vec<Endpoint>, round: u64| -> Vec<(Endpoint, Vec<f32>)> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = endpoints
+                .into_iter()
+                .map(|mut ep| {
+                    s.spawn(move || {
+                        let payload = value(ep.id()).into();
+                        let mean = ep.group_mean(round, &group, &payload, true);
+                        (ep, mean.unwrap().unwrap().mean)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let silent = endpoints.pop().unwrap();
+    let done = run(endpoints, 0);
+    let (silent, _) = run(vec![silent], 0).pop().unwrap();
+    let mut all: Vec<Endpoint> = done.into_iter().map(|(ep, _)| ep).collect();
+    all.push(silent);
+    let exact: Vec<f32> = (0..len).map(|i| (len + i) as f32).collect();
+    let mut means = Vec::new();
+    for round in 1..=24 {
+        let outcome = run(all, round);
+        means = outcome.iter().map(|(_, mean)| mean.clone()).collect();
+        all = outcome.into_iter().map(|(ep, _)| ep).collect();
+    }
+    for mean in &means {
+        for (got, want) in mean.iter().zip(&exact) {
+            assert!((got - want).abs() < 1e-4, "{mean:?} against {exact:?}");
+        }
+    }
+}

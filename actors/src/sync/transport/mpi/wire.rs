@@ -44,21 +44,22 @@ pub(super) const AGREED: u32 = 2;
 /// Control: the sending rank comes to no further points.
 pub(super) const WITHDRAWN: u32 = 3;
 /// Words of a message's header.
-const HEADER: usize = 7;
+const HEADER: usize = 8;
 /// The header's last word when the values cross as `f32`, not encoded.
 const PLAIN: u32 = u32::MAX;
 
-/// `[to, from, round low, round high, phase, values, encoded]` then the bits
-/// of the values the message carries (its span of the sender's buffer, not
-/// the rest; `encoded` is [`PLAIN`]), or the `encoded` bytes of their
-/// encoding, four a word, little-endian.
+/// `[to, from, round low, round high, phase, values, encoded, offset]` then
+/// the bits of the values the message carries (its span of the sender's
+/// buffer, not the rest; `encoded` is [`PLAIN`]), or the `encoded` bytes of
+/// their encoding, four a word, little-endian (`offset`: where in the synced
+/// vector the encoded values lie).
 pub(super) fn encode(out: &Outgoing) -> Vec<u32> {
     let message = &out.message;
     let values = message.values();
     let mut words = Vec::with_capacity(HEADER + values.len());
-    let encoded = match &message.body {
-        Body::Values { .. } => None,
-        Body::Encoded { wire, .. } => Some(wire),
+    let (encoded, offset) = match &message.body {
+        Body::Values { .. } => (None, 0),
+        Body::Encoded { wire, offset, .. } => (Some(wire), *offset),
     };
     words.extend([
         out.to as u32,
@@ -73,6 +74,7 @@ pub(super) fn encode(out: &Outgoing) -> Vec<u32> {
         },
         message.len() as u32,
         encoded.map_or(PLAIN, |wire| wire.len() as u32),
+        offset as u32,
     ]);
     match encoded {
         None => words.extend(values.iter().map(|x| x.to_bits())),
@@ -84,7 +86,7 @@ pub(super) fn encode(out: &Outgoing) -> Vec<u32> {
 /// The destination and the message of `words` (delivered now: the network
 /// between ranks is real, not simulated).
 pub(super) fn decode(words: &[u32]) -> std::result::Result<(usize, Message), String> {
-    let Some(&[to, from, low, high, phase, len, encoded]) = words.get(..HEADER) else {
+    let Some(&[to, from, low, high, phase, len, encoded, offset]) = words.get(..HEADER) else {
         return Err(format!("{} words, shorter than a header", words.len()));
     };
     let values = &words[HEADER..];
@@ -96,6 +98,7 @@ pub(super) fn decode(words: &[u32]) -> std::result::Result<(usize, Message), Str
         bytes => Body::Encoded {
             wire: unpacked(values, bytes)?.into(),
             len: len as usize,
+            offset: offset as usize,
         },
     };
     let phase = match phase {
@@ -413,6 +416,7 @@ mod tests {
                 body: Body::Encoded {
                     wire: Arc::clone(&wire),
                     len: 100,
+                    offset: 300,
                 },
                 deliver_at: Instant::now(),
             },
@@ -422,7 +426,11 @@ mod tests {
         let (_, back) = decode(&words).unwrap();
         assert_eq!(back.len(), 100);
         match back.body {
-            Body::Encoded { wire: back, len } => assert_eq!((&back[..], len), (&wire[..], 100)),
+            Body::Encoded {
+                wire: back,
+                len,
+                offset,
+            } => assert_eq!((&back[..], len, offset), (&wire[..], 100, 300)),
             Body::Values { .. } => panic!("decoded as values"),
         }
         let e = decode(&words[..HEADER + 1]).unwrap_err();
