@@ -442,10 +442,10 @@ mod tests {
         assert!(decode(&[1, 2, 3])
             .unwrap_err()
             .contains("shorter than a header"));
-        assert!(decode(&[0, 1, 0, 0, 0, 3, PLAIN, 7])
+        assert!(decode(&[0, 1, 0, 0, 0, 3, PLAIN, 0, 7])
             .unwrap_err()
             .contains("header says 3"));
-        assert!(decode(&[0, 1, 0, 0, 9, 0, PLAIN])
+        assert!(decode(&[0, 1, 0, 0, 9, 0, PLAIN, 0])
             .unwrap_err()
             .contains("unknown phase 9"));
     }
