@@ -258,9 +258,11 @@ mod tests {
     }
 
     /// Two threads writing and one reading the same values at once. Run
-    /// under Miri (`cargo +nightly miri test -p shadowsync-actors
-    /// hogwild::memory::tests::concurrent`, see docs/development.md), its
-    /// race detector fails this test if an access is ever made plain.
+    /// under Miri (`rustup component add miri --toolchain nightly`, then
+    /// `cargo +nightly miri test -p shadowsync-actors --lib
+    /// hogwild::memory::tests::concurrent`), its race detector fails this
+    /// test if an access is ever made plain (tried: a plain read in `iter`
+    /// is reported as a data race).
     #[test]
     fn concurrent_reads_and_writes_see_whole_values() {
         let mut values = vec![0f32; 64];
