@@ -29,6 +29,16 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `report` of the grid's results under `results`, into `docs`.
+fn report_of_grid(results: &Path, docs: &Path) -> Output {
+    shadowsync(&[
+        "report",
+        results.join("cli-grid").to_str().unwrap(),
+        "--out",
+        docs.to_str().unwrap(),
+    ])
+}
+
 /// A 2 × 2 × 2 grid (two seeds) of logistic regression on 20,000 rows.
 fn write_grid(dir: &Path) -> String {
     let path = dir.join("grid.toml");
@@ -245,12 +255,7 @@ fn a_grid_runs_resumes_and_is_reported() {
     )
     .unwrap();
     std::fs::remove_file(docs.join("cli-grid.md")).unwrap();
-    let out = shadowsync(&[
-        "report",
-        results.join("cli-grid").to_str().unwrap(),
-        "--out",
-        docs.to_str().unwrap(),
-    ]);
+    let out = report_of_grid(&results, &docs);
     let said = common::text(&out);
     assert!(!out.status.success(), "{said}");
     assert!(
@@ -272,12 +277,7 @@ fn a_grid_runs_resumes_and_is_reported() {
         .unwrap()
         .replace("train.eval_every = 5000", "train.eval_every = 4000");
     std::fs::write(&spec, edited).unwrap();
-    let out = shadowsync(&[
-        "report",
-        results.join("cli-grid").to_str().unwrap(),
-        "--out",
-        docs.to_str().unwrap(),
-    ]);
+    let out = report_of_grid(&results, &docs);
     let said = common::text(&out);
     assert!(!out.status.success(), "{said}");
     assert!(

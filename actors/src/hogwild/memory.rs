@@ -128,17 +128,6 @@ impl<'a> SharedValues<'a> {
         })
     }
 
-    /// Whether every value is finite, each read once (a value another thread
-    /// changes meanwhile is seen once, old or new, never as two).
-    pub fn all_finite(&self) -> bool {
-        let mut chunk = [0f32; Self::CHUNK];
-        self.cells.chunks(Self::CHUNK).all(|cells| {
-            let chunk = &mut chunk[..cells.len()];
-            Self { cells }.read_into(chunk);
-            all_finite(chunk)
-        })
-    }
-
     /// Runs `update(span, values)` on a private copy of each chunk of up to
     /// [`SharedValues::CHUNK`] values (`span`: where it lies in the view),
     /// storing the chunk back after each call.
@@ -253,7 +242,7 @@ mod tests {
         let mut out = vec![0f32; 1000];
         assert!(shared.read_finite_into(&mut out));
         shared.set(500, f32::NAN);
-        assert!(!shared.all_finite() && !shared.read_finite_into(&mut out));
+        assert!(!shared.read_finite_into(&mut out));
         assert_eq!(values[999], 1998.0);
     }
 

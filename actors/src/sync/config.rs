@@ -125,6 +125,14 @@ impl Default for SyncConfig {
 /// A day, in milliseconds: longer waits are mistakes (and overflow a clock).
 const DAY_MS: f64 = 86_400_000.0;
 
+/// An error naming the setting `key` and what is wrong with it.
+fn bad(key: &str, reason: &str) -> Result<()> {
+    Err(Error::Config {
+        key: key.into(),
+        reason: reason.into(),
+    })
+}
+
 impl SyncConfig {
     /// The most shards an EASGD server may have (each is an actor thread).
     pub const MAX_SERVER_SHARDS: usize = 256;
@@ -229,12 +237,6 @@ impl SyncConfig {
     /// Checks the injected delays: each at most a day, and together at most
     /// [`Self::MAX_BOUNDED_DELAY_MS`] under `max_staleness`.
     fn validate_delays(&self) -> Result<()> {
-        let bad = |key: &str, reason: &str| {
-            Err(Error::Config {
-                key: key.into(),
-                reason: reason.into(),
-            })
-        };
         for (key, ms) in [
             ("sync.delay_ms", self.delay_ms),
             ("sync.delay_jitter_ms", self.delay_jitter_ms),
@@ -262,12 +264,6 @@ impl SyncConfig {
     ///
     /// A setting out of range, named by its key ([`Error::Config`]).
     pub fn validate(&self) -> Result<()> {
-        let bad = |key: &str, reason: &str| {
-            Err(Error::Config {
-                key: key.into(),
-                reason: reason.into(),
-            })
-        };
         if let Some(alpha) = self.alpha {
             if !(alpha > 0.0 && alpha <= 1.0) {
                 return bad("sync.alpha", "must be in (0, 1]");
