@@ -632,7 +632,23 @@ fn load(path: &Path) -> Result<Checkpoint, String> {
         ));
     }
     let tensors = SafeTensors::deserialize(&state).map_err(|e| format!("{STATE_FILE}: {e}"))?;
-    Checkpoint::from_parts(manifest, &tensors).map_err(|e| format!("{STATE_FILE}: {e}"))
+    let checkpoint =
+        Checkpoint::from_parts(manifest, &tensors).map_err(|e| format!("{STATE_FILE}: {e}"))?;
+    let train = &checkpoint.config.train;
+    let (trainers, workers) = (train.trainers, train.workers.max(1));
+    let held = (
+        checkpoint.cluster.trainers.len(),
+        checkpoint.cluster.learners.len(),
+    );
+    if held.0 != trainers || Some(held.1) != trainers.checked_mul(workers) {
+        return Err(format!(
+            "{MANIFEST_FILE}: its config says train.trainers = {trainers} (of \
+             train.workers = {workers} each), but it holds the state of {} trainers ({} \
+             learners): the run was {} trainers, and the config was edited since",
+            held.0, held.1, held.0
+        ));
+    }
+    Ok(checkpoint)
 }
 
 /// The safetensors file of `arrays` (1-D F32 each).
@@ -734,6 +750,7 @@ mod tests {
 
     fn sample(examples: u64) -> Checkpoint {
         let mut config = Config::default();
+        config.train.trainers = 2;
         config.sync.algorithm = "shadow-bmuf".parse().unwrap();
         let bmuf = |x: f32| RuleState {
             arrays: vec![
@@ -980,6 +997,21 @@ mod tests {
                 std::fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
             },
             "truncated",
+        );
+    }
+
+    #[test]
+    fn a_manifest_whose_trainer_count_was_edited_is_reported_naming_both() {
+        falls_back(
+            MANIFEST_FILE,
+            |path| {
+                let text = std::fs::read_to_string(path).unwrap();
+                let mut manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+                manifest["config"]["train"]["trainers"] = 3.into();
+                std::fs::write(path, manifest.to_string()).unwrap();
+            },
+            "train.trainers = 3 (of train.workers = 1 each), but it holds the state of 2 \
+             trainers",
         );
     }
 

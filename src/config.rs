@@ -584,11 +584,37 @@ impl Config {
                 ),
             ));
         }
+        // A group of one averages a trainer with itself (EASGD's replicas
+        // meet the centre instead, whatever their groups).
+        let in_groups =
+            self.sync.algorithm != Algorithm::None && self.sync.algorithm.rule() != Some("easgd");
+        if self.sync.group_size == 1 && n > 1 && in_groups {
+            return Err(Error::config(
+                "sync.group_size",
+                format!(
+                    "1 makes each of the {n} trainers a group of its own, so nothing is \
+                     synced; use 2..={n} (or 0, all of them), or sync.algorithm = \"none\" \
+                     for independent trainers"
+                ),
+            ));
+        }
+        let outer_lr = self.sync.diloco.outer_lr;
+        let group_size = self.sync.group_size_for(n);
+        if self.sync.algorithm.rule() == Some("diloco") && outer_lr > group_size as f64 {
+            return Err(Error::config(
+                "sync.diloco.outer_lr",
+                format!(
+                    "{outer_lr} is more than the {group_size} trainers of a group: an outer \
+                     rate of {group_size} moves the model by the sum of their progress in a \
+                     round (DiLoCo uses 0.7, their mean progress × 0.7); past it the step \
+                     overshoots all of it, and the model diverges"
+                ),
+            ));
+        }
         if let Schedule::Registered(_) = self.sync.schedule {
             return Ok(()); // the registered schedule's own factory decides
         }
-        GroupPlan::new(self.sync.schedule.clone(), n, self.sync.group_size_for(n))?;
-        let group_size = self.sync.group_size_for(n);
+        GroupPlan::new(self.sync.schedule.clone(), n, group_size)?;
         if self.sync.schedule == Schedule::Global && group_size != n {
             return Err(Error::config(
                 "sync.group_size",
@@ -728,6 +754,48 @@ impl Config {
             (EmbeddingsMode::Replicated, 0 | 1) => whole,
             (EmbeddingsMode::Replicated, _) => whole.saturating_mul(2),
         })
+    }
+
+    /// The settings that never took effect in a run whose trainers took
+    /// `steps` (per trainer of this process, in order), each saying why: a
+    /// straggler's pause past its trainer's last step, an elastic step past
+    /// the steps of all, `fr-RULE:K` on trainers that never reached step K.
+    pub fn unreached(&self, steps: &[u64]) -> Vec<String> {
+        let mut unreached = Vec::new();
+        for straggler in &self.stragglers {
+            let took = steps.get(straggler.trainer).copied().unwrap_or(0);
+            let late: Vec<String> = (straggler.pause_at_steps.iter())
+                .filter(|&&at| at >= took)
+                .map(u64::to_string)
+                .collect();
+            if !late.is_empty() {
+                unreached.push(format!(
+                    "stragglers.pause_at_steps: trainer {} took {took} steps, so its pauses \
+                     before step {} never came",
+                    straggler.trainer,
+                    late.join(", ")
+                ));
+            }
+        }
+        let all: u64 = steps.iter().sum();
+        for step in self.elastic.iter().filter(|s| s.at_step > all) {
+            unreached.push(format!(
+                "elastic.at_step: the trainers took {all} steps in all, so the step at {} \
+                 never came",
+                step.at_step
+            ));
+        }
+        if let Algorithm::Foreground { every, .. } = &self.sync.algorithm {
+            let most = steps.iter().copied().max().unwrap_or(0);
+            if most < *every {
+                unreached.push(format!(
+                    "sync.algorithm: {} syncs every {every} steps, and no trainer took more \
+                     than {most}: nothing was synced",
+                    self.sync.algorithm
+                ));
+            }
+        }
+        unreached
     }
 
     /// Refuses a table whose part in each of `processes` processes does not
@@ -948,6 +1016,36 @@ mod tests {
     }
 
     #[test]
+    fn settings_past_the_runs_end_are_named() {
+        let c = parse(
+            "[train]\ntrainers = 2\n[sync]\nalgorithm = \"fr-ma:1000000\"\n\
+             [[stragglers]]\ntrainer = 1\npause_ms = 10\npause_at_steps = [5, 40, 90]\n",
+        )
+        .unwrap();
+        let unreached = c.unreached(&[100, 40]);
+        assert_eq!(unreached.len(), 2, "{unreached:?}");
+        assert!(
+            unreached[0].contains("trainer 1 took 40 steps")
+                && unreached[0].contains("before step 40, 90 never"),
+            "{unreached:?}"
+        );
+        assert!(
+            unreached[1].contains("fr-ma:1000000") && unreached[1].contains("more than 100"),
+            "{unreached:?}"
+        );
+        assert!(c.unreached(&[1_000_000, 91]).is_empty());
+        let elastic =
+            parse("[sync]\nalgorithm = \"shadow-ma\"\n[[elastic]]\nat_step = 500\nadd = 1\n")
+                .unwrap();
+        let unreached = elastic.unreached(&[200, 100]);
+        assert!(
+            unreached.len() == 1 && unreached[0].contains("300 steps in all"),
+            "{unreached:?}"
+        );
+        assert!(elastic.unreached(&[300, 200]).is_empty());
+    }
+
+    #[test]
     fn out_of_range_values_name_the_key() {
         let cases = [
             ("[optim]\ndense_lr = -0.1", "optim.dense_lr"),
@@ -974,11 +1072,42 @@ mod tests {
             ),
             ("[checkpoint]\nkeep = 0", "checkpoint.keep"),
             ("[sync]\npeer_timeout_ms = -1.0", "sync.peer_timeout_ms"),
+            // Groups of one sync nothing, under every schedule.
+            (
+                "[train]\ntrainers = 4\n[sync]\ngroup_size = 1\nschedule = \"random\"",
+                "sync.group_size",
+            ),
+            (
+                "[train]\ntrainers = 4\n[sync]\ngroup_size = 1\nschedule = \"fixed\"",
+                "sync.group_size",
+            ),
+            (
+                "[train]\ntrainers = 4\n[sync]\nalgorithm = \"fr-ma:4\"\ngroup_size = 1\n\
+                 schedule = \"hypercube\"",
+                "sync.group_size",
+            ),
+            (
+                "[train]\ntrainers = 4\n[sync]\nalgorithm = \"shadow-diloco\"\n\
+                 [sync.diloco]\nouter_lr = 1e30",
+                "sync.diloco.outer_lr",
+            ),
+            (
+                "[train]\ntrainers = 4\n[sync]\nalgorithm = \"shadow-diloco\"\n\
+                 [sync.diloco]\nouter_lr = 4.5",
+                "sync.diloco.outer_lr",
+            ),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
+        // EASGD's replicas meet the centre whatever their groups; one
+        // trainer is its own group anyway.
+        parse("[train]\ntrainers = 4\n[sync]\nalgorithm = \"shadow-easgd\"\ngroup_size = 1\nschedule = \"random\"")
+            .unwrap();
+        parse("[train]\ntrainers = 1\n[sync]\nalgorithm = \"shadow-ma\"\ngroup_size = 1").unwrap();
+        parse("[train]\ntrainers = 4\n[sync]\nalgorithm = \"shadow-diloco\"\n[sync.diloco]\nouter_lr = 4.0")
+            .unwrap();
         assert!(parse("[train]\ntable_sync_ms = 0")
             .unwrap_err()
             .to_string()

@@ -291,3 +291,37 @@ fn compressed_sync_learns_counts_both_sizes_and_refuses_what_it_would_ignore() {
         assert!(stderr.contains(key), "{flags:?}: {stderr}");
     }
 }
+
+/// A step's embedding update lost after the row audit counted it (an
+/// injected `lose-push`) fails the run with exit status 1, naming the audit;
+/// the results are still written, the figures with them. The same run
+/// without the fault passes the audit.
+#[test]
+fn a_lost_embedding_update_fails_the_row_audit_with_a_non_zero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = "[model]\nkind = \"lr\"\n[train]\ntrainers = 2\neval_every = 0\n\
+                    audit_rows = true\n[optim]\nsparse = \"sgd\"\n";
+    let (config, json) = train_with(dir.path(), settings);
+    assert_eq!(json["row_audit"]["off"], 0, "{}", json["row_audit"]);
+    std::fs::write(
+        &config,
+        std::fs::read_to_string(&config).unwrap()
+            + "[[faults]]\ntrainer = 1\nkind = \"lose-push\"\nat_step = 5\n",
+    )
+    .unwrap();
+    let results = dir.path().join("lossy.json");
+    let out = shadowsync(&[
+        "train",
+        "--config",
+        &config,
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the row audit failed"), "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    let off = json["row_audit"]["off"].as_u64().unwrap();
+    assert!(off > 0, "{}", json["row_audit"]);
+}

@@ -5,7 +5,8 @@
 //! resumes with the same ranks from the job's last whole checkpoint with
 //! every push applied once, every row ends at its initial values minus every
 //! step pushed to it (4 × 8 and 2 × 16 sharded, 4 × 4 replicated, 2 × 4
-//! replicated and merged in int8), one rank
+//! replicated and merged in int8) and a push lost on its way to rank 1
+//! fails the job's audit, one rank
 //! behaves like one process, and a rank that fails ends the job within
 //! seconds, named.
 //! Whether such jobs learn *as well as* one process is a statistical claim:
@@ -397,6 +398,46 @@ fn every_row_ends_at_its_initial_values_minus_every_step_at_4_by_8_and_2_by_16()
             .sum::<u64>();
         assert_eq!(recovered, 0, "{case}: a step was retried");
     }
+}
+
+/// A push lost on its way to rank 1 fails the job. Rank 0 alone runs with
+/// an injected `lose-push` (the ranks start as MPMD, each with its own
+/// config): its trainer 0 loses, at one step, the rows rank 1 keeps. Only
+/// rank 1's rows are off, and the job fails because its audit combines
+/// every rank's (rank 0's own rows hold, so an audit of rank 0's alone
+/// would pass).
+#[test]
+fn a_push_lost_on_its_way_to_rank_1_fails_the_jobs_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    data(dir.path());
+    let config = |name: &str, faults: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("[train]\naudit_rows = true\n{faults}")).unwrap();
+        path
+    };
+    let clean = config("clean.toml", "");
+    let lossy = config(
+        "lossy.toml",
+        "[[faults]]\ntrainer = 0\nkind = \"lose-push\"\nat_step = 20\n",
+    );
+    let results = dir.path().join("lossy.json");
+    let args = |config: &Path| lr_run(dir.path(), config, 2, "shadow-ma", &results, &[]);
+    let bin = env!("CARGO_BIN_EXE_shadowsync");
+    let run = shadowsync_testkit::process::mpirun(1)
+        .arg(bin)
+        .args(args(&lossy))
+        .args([":", "-np", "1", bin])
+        .args(args(&clean))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let out = text(&run);
+    assert!(!run.status.success(), "{out}");
+    assert!(out.contains("the row audit failed"), "{out}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    let audit = &report["row_audit"];
+    assert!(audit["off"].as_u64().unwrap() > 0, "{audit}");
+    assert_eq!(audit["rows"], 20_000 * 26, "{audit}");
 }
 
 #[test]

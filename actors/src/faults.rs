@@ -29,6 +29,13 @@ pub enum FaultKind {
     /// The step's dense update is taken with an infinite learning rate: the
     /// replica's parameters become NaN/Inf.
     Diverge,
+    /// The step's update of the shared embedding rows is lost after the row
+    /// audit recorded it, as a transport bug would lose it: a sharded
+    /// table's rows kept by other processes, or all of a table kept whole.
+    /// Nothing recovers it; `train.audit_rows` must catch it. (Under
+    /// `sync-sgd` the rows are combined in the group first and nothing is
+    /// lost.)
+    LosePush,
     /// The trainer's shadow-sync loop panics at the start of a round.
     SyncPanic,
     /// The trainer's shadow-sync loop hangs for `ms` milliseconds at the start
@@ -62,9 +69,11 @@ impl FaultKind {
     /// Where it hits.
     pub fn site(&self) -> FaultSite {
         match self {
-            FaultKind::Error | FaultKind::Panic | FaultKind::Hang { .. } | FaultKind::Diverge => {
-                FaultSite::Step
-            }
+            FaultKind::Error
+            | FaultKind::Panic
+            | FaultKind::Hang { .. }
+            | FaultKind::Diverge
+            | FaultKind::LosePush => FaultSite::Step,
             FaultKind::SyncPanic | FaultKind::SyncHang { .. } => FaultSite::SyncLoop,
             FaultKind::CoordinatorPanic => FaultSite::Coordinator,
             FaultKind::ServerPanic => FaultSite::Server,
@@ -182,6 +191,7 @@ mod tests {
               { trainer = 0, kind = "panic", at_step = 3 },
               { trainer = 2, kind = { hang = { ms = 200 } }, at_step = 10, every = 50 },
               { trainer = 1, kind = "diverge", at_step = 7 },
+              { trainer = 1, kind = "lose-push", at_step = 8 },
               { trainer = 3, kind = "sync-panic", at_step = 4 },
               { trainer = 3, kind = { sync-hang = { ms = 900 } }, at_step = 9 },
               { trainer = 0, kind = "coordinator-panic", at_step = 2 },
@@ -193,15 +203,25 @@ mod tests {
         assert_eq!(plan.faults[1].kind, FaultKind::Hang { ms: 200 });
         assert_eq!(plan.faults[1].every, 50);
         assert_eq!(plan.faults[2].kind, FaultKind::Diverge);
-        assert_eq!(plan.faults[3].kind, FaultKind::SyncPanic);
-        assert_eq!(plan.faults[4].hang(), Duration::from_millis(900));
+        assert_eq!(plan.faults[3].kind, FaultKind::LosePush);
+        assert_eq!(plan.faults[4].kind, FaultKind::SyncPanic);
+        assert_eq!(plan.faults[5].hang(), Duration::from_millis(900));
         let sites: Vec<FaultSite> = plan.faults.iter().map(|f| f.kind.site()).collect();
         use FaultSite::*;
         assert_eq!(
             sites,
-            [Step, Step, Step, SyncLoop, SyncLoop, Coordinator, Server]
+            [
+                Step,
+                Step,
+                Step,
+                Step,
+                SyncLoop,
+                SyncLoop,
+                Coordinator,
+                Server
+            ]
         );
-        assert_eq!(faults_at(&plan.faults, Server), [plan.faults[6]]);
+        assert_eq!(faults_at(&plan.faults, Server), [plan.faults[7]]);
         assert!(toml::from_str::<Plan>(
             r#"faults = [{ trainer = 0, kind = "melt", at_step = 1 }]"#
         )

@@ -95,6 +95,19 @@ pub trait Learner: Send + Unpin + 'static {
         Ok(())
     }
 
+    /// Loses the update of the shared parameters of the step just computed,
+    /// as a transport bug would lose it after the accounting saw it (an
+    /// injected [`FaultKind::LosePush`](crate::faults::FaultKind::LosePush),
+    /// for tests of that accounting). Nothing shared: nothing to lose (the
+    /// default).
+    ///
+    /// # Errors
+    ///
+    /// Whatever the learner cannot account (its own error type).
+    fn lose_shared_update(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// Forgets the optimizer state of the dense parameters, after the runtime
     /// reloaded them from a recovery point (state built on a diverged replica
     /// would throw it off again). Nothing kept: nothing to do (the default).

@@ -126,6 +126,9 @@ pub(crate) fn print_summary(report: &TrainReport) {
     for error in &report.checkpoints_unpruned {
         println!("older checkpoints not removed (pruning failed): {error}");
     }
+    for setting in &report.unreached_settings {
+        println!("never took effect: {setting}");
+    }
     for (name, read) in [
         ("train", &report.data.train_read),
         ("test", &report.data.test_read),

@@ -273,6 +273,14 @@ impl Learner for CtrLearner {
         self.table.apply_rows(&gradients.ids, &gradients.values)
     }
 
+    /// Loses the step's embedding update (see [`Table::lose`]).
+    fn lose_shared_update(&mut self) -> Result<()> {
+        match self.pending.take() {
+            Some(pending) => self.table.lose(pending),
+            None => Ok(()),
+        }
+    }
+
     /// Resets the dense optimizer; the shared table's state is everyone's and
     /// stays.
     fn reset_optimizer(&mut self) -> Result<()> {

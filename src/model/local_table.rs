@@ -356,6 +356,19 @@ impl EmbeddingTable {
         }
     }
 
+    /// Records coalesced gradients in the audit and writes nothing (see
+    /// [`Table::lose`](super::Table::lose)).
+    ///
+    /// # Errors
+    ///
+    /// Gradients that are not a row per id.
+    pub fn lose_rows(&self, ids: &[u64], grads: &[f32]) -> Result<()> {
+        match &self.audit {
+            Some(audit) => audit.record(ids, grads, self.lr as f32),
+            None => Ok(()),
+        }
+    }
+
     fn write_rows(&self, ids: &[u64], grads: &[f32]) -> Result<()> {
         let (width, lr, rule) = (self.width as usize, self.lr as f32, &*self.rule);
         if grads.len() != ids.len() * width {

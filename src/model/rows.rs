@@ -200,6 +200,22 @@ impl Table {
         }
     }
 
+    /// Loses `pending`'s update after the row audit recorded it, as a
+    /// transport bug would (an injected `lose-push` fault): a sharded table
+    /// still applies the rows this process keeps and loses those bound for
+    /// the others; a table kept whole loses all of it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Table::apply`].
+    pub fn lose(&mut self, pending: Pending) -> Result<()> {
+        let (ids, grads) = self.coalesce(pending)?;
+        match self {
+            Self::Local(table) => table.lose_rows(&ids, &grads),
+            Self::Sharded(table) => table.push_losing_others(&ids, &grads),
+        }
+    }
+
     /// The gradient in `pending`'s leaf, coalesced: each row once, with the
     /// sum of its lookups' gradients (rows sorted by id).
     ///
@@ -393,6 +409,8 @@ fn expand(rows: &Tensor, inverse: &Tensor, [b, f]: [i64; 2], width: i64) -> Resu
 pub struct ShardedTable {
     server: Arc<RowServer>,
     client: RowClient,
+    /// Which process keeps which row.
+    sharding: RowSharding,
     width: i64,
     lr: f64,
     /// The rows' initial values.
@@ -436,6 +454,7 @@ impl ShardedTable {
         Ok(Self {
             server,
             client,
+            sharding,
             width,
             lr,
             init,
@@ -448,6 +467,7 @@ impl ShardedTable {
         Self {
             server: Arc::clone(&self.server),
             client: self.client.share(),
+            sharding: self.sharding,
             width: self.width,
             lr: self.lr,
             init: self.init.clone(),
@@ -462,6 +482,25 @@ impl ShardedTable {
             audit.record(ids, grads, lr)?;
         }
         Ok(self.client.push(ids, grads, lr)?)
+    }
+
+    /// Records a push in the audit and loses its rows that other processes
+    /// keep (see [`Table::lose`]).
+    fn push_losing_others(&mut self, ids: &[u64], grads: &[f32]) -> Result<()> {
+        let lr = self.lr as f32;
+        if let Some(audit) = &self.audit {
+            audit.record(ids, grads, lr)?;
+        }
+        let w = self.width as usize;
+        let process = self.server.rank();
+        let (mut kept, mut kept_grads) = (Vec::new(), Vec::new());
+        for (&id, row) in ids.iter().zip(grads.chunks(w)) {
+            if self.sharding.owner(id) == process {
+                kept.push(id);
+                kept_grads.extend_from_slice(row);
+            }
+        }
+        Ok(self.client.push(&kept, &kept_grads, lr)?)
     }
 
     /// Compares this process's shard with its initial rows minus every push

@@ -135,6 +135,10 @@ pub struct TrainReport {
     /// one was written (the newer ones were written).
     #[serde(default)]
     pub checkpoints_unpruned: Vec<String>,
+    /// Settings that never took effect, each with why (see
+    /// [`Config::unreached`]; not looked for in an interrupted run).
+    #[serde(default)]
+    pub unreached_settings: Vec<String>,
     /// Whether the run was interrupted before the end of its data.
     pub interrupted: bool,
     /// For a run spread over processes, this process's part in it (`examples`
@@ -746,6 +750,16 @@ fn report(
     let wall = watch.read(this_run, ended.scoring_seconds);
     let mut history = ended.history;
     history.push(last);
+    let unreached_settings = match ended.interrupted {
+        true => Vec::new(),
+        false => config.unreached(
+            &cluster
+                .trainer_stats
+                .iter()
+                .map(|s| s.steps)
+                .collect::<Vec<_>>(),
+        ),
+    };
     Ok(TrainReport {
         config: config.clone(),
         data: DataSummary {
@@ -773,6 +787,7 @@ fn report(
         checkpoint: ended.checkpoints.last,
         checkpoint_errors: ended.checkpoints.errors,
         checkpoints_unpruned: ended.checkpoints.unpruned,
+        unreached_settings,
         interrupted: ended.interrupted,
         distributed,
         memory,

@@ -312,10 +312,12 @@ impl<L: Learner> TrainerCore<L> {
         Ok(Stepped::Recovered { cause })
     }
 
-    /// Injects the faults due at this attempt; an injected error as a failure.
-    fn inject(&mut self) -> std::result::Result<Option<FaultKind>, Failure> {
+    /// Injects the faults due at this attempt; an injected error as a
+    /// failure. Returns those that hit later in the step (`Diverge`,
+    /// `LosePush`).
+    fn inject(&mut self) -> std::result::Result<Vec<FaultKind>, Failure> {
         let step = self.counters.steps() + self.failed_attempts;
-        let mut diverge = None;
+        let mut later = Vec::new();
         for fault in faults_due(&self.faults, self.counters.trainer(), step) {
             match fault.kind {
                 FaultKind::Error => {
@@ -327,7 +329,7 @@ impl<L: Learner> TrainerCore<L> {
                     crate::faults::inject_panic(format!("injected panic at step {step}"))
                 }
                 FaultKind::Hang { .. } => self.sleep(fault.hang()),
-                FaultKind::Diverge => diverge = Some(FaultKind::Diverge),
+                FaultKind::Diverge | FaultKind::LosePush => later.push(fault.kind),
                 // They hit elsewhere (FaultKind::site).
                 FaultKind::SyncPanic
                 | FaultKind::SyncHang { .. }
@@ -335,7 +337,7 @@ impl<L: Learner> TrainerCore<L> {
                 | FaultKind::ServerPanic => {}
             }
         }
-        Ok(diverge)
+        Ok(later)
     }
 
     /// `sync-sgd`: the group's mean of the dense gradients replaces this
@@ -391,7 +393,7 @@ impl<L: Learner> TrainerCore<L> {
 
     /// Attempts one step; `Ok(false)` once the data is exhausted.
     fn try_step(&mut self) -> std::result::Result<bool, Failure> {
-        let diverge = self.inject()?;
+        let later = self.inject()?;
         if let Some(straggler) = &self.straggler {
             self.sleep(straggler.pause_before(self.counters.steps()));
         }
@@ -416,6 +418,11 @@ impl<L: Learner> TrainerCore<L> {
             return Ok(false);
         }
         let applying = Instant::now();
+        if later.contains(&FaultKind::LosePush) {
+            self.learner
+                .lose_shared_update()
+                .map_err(|e| self.learner_failure(e))?;
+        }
         if let Err(e) = self.learner.apply_gradients() {
             return Err(self.learner_failure(e));
         }
@@ -424,7 +431,7 @@ impl<L: Learner> TrainerCore<L> {
             // The step's own time (not sync-sgd's wait for the others), stretched.
             self.sleep(straggler.lag(took));
         }
-        if diverge.is_some() {
+        if later.contains(&FaultKind::Diverge) {
             // An infinite learning rate for this step's dense update.
             let params = self.learner.dense_params();
             let infinite = params
