@@ -25,16 +25,21 @@ fn train_with(dir: &std::path::Path, settings: &str) -> (String, serde_json::Val
     std::fs::write(&config, data + settings).unwrap();
     let results = dir.join("results.json");
     let config = config.to_str().unwrap().to_string();
-    let out = shadowsync(&[
-        "train",
-        "--config",
-        &config,
-        "--results",
-        results.to_str().unwrap(),
-    ]);
+    let out = train_config(&config, &results);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
     (config, json)
+}
+
+/// `shadowsync train --config CONFIG --results RESULTS`.
+fn train_config(config: &str, results: &std::path::Path) -> Output {
+    shadowsync(&[
+        "train",
+        "--config",
+        config,
+        "--results",
+        results.to_str().unwrap(),
+    ])
 }
 
 #[test]
@@ -310,13 +315,7 @@ fn a_lost_embedding_update_fails_the_row_audit_with_a_non_zero_exit() {
     )
     .unwrap();
     let results = dir.path().join("lossy.json");
-    let out = shadowsync(&[
-        "train",
-        "--config",
-        &config,
-        "--results",
-        results.to_str().unwrap(),
-    ]);
+    let out = train_config(&config, &results);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("the row audit failed"), "{stderr}");
