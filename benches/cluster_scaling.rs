@@ -18,7 +18,7 @@
 use anyhow::Context;
 use shadowsync::config::Config;
 use shadowsync::runtime::sync::{Algorithm, LinkModel};
-use shadowsync::train::{train, TrainReport};
+use shadowsync::train::{Run, TrainReport};
 use std::path::Path;
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
@@ -153,7 +153,7 @@ fn main() -> anyhow::Result<()> {
             config.sync.algorithm = algorithm.clone();
             config.sync.link = link.unwrap_or_default();
             eprintln!("[{repeat}/{repeats}] N={n} link={} {algorithm}", row.link);
-            row.reports.push(train(&config, &mut ())?);
+            row.reports.push(Run::new().train(&config)?);
         }
     }
 

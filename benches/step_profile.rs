@@ -169,12 +169,11 @@ fn main() -> Result<()> {
             "phase", "shadowsync", "GFLOP/s", "% peak", "PyTorch", "GFLOP/s", "% peak"
         );
         let cells = |ms: f64, flops: f64| -> String {
-            match flops > 0.0 {
-                true => {
-                    let rate = flops / (ms / 1e3);
-                    format!("{:>9.1} {:>7.0}", rate / 1e9, 100.0 * rate / peak)
-                }
-                false => format!("{:>9} {:>7}", "", ""),
+            if flops > 0.0 {
+                let rate = flops / (ms / 1e3);
+                format!("{:>9.1} {:>7.0}", rate / 1e9, 100.0 * rate / peak)
+            } else {
+                format!("{:>9} {:>7}", "", "")
             }
         };
         for (i, phase) in PHASES.iter().enumerate() {

@@ -22,7 +22,7 @@ use anyhow::Result;
 use shadowsync::config::Config;
 use shadowsync::metrics::{evaluate, Metrics};
 use shadowsync::model::CtrLearner;
-use shadowsync::train::{load_batches, train};
+use shadowsync::train::{load_batches, Run};
 use shadowsync::Registry;
 use std::time::Instant;
 
@@ -69,7 +69,7 @@ fn main() -> Result<()> {
         let pre_parsed = pre_parsed(&config)?;
         eprintln!("{}: training end to end with the pipeline", setting.0);
         tch::manual_seed(0);
-        let report = train(&config, &mut ())?;
+        let report = Run::new().train(&config)?;
         let pytorch = common::pytorch_reference(&config, setting, &[])?.map(|r| {
             let field = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
             (field("examples_per_sec"), field("ne"), field("auc"))

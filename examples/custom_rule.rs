@@ -88,9 +88,10 @@ impl Learner for LeastSquares {
         }
         self.steps_left -= 1;
         let x = Tensor::f_randn([BATCH, DIM], (Kind::Float, Device::Cpu))?;
-        let y = match self.broken {
-            true => x.matmul(&self.truth) * -5.0,
-            false => x.matmul(&self.truth),
+        let y = if self.broken {
+            x.matmul(&self.truth) * -5.0
+        } else {
+            x.matmul(&self.truth)
         };
         let loss = (self.layer.forward(&x).view(-1) - y)
             .square()

@@ -247,35 +247,7 @@ impl Checkpoint {
 
     /// Rebuilds a checkpoint from its manifest and its state file's arrays.
     fn from_parts(manifest: Manifest, state: &SafeTensors) -> Result<Self, String> {
-        let read = |name: &str| -> Result<Vec<f32>, String> {
-            let view = state
-                .tensor(name)
-                .map_err(|e| format!("array {name:?}: {e}"))?;
-            if view.dtype() != Dtype::F32 {
-                return Err(format!("array {name:?} is {:?}, not F32", view.dtype()));
-            }
-            Ok(view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect())
-        };
-        let names = state.names();
-        let with_prefix = |prefix: &str| -> Vec<String> {
-            let mut found: Vec<String> = names
-                .iter()
-                .filter_map(|n| n.strip_prefix(prefix).map(str::to_string))
-                .collect();
-            found.sort();
-            found
-        };
-        // Named arrays under `prefix`, read back.
-        let arrays_under = |prefix: String| -> Result<Vec<(String, Vec<f32>)>, String> {
-            with_prefix(&prefix)
-                .into_iter()
-                .map(|name| Ok((name.clone(), read(&format!("{prefix}{name}"))?)))
-                .collect()
-        };
+        let state = StateArrays(state);
         let trainers = manifest
             .trainers
             .iter()
@@ -284,11 +256,11 @@ impl Checkpoint {
                 Ok(TrainerState {
                     steps: counts.steps,
                     examples: counts.examples,
-                    dense: read(&format!("dense/{t}"))?,
+                    dense: state.read(&format!("dense/{t}"))?,
                     sync: PeerState {
                         round: counts.sync_round,
                         rule: RuleState {
-                            arrays: arrays_under(format!("rule/{t}/"))?,
+                            arrays: state.under(&format!("rule/{t}/"))?,
                         },
                     },
                 })
@@ -302,19 +274,14 @@ impl Checkpoint {
                 let Some(position) = *position else {
                     return Ok(None);
                 };
-                let arrays = arrays_under(format!("learner/{w}/"))?;
+                let arrays = state.under(&format!("learner/{w}/"))?;
                 Ok(Some(LearnerState { arrays, position }))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let center = names
-            .iter()
-            .any(|n| *n == "center")
-            .then(|| read("center"))
+        let center = state
+            .has("center")
+            .then(|| state.read("center"))
             .transpose()?;
-        let table = with_prefix("table/")
-            .into_iter()
-            .map(|name| Ok((name.clone(), read(&format!("table/{name}"))?)))
-            .collect::<Result<Vec<_>, String>>()?;
         Ok(Self {
             reason: manifest.reason,
             run: manifest.run,
@@ -329,8 +296,47 @@ impl Checkpoint {
                 learners,
                 center,
             },
-            table,
+            table: state.under("table/")?,
         })
+    }
+}
+
+/// A checkpoint's state file, read by array name.
+struct StateArrays<'a>(&'a SafeTensors<'a>);
+
+impl StateArrays<'_> {
+    /// Whether it holds the array `name`.
+    fn has(&self, name: &str) -> bool {
+        self.0.names().iter().any(|n| *n == name)
+    }
+
+    /// The `f32` array `name`.
+    fn read(&self, name: &str) -> Result<Vec<f32>, String> {
+        let view = self
+            .0
+            .tensor(name)
+            .map_err(|e| format!("array {name:?}: {e}"))?;
+        if view.dtype() != Dtype::F32 {
+            return Err(format!("array {name:?} is {:?}, not F32", view.dtype()));
+        }
+        Ok(view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    /// The arrays whose names start with `prefix`, by the rest of their
+    /// names, in name order.
+    fn under(&self, prefix: &str) -> Result<Vec<(String, Vec<f32>)>, String> {
+        let mut names: Vec<&str> = (self.0.names().into_iter())
+            .filter_map(|n| n.strip_prefix(prefix))
+            .collect();
+        names.sort_unstable();
+        names
+            .into_iter()
+            .map(|name| Ok((name.to_string(), self.read(&format!("{prefix}{name}"))?)))
+            .collect()
     }
 }
 
@@ -498,16 +504,17 @@ impl CheckpointStore {
     /// The error of a directory without a checkpoint to resume from, naming
     /// those `rejected`.
     pub fn none_usable(&self, rejected: &[Rejected]) -> Error {
-        let reason = match rejected.is_empty() {
-            true => "no checkpoint in it".to_string(),
-            false => format!(
+        let reason = if rejected.is_empty() {
+            "no checkpoint in it".to_string()
+        } else {
+            format!(
                 "no usable checkpoint in it: {}",
                 rejected
                     .iter()
                     .map(|r| format!("{}: {}", r.path.display(), r.reason))
                     .collect::<Vec<_>>()
                     .join("; ")
-            ),
+            )
         };
         Error::Checkpoint {
             path: self.dir.clone(),
@@ -598,9 +605,10 @@ fn remove_unfinished(tmp: &Path) -> Result<()> {
             e.file_type().is_ok_and(|t| t.is_file())
                 && (name == STATE_FILE || name == MANIFEST_FILE)
         });
-    match ours {
-        true => std::fs::remove_dir_all(tmp).map_err(|e| Error::io(tmp, e)),
-        false => Ok(()),
+    if ours {
+        std::fs::remove_dir_all(tmp).map_err(|e| Error::io(tmp, e))
+    } else {
+        Ok(())
     }
 }
 

@@ -90,10 +90,10 @@ impl TableSync {
                 tch::set_num_threads(1);
                 sync_rounds(fabric.as_ref(), &table, (base, codec), every, &flag)
             })
-            .map_err(|source| {
+            .map_err(|error| {
                 runtime(RuntimeError::Thread {
                     thread: "table sync",
-                    source,
+                    error,
                 })
             })?;
         Ok(Self { done, thread })
@@ -153,14 +153,13 @@ fn sync_rounds(
         // Only the rows this process's trainers wrote since the last round;
         // once done, unencoded, with every row that owes a rounding error.
         let mut mine = written.take();
-        let coder = match finished {
-            true => {
-                mine = std::mem::take(&mut owed).into_iter().chain(mine).collect();
-                mine.sort_unstable();
-                mine.dedup();
-                None
-            }
-            false => codec.as_mut(),
+        let coder = if finished {
+            mine = std::mem::take(&mut owed).into_iter().chain(mine).collect();
+            mine.sort_unstable();
+            mine.dedup();
+            None
+        } else {
+            codec.as_mut()
         };
         let now = read_rows(&state, shape, &mine)?;
         let (changes, plain_words) = shape.changes(&base, (&mine, &now), finished, coder);
@@ -249,9 +248,10 @@ impl Shape {
                     .zip(now.chunks(self.width))
                     .flat_map(|(range, now)| now.iter().zip(&base[range]).map(|(n, b)| n - b)),
             );
-            match deltas[start..].iter().all(|&d| d == 0.0) {
-                true => deltas.truncate(start),
-                false => changed.push(row as u32),
+            if deltas[start..].iter().all(|&d| d == 0.0) {
+                deltas.truncate(start)
+            } else {
+                changed.push(row as u32)
             }
         }
         let plain_words = 1 + changed.len() * (1 + per_row);

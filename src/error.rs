@@ -1,4 +1,8 @@
 //! The library's error type: every variant says what failed and where.
+//!
+//! The runtime's convention: each message says everything, its cause included
+//! (in plain words), and `source()` returns nothing, so that a chain printed
+//! says each thing once. A cause a caller may inspect is a typed field.
 
 use std::path::PathBuf;
 
@@ -7,12 +11,12 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// A file could not be opened, read or written.
-    #[error("{}: {}", path.display(), plain(source))]
+    #[error("{}: {}", path.display(), plain(error))]
     Io {
         /// The file.
         path: PathBuf,
         /// What the OS said.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A malformed line in a data file.
     #[error("{}:{line}: field {field} ({name}): {reason}: {text:?}", path.display())]
@@ -50,7 +54,7 @@ pub enum Error {
     /// A libtorch operation failed (shown by its first line: libtorch appends
     /// a C++ stack trace that says nothing to a user).
     #[error("tensor operation failed: {}", shadowsync_actors::first_line(.0))]
-    Torch(#[from] tch::TchError),
+    Torch(tch::TchError),
     /// The runtime failed.
     #[error(transparent)]
     Runtime(#[from] shadowsync_actors::Error),
@@ -70,12 +74,18 @@ pub enum Error {
     Evaluation(String),
 }
 
+impl From<tch::TchError> for Error {
+    fn from(error: tch::TchError) -> Self {
+        Error::Torch(error)
+    }
+}
+
 impl Error {
     /// An I/O error on `path`.
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 
@@ -112,3 +122,27 @@ fn plain(error: &std::io::Error) -> String {
 
 /// Result alias of the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shadowsync_actors::with_causes;
+
+    #[test]
+    fn an_error_says_its_cause_once_in_plain_words() {
+        let io = Error::io("/x/y", std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert!(std::error::Error::source(&io).is_none());
+        assert_eq!(with_causes(&io), "/x/y: entity not found");
+        let trace = "bad shape\nException raised from check at aten.cpp:42 (frames…)";
+        let torch = Error::from(tch::TchError::Torch(trace.into()));
+        let said = with_causes(&torch);
+        assert!(
+            said.contains("bad shape") && !said.contains("aten.cpp"),
+            "{said}"
+        );
+        let runtime = Error::from(shadowsync_actors::Error::from(tch::TchError::Torch(
+            trace.into(),
+        )));
+        assert_eq!(with_causes(&runtime).matches("bad shape").count(), 1);
+    }
+}

@@ -37,9 +37,7 @@ use crate::config::{clear_ignored_in_grid, Config};
 use crate::train::{self, Observer, TrainReport};
 use crate::{output, Error, Registry, Result};
 use serde::{Deserialize, Serialize};
-use shadowsync_actors::sync::InProcess;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use toml::{Table, Value};
 
 /// The experiments shipped with the project, by name.
@@ -182,85 +180,34 @@ impl Experiment {
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
         let file: ExperimentFile =
             toml::from_str(text).map_err(|e| Error::config(origin, e.to_string()))?;
-        if file.name.is_empty()
-            || !file
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(Error::config(
-                format!("{origin}: name"),
-                format!(
-                    "{:?} is not a name; use letters, digits, - and _",
-                    file.name
-                ),
-            ));
-        }
-        let mut axes = Vec::with_capacity(file.grid.len());
-        for (key, values) in file.grid {
-            match values {
-                Value::Array(values) if !values.is_empty() => axes.push((key, values)),
-                _ => {
-                    return Err(Error::config(
-                        format!("{origin}: grid.{key}"),
-                        "must be a list of at least one value",
-                    ))
-                }
-            }
-        }
-        let mut experiment = Experiment {
-            title: match file.title.is_empty() {
-                true => file.name.clone(),
-                false => file.title,
+        check_name(&file.name, origin)?;
+        let axes = axes_of(file.grid, origin)?;
+        let (runs, skipped) = runs_of(&file.base, &axes, origin)?;
+        let experiment = Experiment {
+            title: if file.title.is_empty() {
+                file.name.clone()
+            } else {
+                file.title
             },
             name: file.name,
             about: file.about,
             target_ne: file.target_ne,
             baseline: file.baseline,
             pairs: file.pairs,
-            runs: Vec::new(),
-            skipped: Vec::new(),
+            runs,
+            skipped,
             keys: axes.iter().map(|(k, _)| k.clone()).collect(),
             source: text.to_string(),
         };
-        let (mut cells, mut configs, mut own_keys) = (Vec::new(), Vec::new(), Vec::new());
-        for settings in combinations(&axes) {
-            let id = run_id(&settings);
-            let mut table = file.base.clone();
-            for (key, value) in &settings {
-                set_key(&mut table, key, value.clone())
-                    .map_err(|reason| Error::config(format!("{origin}: grid.{key}"), reason))?;
-            }
-            let config: Config = Value::Table(table)
-                .try_into()
-                .map_err(|e| Error::config(format!("{origin}: run {id}"), e.to_string()))?;
-            own_keys.push(
-                settings
-                    .iter()
-                    .flat_map(|(key, value)| leaf_keys(key, value))
-                    .collect::<Vec<_>>(),
-            );
-            cells.push((id, settings));
-            configs.push(config);
-        }
-        // The base may set a key for the cells that read it (a link for the
-        // shadow runs beside a `none` baseline).
-        clear_ignored_in_grid(&mut configs, &own_keys);
-        for ((id, settings), config) in cells.into_iter().zip(configs) {
-            match config.validate() {
-                Ok(()) => experiment.runs.push(Run {
-                    id,
-                    settings,
-                    config,
-                }),
-                Err(e) => experiment.skipped.push(Skipped {
-                    id,
-                    reason: e.to_string(),
-                }),
-            }
-        }
-        if experiment.runs.is_empty() {
-            let first = experiment
+        experiment.check_runs(origin)?;
+        Ok(experiment)
+    }
+
+    /// Some run of the grid is valid, and no two runs share a name (a run's
+    /// results are found by it).
+    fn check_runs(&self, origin: &str) -> Result<()> {
+        if self.runs.is_empty() {
+            let first = self
                 .skipped
                 .first()
                 .map_or(String::new(), |s| format!("; {}: {}", s.id, s.reason));
@@ -268,13 +215,12 @@ impl Experiment {
                 format!("{origin}: base"),
                 format!(
                     "no run of the grid is a valid configuration ({} rejected){first}",
-                    experiment.skipped.len()
+                    self.skipped.len()
                 ),
             ));
         }
-        // A run's results are found by its name: two runs may not share one.
-        let mut ids: Vec<&str> = experiment.runs.iter().map(|r| r.id.as_str()).collect();
-        ids.extend(experiment.skipped.iter().map(|s| s.id.as_str()));
+        let mut ids: Vec<&str> = self.runs.iter().map(|r| r.id.as_str()).collect();
+        ids.extend(self.skipped.iter().map(|s| s.id.as_str()));
         ids.sort_unstable();
         if let Some(twice) = ids.windows(2).find(|w| w[0] == w[1]) {
             return Err(Error::config(
@@ -285,7 +231,7 @@ impl Experiment {
                 ),
             ));
         }
-        Ok(experiment)
+        Ok(())
     }
 
     /// A built-in experiment by name, or the experiment file at that path.
@@ -339,6 +285,75 @@ impl Experiment {
         }
         inputs
     }
+}
+
+/// An experiment's name: letters, digits, `-` and `_` (it names a directory).
+fn check_name(name: &str, origin: &str) -> Result<()> {
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if name.is_empty() || !name.chars().all(valid) {
+        return Err(Error::config(
+            format!("{origin}: name"),
+            format!("{name:?} is not a name; use letters, digits, - and _"),
+        ));
+    }
+    Ok(())
+}
+
+/// The grid's axes: each key with its values, a list of at least one.
+fn axes_of(grid: Table, origin: &str) -> Result<Vec<(String, Vec<Value>)>> {
+    grid.into_iter()
+        .map(|(key, values)| match values {
+            Value::Array(values) if !values.is_empty() => Ok((key, values)),
+            _ => Err(Error::config(
+                format!("{origin}: grid.{key}"),
+                "must be a list of at least one value",
+            )),
+        })
+        .collect()
+}
+
+/// Every combination of the axes' values over `base`: the valid runs and the
+/// skipped ones. The base may set a key for the cells that read it (a link
+/// for the shadow runs beside a `none` baseline): it is cleared in the others.
+fn runs_of(
+    base: &Table,
+    axes: &[(String, Vec<Value>)],
+    origin: &str,
+) -> Result<(Vec<Run>, Vec<Skipped>)> {
+    let (mut cells, mut configs, mut own_keys) = (Vec::new(), Vec::new(), Vec::new());
+    for settings in combinations(axes) {
+        let id = run_id(&settings);
+        let mut table = base.clone();
+        for (key, value) in &settings {
+            set_key(&mut table, key, value.clone())
+                .map_err(|reason| Error::config(format!("{origin}: grid.{key}"), reason))?;
+        }
+        let config: Config = Value::Table(table)
+            .try_into()
+            .map_err(|e| Error::config(format!("{origin}: run {id}"), e.to_string()))?;
+        let own: Vec<_> = (settings.iter())
+            .flat_map(|(key, value)| leaf_keys(key, value))
+            .collect();
+        own_keys.push(own);
+        cells.push((id, settings));
+        configs.push(config);
+    }
+    clear_ignored_in_grid(&mut configs, &own_keys);
+    let (mut runs, mut skipped) = (Vec::new(), Vec::new());
+    for ((id, settings), config) in cells.into_iter().zip(configs) {
+        match config.validate() {
+            Ok(()) => runs.push(Run {
+                id,
+                settings,
+                config,
+            }),
+            Err(e) => skipped.push(Skipped {
+                id,
+                reason: e.to_string(),
+            }),
+        }
+    }
+    Ok((runs, skipped))
 }
 
 /// Every combination of the axes' values, the first axis varying slowest.
@@ -534,7 +549,10 @@ pub fn run_grid(
         // Refused before it trains, not after: a run file that is a link
         // to an input.
         output::check_output(&path, &inputs)?;
-        let report = train::train_on(Arc::new(InProcess), &run.config, registry, observer)?;
+        let report = train::Run::new()
+            .registry(registry)
+            .observer(observer)
+            .train(&run.config)?;
         if report.interrupted {
             outcome.interrupted = true;
             return Ok(outcome);

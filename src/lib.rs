@@ -12,8 +12,9 @@
 //!   run may name: the built-in ones and one's own;
 //! * [`metrics`] — NE, exact AUC, logloss, calibration;
 //! * [`config`] — the TOML run configuration;
-//! * [`train`] — a training run from a configuration to a [`train::TrainReport`],
-//!   in this process or spread over processes ([`distributed`], through MPI);
+//! * [`train`] — a training run ([`train::Run`]) from a configuration to a
+//!   [`train::TrainReport`], in this process or spread over processes
+//!   ([`distributed`], through MPI);
 //! * [`experiment`] — a grid of runs, each one's results kept, resumable;
 //! * [`report`] — an experiment's results as Markdown tables and SVG plots;
 //! * [`cli`] — the `shadowsync` command line, to run with a registry of
@@ -25,12 +26,13 @@
 //! # fn main() -> shadowsync::Result<()> {
 //! let mut config = Config::default();           // DLRM on built-in synthetic data
 //! config.data.synthetic.train_rows = 100_000;
-//! let report = train::train(&config, &mut ())?;
+//! let report = train::Run::new().train(&config)?;
 //! println!("test NE {:.4}", report.final_metrics.ne);
 //! # Ok(()) }
 //! ```
 
 #![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
 #![warn(clippy::missing_errors_doc)]
 
 pub mod checkpoint;

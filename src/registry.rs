@@ -3,7 +3,7 @@
 //! payloads (`sync.compression`), models (`model.kind`) and embedding row
 //! optimizers (`optim.sparse`). The built-in ones are
 //! registered the same way as one's own; a [`Registry`] goes to the training
-//! API ([`train::train_on`](crate::train::train_on)) or to the command line
+//! API ([`Run::registry`](crate::train::Run::registry)) or to the command line
 //! ([`cli::main`](crate::cli::main)), where its names work in configs and
 //! flags like the built-in ones.
 //!

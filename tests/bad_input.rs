@@ -5,15 +5,11 @@
 
 mod common;
 
-use common::{output_within, sample, shadowsync, text};
+use common::{output_within, run, sample, shadowsync, text, RunToEnd};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn run(args: &[&str]) -> Output {
-    shadowsync(args).output().unwrap()
-}
 
 /// Asserts the command failed and said every one of `words`.
 #[track_caller]
@@ -59,8 +55,7 @@ fn run_on_a_full_disk(kib: u32, args: &[&str]) -> Output {
     Command::new("bash")
         .args(["-c", &command])
         .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
+        .run_to_end()
 }
 
 /// Makes a FIFO at `path`.
@@ -862,7 +857,7 @@ fn a_table_too_big_for_memory_is_one_line_naming_the_key_and_bytes() {
         ],
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let out = shadowsync(args).env("HOME", dir.path()).output().unwrap();
+        let out = shadowsync(args).env("HOME", dir.path()).run_to_end();
         fails_saying(&out, &["data.table_size", "GB", "memory available"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.lines().count() <= 3, "{stderr}");
@@ -937,8 +932,7 @@ fn logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
     let test = sample_str("criteo_kaggle_paddlerec_test100.tsv");
     let out = shadowsync(&small(&train, &test))
         .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+        .run_to_end();
     assert!(out.status.success(), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("INFO"), "{stderr}");
@@ -966,8 +960,7 @@ fn a_run_resumes_from_another_working_directory() {
     .args(["--checkpoint-dir", "ckpt", "--batch-size", "10"])
     .args(["--checkpoint-every", "3"])
     .current_dir(&work)
-    .output()
-    .unwrap();
+    .run_to_end();
     assert!(first.status.success(), "{}", text(&first));
     // As if killed after its last periodic checkpoint: the end-of-run one
     // goes.
@@ -976,8 +969,7 @@ fn a_run_resumes_from_another_working_directory() {
     let elsewhere: PathBuf = dir.path().to_path_buf();
     let resumed = shadowsync(&["train", "--resume", "work/ckpt"])
         .current_dir(&elsewhere)
-        .output()
-        .unwrap();
+        .run_to_end();
     let said = text(&resumed);
     assert!(resumed.status.success(), "{said}");
     assert!(said.contains("test (100 examples)"), "{said}");
@@ -993,8 +985,7 @@ fn a_run_is_not_resumed_on_a_changed_data_file() {
     let checkpoints = dir.path().join("ckpt");
     let first = shadowsync(&small(path(&train), &test))
         .args(["--checkpoint-dir", path(&checkpoints)])
-        .output()
-        .unwrap();
+        .run_to_end();
     assert!(first.status.success(), "{}", text(&first));
     // The file gets more rows, as a log being appended to would.
     let mut more = std::fs::OpenOptions::new()

@@ -287,7 +287,10 @@ fn a_checkpoint_that_cannot_be_written_is_reported_and_the_run_goes_on() {
     config.checkpoint.every_steps = 200;
     let checkpoints = dir.path().join("checkpoints");
     config.checkpoint.dir = Some(checkpoints.clone());
-    let report = shadowsync::train::train(&config, &mut BreakTheDirectory).unwrap();
+    let report = shadowsync::train::Run::new()
+        .observer(&mut BreakTheDirectory)
+        .train(&config)
+        .unwrap();
     assert!(report.error.is_none(), "{:?}", report.error);
     assert_eq!(report.examples, rows, "training went on");
     assert!(report.final_metrics.ne.is_finite());

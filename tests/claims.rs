@@ -20,10 +20,9 @@ mod common;
 
 use common::{checkpoints, ctr};
 use shadowsync::config::{Config, OptimPreset, OptimizerKind};
-use shadowsync::report::mean_std;
+use shadowsync::report::{mean_std, Welch};
 use shadowsync::runtime::faults::{Fault, FaultKind};
-use shadowsync::train::train;
-use statrs::distribution::{ContinuousCDF, StudentsT};
+use shadowsync::train::Run;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
@@ -59,35 +58,38 @@ struct Verdict {
 
 impl Claim {
     fn verdict(&self) -> Verdict {
-        let (a, b) = (&self.candidate.1, &self.reference.1);
-        let ((mean_a, sd_a), (mean_b, sd_b)) = (mean_std(a), mean_std(b));
-        let (va, vb) = (sd_a.powi(2) / a.len() as f64, sd_b.powi(2) / b.len() as f64);
-        let se = (va + vb).sqrt();
-        let df = (va + vb).powi(2)
-            / (va.powi(2) / (a.len() - 1).max(1) as f64 + vb.powi(2) / (b.len() - 1).max(1) as f64);
-        let effect = mean_b - mean_a;
-        // P(T > t) under Student's t with Welch's degrees of freedom; with
-        // no spread at all, the sign of the difference decides.
-        let above = |t: f64| match StudentsT::new(0.0, 1.0, df.max(1.0)) {
-            Ok(student) if se > 0.0 => student.sf(t),
-            _ if t > 0.0 => 0.0,
-            _ => 1.0,
+        // Welch's test of the reference against the candidate: a positive
+        // difference is the candidate's gain.
+        let welch = Welch::new(&self.reference.1, &self.candidate.1);
+        let Some(welch) = welch else {
+            return Verdict {
+                effect: f64::NAN,
+                standard_error: f64::NAN,
+                p: 1.0,
+                holds: false,
+            };
         };
         let p = match self.test {
             // H0: effect <= margin.
-            Test::Better { margin } => above((effect - margin) / se),
+            Test::Better { margin } => welch.p_above(margin),
             // TOST: both H0: effect <= -margin and H0: effect >= margin
             // rejected; the larger of the two p-values.
-            Test::AsGood { margin } => {
-                above((effect + margin) / se).max(above((margin - effect) / se))
-            }
+            Test::AsGood { margin } => welch.p_above(-margin).max(mirrored(welch).p_above(-margin)),
         };
         Verdict {
-            effect,
-            standard_error: se,
+            effect: welch.difference,
+            standard_error: welch.standard_error,
             p,
             holds: p < 0.05,
         }
+    }
+}
+
+/// The test of the other way round: the difference negated.
+fn mirrored(welch: Welch) -> Welch {
+    Welch {
+        difference: -welch.difference,
+        ..welch
     }
 }
 
@@ -346,7 +348,7 @@ fn easgd_sixteen_beats_no_sync(dir: &Path) -> Claim {
             .map(|i| {
                 let mut c = c.clone();
                 seeded(&mut c, i);
-                let report = train(&c, &mut ()).expect("a training run");
+                let report = Run::new().train(&c).expect("a training run");
                 assert_eq!(report.examples, 400_000, "{sync}: every example once");
                 report.final_metrics.ne
             })

@@ -5,10 +5,6 @@ mod common;
 use common::sample;
 use std::process::Output;
 
-fn shadowsync(args: &[&str]) -> Output {
-    common::shadowsync(args).output().unwrap()
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -33,7 +29,7 @@ fn train_with(dir: &std::path::Path, settings: &str) -> (String, serde_json::Val
 
 /// `shadowsync train --config CONFIG --results RESULTS`.
 fn train_config(config: &str, results: &std::path::Path) -> Output {
-    shadowsync(&[
+    common::run(&[
         "train",
         "--config",
         config,
@@ -56,7 +52,7 @@ fn train_from_a_config_file_writes_json_results_and_a_summary() {
     )
     .unwrap();
     let results = dir.path().join("out/results.json");
-    let out = shadowsync(&[
+    let out = common::run(&[
         "train",
         "--config",
         config.to_str().unwrap(),
@@ -86,7 +82,7 @@ fn a_config_with_an_unknown_key_is_rejected_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.toml");
     std::fs::write(&config, "[train]\nbatch_size = 64\nlearning_rate = 0.1\n").unwrap();
-    let out = shadowsync(&["train", "--config", config.to_str().unwrap()]);
+    let out = common::run(&["train", "--config", config.to_str().unwrap()]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(
@@ -97,7 +93,7 @@ fn a_config_with_an_unknown_key_is_rejected_naming_it() {
 
 #[test]
 fn an_out_of_range_flag_is_rejected_naming_the_key() {
-    let out = shadowsync(&["train", "--lr=-1"]);
+    let out = common::run(&["train", "--lr=-1"]);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("optim.dense_lr"),
@@ -123,7 +119,7 @@ fn malformed_data_fails_naming_the_line_or_is_skipped_and_counted() {
         "--table-size",
         "1000",
     ];
-    let out = shadowsync(&args);
+    let out = common::run(&args);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(
@@ -131,7 +127,7 @@ fn malformed_data_fails_naming_the_line_or_is_skipped_and_counted() {
         "{stderr}"
     );
 
-    let out = shadowsync(&[&args[..], &["--bad-lines", "skip"]].concat());
+    let out = common::run(&[&args[..], &["--bad-lines", "skip"]].concat());
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains("skipped 1 malformed train lines of 101"),
@@ -142,7 +138,7 @@ fn malformed_data_fails_naming_the_line_or_is_skipped_and_counted() {
 
 #[test]
 fn a_missing_data_file_is_a_clear_error() {
-    let out = shadowsync(&[
+    let out = common::run(&[
         "train",
         "--train",
         "/no/such/train.tsv",
@@ -161,7 +157,7 @@ fn a_missing_data_file_is_a_clear_error() {
 fn gen_data_writes_files_and_reports_the_oracle() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("syn");
-    let out = shadowsync(&[
+    let out = common::run(&[
         "gen-data",
         "--out",
         out_dir.to_str().unwrap(),
@@ -192,7 +188,7 @@ fn ftrl_rows_learn_and_an_unknown_row_optimizer_is_named_with_the_known_ones() {
     assert_eq!(json["config"]["optim"]["sparse"], "ftrl");
     let ne = json["final_metrics"]["ne"].as_f64().unwrap();
     assert!(ne < 0.95, "FTRL's rows did not learn: NE {ne}");
-    let out = shadowsync(&["train", "--config", config, "--sparse-optimizer", "adam"]);
+    let out = common::run(&["train", "--config", config, "--sparse-optimizer", "adam"]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(
@@ -217,12 +213,12 @@ fn diloco_and_a_straggler_run_from_the_config_and_learn() {
     let ne = json["final_metrics"]["ne"].as_f64().unwrap();
     assert!(ne < 0.95, "shadow-diloco did not learn: NE {ne}");
     // DiLoCo's settings under another rule would be ignored: refused, named.
-    let out = shadowsync(&["train", "--config", config, "--sync", "shadow-ma"]);
+    let out = common::run(&["train", "--config", config, "--sync", "shadow-ma"]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(stderr.contains("sync.diloco"), "{stderr}");
     // A straggler of no trainer is refused, named.
-    let out = shadowsync(&["train", "--config", config, "--trainers", "2"]);
+    let out = common::run(&["train", "--config", config, "--trainers", "2"]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(stderr.contains("stragglers.trainer"), "{stderr}");
@@ -252,7 +248,7 @@ fn an_elastic_plan_runs_from_the_config_and_what_it_cannot_do_is_refused() {
     ] {
         let mut args = vec!["train", "--config", config];
         args.extend(flags);
-        let out = shadowsync(&args);
+        let out = common::run(&args);
         assert!(!out.status.success(), "{flags:?}");
         let stderr = text(&out.stderr);
         assert!(stderr.contains(named), "{flags:?}: {stderr}");
@@ -290,7 +286,7 @@ fn compressed_sync_learns_counts_both_sizes_and_refuses_what_it_would_ignore() {
     ] {
         let mut args = vec!["train", "--config", config];
         args.extend(flags);
-        let out = shadowsync(&args);
+        let out = common::run(&args);
         assert!(!out.status.success(), "{flags:?} ran");
         let stderr = text(&out.stderr);
         assert!(stderr.contains(key), "{flags:?}: {stderr}");

@@ -9,7 +9,7 @@ use common::ctr::{config, ROWS};
 use shadowsync::data::Dealing;
 use shadowsync::runtime::events::Event;
 use shadowsync::runtime::faults::{Fault, FaultKind};
-use shadowsync::train::{train, Observer};
+use shadowsync::train::{Observer, Run};
 
 /// Keeps the cluster's event stream.
 struct KeepEvents(Option<crossbeam_channel::Receiver<shadowsync::runtime::events::Event>>);
@@ -40,7 +40,7 @@ fn failures_and_a_diverging_replica_in_two_of_four_trainers_are_contained() {
         fault(2, FaultKind::Diverge, 100, 250),
     ];
     let mut events = KeepEvents(None);
-    let faulty = train(&c, &mut events).unwrap();
+    let faulty = Run::new().observer(&mut events).train(&c).unwrap();
     assert!(faulty.error.is_none(), "{:?}", faulty.error);
     let causes: Vec<(usize, String)> = events
         .0

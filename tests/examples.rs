@@ -2,6 +2,7 @@
 //! `cargo test` builds them beside the tests): each ends well and shows a
 //! model that learned.
 
+use shadowsync_testkit::process::RunToEnd;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -18,8 +19,7 @@ fn example_with(name: &str, args: &[&str]) -> Output {
     let out = Command::new(&path)
         .args(args)
         .env("RUST_LOG", "warn")
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        .run_to_end();
     assert!(
         out.status.success(),
         "{name}: {}{}",

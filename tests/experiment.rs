@@ -8,10 +8,6 @@ use common::text;
 use std::path::Path;
 use std::process::Output;
 
-fn shadowsync(args: &[&str]) -> Output {
-    common::shadowsync(args).output().unwrap()
-}
-
 /// The texts an SVG plot shows (legend labels, ticks, axis names).
 fn svg_texts(path: &Path) -> Vec<String> {
     let svg = std::fs::read_to_string(path).unwrap();
@@ -31,7 +27,7 @@ fn stdout(out: &Output) -> String {
 
 /// `report` of the grid's results under `results`, into `docs`.
 fn report_of_grid(results: &Path, docs: &Path) -> Output {
-    shadowsync(&[
+    common::run(&[
         "report",
         results.join("cli-grid").to_str().unwrap(),
         "--out",
@@ -65,7 +61,7 @@ fn a_grid_runs_resumes_and_is_reported() {
     let grid = write_grid(dir.path());
     let results = dir.path().join("results");
     let results_arg = results.display().to_string();
-    let run = || shadowsync(&["experiment", &grid, "--out", &results_arg]);
+    let run = || common::run(&["experiment", &grid, "--out", &results_arg]);
 
     let first = run();
     assert!(first.status.success(), "{}", text(&first));
@@ -91,7 +87,7 @@ fn a_grid_runs_resumes_and_is_reported() {
 
     let docs = dir.path().join("docs");
     let report = || {
-        let out = shadowsync(&[
+        let out = common::run(&[
             "report",
             results.join("cli-grid").to_str().unwrap(),
             "--out",
@@ -296,17 +292,17 @@ fn a_bad_experiment_fails_before_anything_runs_naming_the_key() {
         .unwrap()
         .replace("\"train.seed\"", "\"train.sead\"");
     std::fs::write(&grid, misspelt).unwrap();
-    let out = shadowsync(&["experiment", &grid, "--out", dir.path().to_str().unwrap()]);
+    let out = common::run(&["experiment", &grid, "--out", dir.path().to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(text(&out).contains("sead"), "{}", text(&out));
     assert!(!dir.path().join("cli-grid").exists());
 
-    let listed = shadowsync(&["experiment", "--list"]);
+    let listed = common::run(&["experiment", "--list"]);
     assert!(listed.status.success());
     for name in ["smoke", "e1-scaling", "e2-quality", "d1-schedules"] {
         assert!(stdout(&listed).contains(name), "{}", stdout(&listed));
     }
-    let unknown = shadowsync(&["experiment", "no-such-grid"]);
+    let unknown = common::run(&["experiment", "no-such-grid"]);
     assert!(!unknown.status.success());
     assert!(
         text(&unknown).contains("neither a built-in experiment"),
@@ -336,7 +332,7 @@ fn experiments_and_reports_never_write_through_a_link_onto_an_input() {
     .unwrap();
     let (grid, results) = (grid.display().to_string(), dir.path().join("results"));
     let results_arg = results.display().to_string();
-    let run = || shadowsync(&["experiment", &grid, "--out", &results_arg]);
+    let run = || common::run(&["experiment", &grid, "--out", &results_arg]);
     assert!(run().status.success());
     let train = std::fs::read_dir(dir.path().join("data"))
         .unwrap()
@@ -371,7 +367,7 @@ fn experiments_and_reports_never_write_through_a_link_onto_an_input() {
     let run_bytes = std::fs::read(&run_file).unwrap();
     for input in [&run_file, &train] {
         relink(&reports.join("one.md"), input);
-        let out = shadowsync(&[
+        let out = common::run(&[
             "report",
             &results.join("one").display().to_string(),
             "--out",

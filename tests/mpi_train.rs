@@ -17,7 +17,7 @@
 mod common;
 
 use common::job::*;
-use common::text;
+use common::{text, RunToEnd};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -429,8 +429,7 @@ fn a_push_lost_on_its_way_to_rank_1_fails_the_jobs_audit() {
         .args([":", "-np", "1", bin])
         .args(args(&clean))
         .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+        .run_to_end();
     let out = text(&run);
     assert!(!run.status.success(), "{out}");
     assert!(out.contains("the row audit failed"), "{out}");

@@ -4,7 +4,7 @@ mod common;
 
 use common::{exclusive, sample};
 use shadowsync::config::{Config, ElasticStep, EmbeddingsMode, OptimizerKind};
-use shadowsync::train::{train, TrainReport};
+use shadowsync::train::{Run, TrainReport};
 use std::path::Path;
 
 fn synthetic_config(dir: &Path, rows: u64) -> Config {
@@ -34,7 +34,7 @@ fn hogwild_workers_share_their_trainers_replica_and_see_every_example_once() {
     c.train.trainers = 2;
     c.train.workers = 2;
     c.sync.algorithm = "shadow-ma".parse().unwrap();
-    let report = train(&c, &mut ()).unwrap();
+    let report = Run::new().train(&c).unwrap();
     assert!(report.error.is_none(), "{:?}", report.error);
     assert_eq!(report.examples, 40_000);
     let stats = &report.cluster.trainer_stats;
@@ -59,7 +59,7 @@ fn an_elastic_run_trains_every_example_once_and_learns_as_a_fixed_one() {
     lr_adagrad(&mut c);
     c.train.trainers = 4;
     c.sync.algorithm = "shadow-ma".parse().unwrap();
-    let fixed = train(&c, &mut ()).unwrap();
+    let fixed = Run::new().train(&c).unwrap();
     c.train.trainers = 2;
     let step = |at_step, add, remove| ElasticStep {
         at_step,
@@ -67,7 +67,7 @@ fn an_elastic_run_trains_every_example_once_and_learns_as_a_fixed_one() {
         remove,
     };
     c.elastic = vec![step(100, 2, None), step(350, 0, Some(1))];
-    let elastic = train(&c, &mut ()).unwrap();
+    let elastic = Run::new().train(&c).unwrap();
     assert!(elastic.error.is_none(), "{:?}", elastic.error);
     assert_eq!(elastic.examples, 80_000);
     let cluster = &elastic.cluster;
@@ -96,7 +96,7 @@ fn sixty_four_trainers_end_with_every_replicas_results() {
     c.train.trainers = 64;
     c.train.eval_every = 0;
     c.sync.algorithm = "shadow-ma".parse().unwrap();
-    let report = train(&c, &mut ()).unwrap();
+    let report = Run::new().train(&c).unwrap();
     assert!(report.error.is_none(), "{:?}", report.error);
     assert_eq!(report.examples, 20_000);
     assert_eq!(report.cluster.trainer_stats.len(), 64);
@@ -122,7 +122,7 @@ fn sync_sgd_counts_the_batches_of_its_last_uneven_round() {
     c.model.kind = "lr".into();
     c.train.trainers = 8;
     c.sync.algorithm = "sync-sgd".parse().unwrap();
-    let report = train(&c, &mut ()).unwrap();
+    let report = Run::new().train(&c).unwrap();
     assert!(report.error.is_none(), "{:?}", report.error);
     let dropped: Vec<u64> = report
         .cluster
@@ -141,7 +141,7 @@ fn logistic_regression_learns_the_planted_model() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = synthetic_config(dir.path(), 40_000);
     lr_adagrad(&mut c);
-    let report = train(&c, &mut ()).unwrap();
+    let report = Run::new().train(&c).unwrap();
     assert_eq!(report.examples, 40_000);
     assert_eq!(report.steps, 40_000_u64.div_ceil(128));
     // Live evaluations depend on timing; the final one is always there.
@@ -170,8 +170,8 @@ fn training_is_deterministic_for_a_seed() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = synthetic_config(dir.path(), 8_000);
     lr_adagrad(&mut c);
-    let a = train(&c, &mut ()).unwrap().final_metrics;
-    let b = train(&c, &mut ()).unwrap().final_metrics;
+    let a = Run::new().train(&c).unwrap().final_metrics;
+    let b = Run::new().train(&c).unwrap().final_metrics;
     assert_eq!(a, b);
 }
 
@@ -192,10 +192,10 @@ fn a_sharded_table_trains_as_the_local_table() {
         if kind == "dlrm" {
             (c.optim.dense_lr, c.optim.sparse_lr) = (0.01, 0.01);
         }
-        let local = train(&c, &mut ()).unwrap();
+        let local = Run::new().train(&c).unwrap();
         c.train.embeddings = Some(EmbeddingsMode::Sharded);
         c.train.embedding_staleness = 1;
-        let sharded = train(&c, &mut ()).unwrap();
+        let sharded = Run::new().train(&c).unwrap();
         let (a, b) = (local.final_metrics, sharded.final_metrics);
         assert!(
             (a.ne - b.ne).abs() < 1e-4 && (a.auc - b.auc).abs() < 1e-4,
@@ -220,7 +220,7 @@ fn every_model_trains_on_the_real_criteo_rows() {
         c.data.test = Some(sample("criteo_kaggle_paddlerec_test100.tsv"));
         c.data.table_size = 1000;
         c.train.batch_size = 16;
-        let report: TrainReport = train(&c, &mut ()).unwrap();
+        let report: TrainReport = Run::new().train(&c).unwrap();
         assert_eq!(
             (report.examples, report.final_metrics.examples),
             (100, 100),
@@ -249,7 +249,7 @@ fn a_bad_line_mid_run_keeps_what_was_computed() {
     c.data.train = Some(broken);
     c.data.test = Some(data.test.clone());
     c.train.eval_every = 1_000;
-    let report = train(&c, &mut ()).unwrap();
+    let report = Run::new().train(&c).unwrap();
     let error = report.error.unwrap();
     assert!(error.contains("broken.tsv:3001: field 2 (I1)"), "{error}");
     // Everything before the bad chunk was trained and evaluated.
@@ -272,7 +272,7 @@ fn every_replica_is_scored_on_its_own_with_the_distance_between_them() {
     c.train.eval_every = 0;
     let run = |c: &mut Config, sync: &str| {
         c.sync.algorithm = sync.parse().unwrap();
-        train(c, &mut ()).unwrap()
+        Run::new().train(c).unwrap()
     };
     let apart = run(&mut c, "none");
     assert_eq!(apart.replica_metrics.len(), 2);
@@ -323,10 +323,10 @@ fn sync_sgd_over_two_trainers_is_one_trainer_with_twice_the_batch() {
         c.train.seed = 7;
         c.sync.algorithm = "sync-sgd".parse().unwrap();
         c.train.batch_size = 256;
-        let one = train(&c, &mut ()).unwrap();
+        let one = Run::new().train(&c).unwrap();
         c.train.trainers = 2;
         c.train.batch_size = 128;
-        let two = train(&c, &mut ()).unwrap();
+        let two = Run::new().train(&c).unwrap();
         let (a, b) = (one.final_metrics, two.final_metrics);
         assert_eq!(one.steps, 80);
         assert_eq!(two.steps, 160);

@@ -1,4 +1,10 @@
 //! The runtime's error type.
+//!
+//! One convention, thiserror's first: each message says everything, its
+//! cause included (in plain words: libtorch's first line, not its C++ stack
+//! trace), and `source()` returns nothing, so that a chain printed
+//! ([`with_causes`], anyhow's `{:#}`) says each thing once. A cause a caller
+//! may want to inspect is kept as a typed field.
 
 /// Everything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -7,7 +13,7 @@ pub enum Error {
     /// A libtorch operation failed (shown by its first line: libtorch appends
     /// a C++ stack trace that says nothing to a user).
     #[error("tensor operation failed: {}", first_line(.0))]
-    Torch(#[from] tch::TchError),
+    Torch(tch::TchError),
     /// A setting is out of its allowed range.
     #[error("config: {key}: {reason}")]
     Config {
@@ -16,16 +22,16 @@ pub enum Error {
         /// What is wrong and what is allowed.
         reason: String,
     },
-    /// A learner's step failed.
-    #[error("{0}")]
+    /// A learner's step failed (its message with its causes).
+    #[error("{}", with_causes(.0.as_ref()))]
     Learner(Box<dyn std::error::Error + Send + Sync>),
     /// A thread of the runtime could not be started.
-    #[error("cannot start the {thread} thread: {source}")]
+    #[error("cannot start the {thread} thread: {error}")]
     Thread {
         /// What the thread runs.
         thread: &'static str,
         /// Why the OS refused.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A part of the runtime (an actor, a thread) ended before it answered.
     #[error("the {0} has stopped")]
@@ -131,15 +137,19 @@ pub enum Error {
     #[error("the round panicked: {0}")]
     RoundPanicked(String),
     /// A trainer's shadow rounds failed too often in a row: syncing ends.
-    /// The last failure is the source.
-    #[error("{rounds} rounds failed in a row")]
+    #[error("{rounds} rounds failed in a row; the last: {last}")]
     SyncFailing {
         /// Failed rounds in a row.
         rounds: u32,
         /// The last one's error.
-        #[source]
         last: Box<Error>,
     },
+}
+
+impl From<tch::TchError> for Error {
+    fn from(error: tch::TchError) -> Self {
+        Error::Torch(error)
+    }
 }
 
 impl Error {
@@ -160,8 +170,9 @@ pub fn first_line(error: &impl std::fmt::Display) -> String {
         .to_string()
 }
 
-/// `error` with each of its causes after it, `: `-separated (what a report
-/// keeps of an error that ended a thread).
+/// `error` with each of its causes after it, `: `-separated: what a report
+/// keeps of an error that ended a thread. (This crate's errors say their
+/// causes themselves; a learner's own error may have a chain.)
 pub fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();

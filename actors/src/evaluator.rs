@@ -103,6 +103,7 @@ struct Open<P> {
 }
 
 /// A running evaluator: ask for scores, read them as they come.
+#[must_use = "an Evaluator scores in the background: keep it to collect the scores"]
 pub struct Evaluator<S: Scorer + Unpin> {
     scorers: Vec<Addr<EvaluatorActor<S>>>,
     parts: Receiver<PartReply<S::Part>>,

@@ -7,7 +7,8 @@
 //! They also count the CPU time the trainer's steps and its shadow loop's
 //! rounds take, each on its own thread ([`CpuCharge`]): what syncing costs the
 //! trainers on shared cores, measured directly rather than read off a noisy
-//! difference in examples/s.
+//! difference in examples/s. And what the process's memory holds, as Linux's
+//! `/proc` files say ([`proc_bytes`]).
 
 use cpu_time::ThreadTime;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -344,6 +345,22 @@ impl Drop for CpuCharge<'_> {
 /// Neither a number nor `null`.
 pub fn null_as_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// The size on the line of a `/proc` file (`/proc/self/status`,
+/// `/proc/meminfo`) that starts with `key` (`"VmHWM:"`, `"MemTotal:"`), written
+/// there in kB, in bytes; `None` where the system has no such file or line.
+pub fn proc_bytes(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let kib = text
+        .lines()
+        .find_map(|l| l.strip_prefix(key))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 #[cfg(test)]

@@ -98,9 +98,10 @@ impl Straggler {
 
     /// How long to pause before step `step`.
     pub fn pause_before(&self, step: u64) -> Duration {
-        match self.pause_at_steps.contains(&step) {
-            true => Duration::from_millis(self.pause_ms),
-            false => Duration::ZERO,
+        if self.pause_at_steps.contains(&step) {
+            Duration::from_millis(self.pause_ms)
+        } else {
+            Duration::ZERO
         }
     }
 }

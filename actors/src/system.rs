@@ -68,9 +68,9 @@ pub fn spawn_system<T: Send + 'static>(
             });
             let _ = runner.run();
         })
-        .map_err(|source| Error::Thread {
+        .map_err(|error| Error::Thread {
             thread: "actor system",
-            source,
+            error,
         })?;
     let (system, value) = ready_rx
         .recv()

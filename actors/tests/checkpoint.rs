@@ -2,7 +2,7 @@
 //! count, under every kind of algorithm, and a cluster started from the state
 //! goes on from it.
 
-use shadowsync_actors::{Cluster, ClusterState};
+use shadowsync_actors::{Cluster, ClusterBuilder, ClusterState};
 use shadowsync_testkit::exclusive;
 use shadowsync_testkit::runtime::{config, learners, LeastSquares};
 use std::time::{Duration, Instant};
@@ -110,8 +110,10 @@ fn sync_peers_go_on_from_their_saved_rounds_and_block_momentum() {
         // carries every replica η·100 = 75 away (a fresh BMUF would not move it).
         momentum.fill(100.0);
     }
-    let resumed =
-        Cluster::start_from(config("fr-bmuf:5"), learners(TRAINERS, Some(5)), &state).unwrap();
+    let resumed = ClusterBuilder::new(config("fr-bmuf:5"), learners(TRAINERS, Some(5)))
+        .resume_from(state.clone())
+        .start()
+        .unwrap();
     let outcome = resumed.wait().unwrap();
     assert!(
         outcome.report.errors.is_empty(),
@@ -128,7 +130,9 @@ fn sync_peers_go_on_from_their_saved_rounds_and_block_momentum() {
         assert!(dense.iter().all(|&w| w > 50.0), "{dense:?}");
     }
     // A state of another algorithm does not fit.
-    let error = Cluster::start_from(config("fr-ma:5"), learners(TRAINERS, Some(5)), &state)
+    let error = ClusterBuilder::new(config("fr-ma:5"), learners(TRAINERS, Some(5)))
+        .resume_from(state.clone())
+        .start()
         .err()
         .unwrap()
         .to_string();
@@ -149,7 +153,10 @@ fn a_cluster_started_from_a_checkpoint_goes_on_from_it() {
     for learner in &mut fresh {
         learner.lr = 1.0;
     }
-    let resumed = Cluster::start_from(config("none"), fresh, state).unwrap();
+    let resumed = ClusterBuilder::new(config("none"), fresh)
+        .resume_from(state.clone())
+        .start()
+        .unwrap();
     let outcome = resumed.wait().unwrap();
     for (learner, (trainer, saved)) in outcome
         .learners
@@ -177,7 +184,9 @@ fn a_checkpoint_that_does_not_fit_the_learners_is_refused() {
     let _serial = exclusive();
     let (states, cluster) = checkpoints("none", 50);
     cluster.wait().unwrap();
-    let error = Cluster::start_from(config("none"), learners(TRAINERS - 1, Some(1)), &states[0])
+    let error = ClusterBuilder::new(config("none"), learners(TRAINERS - 1, Some(1)))
+        .resume_from(states[0].clone())
+        .start()
         .err()
         .unwrap()
         .to_string();
@@ -205,7 +214,10 @@ fn foreground_trainers_resumed_a_few_steps_apart_sync_again_without_waiting_on_e
         // going on from a round behind the others').
         let mut c = config(algorithm);
         c.checkpoint_every = 20;
-        let cluster = Cluster::start_from(c, learners(TRAINERS, Some(60)), &state).unwrap();
+        let cluster = ClusterBuilder::new(c, learners(TRAINERS, Some(60)))
+            .resume_from(state.clone())
+            .start()
+            .unwrap();
         let parked_at: Vec<u64> = run_to_end(&cluster, algorithm)
             .iter()
             .map(|s| s.trainers[0].steps)
@@ -242,7 +254,10 @@ fn a_trainer_resumed_parked_at_a_multiple_parks_with_the_others_not_a_period_lat
     }
     let mut c = config("shadow-ma");
     c.checkpoint_every = 20;
-    let cluster = Cluster::start_from(c, learners(TRAINERS, Some(60)), &state).unwrap();
+    let cluster = ClusterBuilder::new(c, learners(TRAINERS, Some(60)))
+        .resume_from(state.clone())
+        .start()
+        .unwrap();
     let parked: Vec<Vec<u64>> = run_to_end(&cluster, "shadow-ma")
         .iter()
         .map(|s| s.trainers.iter().map(|t| t.steps).collect())

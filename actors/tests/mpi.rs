@@ -436,9 +436,10 @@ fn initial_row(id: u64, row: &mut [f32]) {
 }
 
 fn rule(adagrad: bool) -> Box<dyn RowRule> {
-    match adagrad {
-        true => Box::new(Adagrad::default()),
-        false => Box::new(Sgd),
+    if adagrad {
+        Box::new(Adagrad::default())
+    } else {
+        Box::new(Sgd)
     }
 }
 

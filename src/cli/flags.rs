@@ -306,6 +306,14 @@ impl TrainArgs {
             Some(path) => Config::read_file(path)?,
             None => Config::default(),
         };
+        self.apply_data(&mut c)?;
+        self.apply(&mut c);
+        c.validate_for(processes)?;
+        Ok(c)
+    }
+
+    /// The data flags: files in place of the built-in set, or its sizes.
+    fn apply_data(&self, c: &mut Config) -> Result<()> {
         if self.train.is_some() {
             c.data.train.clone_from(&self.train);
             c.data.test.clone_from(&self.test);
@@ -315,6 +323,11 @@ impl TrainArgs {
                 "--rows and --test-rows size the built-in data; this run reads data.train and data.test"
             );
         }
+        Ok(())
+    }
+
+    /// Every other flag given, over the file's value.
+    fn apply(&self, c: &mut Config) {
         macro_rules! set {
             ($($flag:ident => $($field:ident).+),* $(,)?) => {
                 $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
@@ -383,7 +396,5 @@ impl TrainArgs {
         if let Some(compression) = &self.compression {
             c.sync.compression.clone_from(compression);
         }
-        c.validate_for(processes)?;
-        Ok(c)
     }
 }

@@ -15,6 +15,7 @@ use crate::experiment::{self, Experiment};
 use crate::report::{self, ExperimentResults, Provenance};
 use crate::runtime::faults::InjectedPanic;
 use crate::runtime::sync::Fabric;
+use crate::train::TrainReport;
 use crate::{output, train, Registry};
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -77,23 +78,22 @@ fn run_experiment(args: &ExperimentArgs, registry: &Registry) -> Result<()> {
 }
 
 fn write_reports(args: &ReportArgs) -> Result<()> {
-    let dirs = match args.dirs.is_empty() {
-        false => args.dirs.clone(),
-        true => {
-            let root = PathBuf::from("results");
-            let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
-                .with_context(|| {
-                    format!(
-                        "reading {} (name results directories to report)",
-                        root.display()
-                    )
-                })?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.join("experiment.toml").exists())
-                .collect();
-            dirs.sort();
-            dirs
-        }
+    let dirs = if !args.dirs.is_empty() {
+        args.dirs.clone()
+    } else {
+        let root = PathBuf::from("results");
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+            .with_context(|| {
+                format!(
+                    "reading {} (name results directories to report)",
+                    root.display()
+                )
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("experiment.toml").exists())
+            .collect();
+        dirs.sort();
+        dirs
     };
     anyhow::ensure!(!dirs.is_empty(), "no experiment results to report");
     let mut left_out = Vec::new();
@@ -101,9 +101,10 @@ fn write_reports(args: &ReportArgs) -> Result<()> {
         let results = ExperimentResults::load(dir)?;
         let name = &results.experiment.name;
         let built_in = experiment::BUILT_IN.iter().any(|(n, _)| n == name);
-        let source = match built_in {
-            true => name.clone(),
-            false => dir.join("experiment.toml").display().to_string(),
+        let source = if built_in {
+            name.clone()
+        } else {
+            dir.join("experiment.toml").display().to_string()
         };
         let parent = dir
             .parent()
@@ -237,32 +238,21 @@ enum Start<'a> {
 fn train_command(args: &TrainArgs, registry: &Registry) -> Result<()> {
     let mut progress = Progress::new(Interrupt::install()?);
     let fabric = Backend::fabric(args.backend, args.mpi_watchdog_s)?;
-    // A resumed run's configuration is its checkpoint's, read by `resume_on`.
+    // A resumed run's configuration is its checkpoint's, read by `Run::resume`.
     let start = match &args.resume {
         Some(dir) => Start::Resume(dir),
         None => Start::Fresh(Box::new(args.config(fabric.processes())?)),
     };
-    // A results file that cannot or must not be written is found now, not
-    // after the run.
     if let (Some(path), 0) = (&args.results, fabric.process()) {
-        let mut inputs: Vec<&Path> = args.config.iter().map(PathBuf::as_path).collect();
-        if let Start::Fresh(config) = &start {
-            inputs.extend(
-                config
-                    .data
-                    .train
-                    .iter()
-                    .chain(&config.data.test)
-                    .map(PathBuf::as_path),
-            );
-        }
-        output::check_output(path, &inputs).context("--results")?;
+        check_results_path(path, args, &start)?;
     }
+    let run = train::Run::new()
+        .fabric(Arc::clone(&fabric))
+        .registry(registry)
+        .observer(&mut progress);
     let report = match &start {
-        Start::Resume(dir) => train::resume_on(Arc::clone(&fabric), dir, registry, &mut progress),
-        Start::Fresh(config) => {
-            train::train_on(Arc::clone(&fabric), config, registry, &mut progress)
-        }
+        Start::Resume(dir) => run.resume(dir),
+        Start::Fresh(config) => run.train(config),
     };
     let report = name_rank(report, fabric.as_ref())?;
     // One rank of a job speaks for it: they all have the same model.
@@ -278,19 +268,42 @@ fn train_command(args: &TrainArgs, registry: &Registry) -> Result<()> {
     }
     print_summary(&report);
     if let Some(path) = &args.results {
-        // Atomically: on a full disk the file that was there stays whole. A
-        // resumed run's data is known only now.
-        let json = serde_json::to_vec_pretty(&report)?;
-        let inputs = [report.data.train.as_path(), report.data.test.as_path()];
-        output::write_output(path, &json, &inputs).with_context(|| {
-            format!(
-                "results not written (the summary above has the figures; {} is as it was)",
-                path.display()
-            )
-        })?;
-        println!("results: {}", path.display());
+        write_results(path, &report)?;
     }
-    if let Some(error) = report.error {
+    verdict(&report, fabric.processes())
+}
+
+/// Fails now, not after the run, when the results file cannot or must not be
+/// written (over the config or the data, say).
+fn check_results_path(path: &Path, args: &TrainArgs, start: &Start) -> Result<()> {
+    let mut inputs: Vec<&Path> = args.config.iter().map(PathBuf::as_path).collect();
+    if let Start::Fresh(config) = start {
+        let data = config.data.train.iter().chain(&config.data.test);
+        inputs.extend(data.map(PathBuf::as_path));
+    }
+    output::check_output(path, &inputs).context("--results")
+}
+
+/// Writes the results JSON, atomically: on a full disk the file that was
+/// there stays whole. (A resumed run's data is known only now.)
+fn write_results(path: &Path, report: &TrainReport) -> Result<()> {
+    let json = serde_json::to_vec_pretty(report)?;
+    let inputs = [report.data.train.as_path(), report.data.test.as_path()];
+    output::write_output(path, &json, &inputs).with_context(|| {
+        format!(
+            "results not written (the summary above has the figures; {} is as it was)",
+            path.display()
+        )
+    })?;
+    println!("results: {}", path.display());
+    Ok(())
+}
+
+/// What the finished run comes to for the exit status: an error when it
+/// stopped early, lost or doubled an update, was interrupted, or could not
+/// save its checkpoints.
+fn verdict(report: &TrainReport, processes: usize) -> Result<()> {
+    if let Some(error) = &report.error {
         anyhow::bail!("training stopped early: {error}");
     }
     if let Some(lost) = report.distributed.as_ref().map(|d| &d.unaccounted_pushes) {
@@ -312,40 +325,43 @@ fn train_command(args: &TrainArgs, registry: &Registry) -> Result<()> {
             audit.bound,
         );
     }
-    let unsaved = report.checkpoint_errors.last();
     if report.interrupted {
-        let resume = match fabric.processes() {
-            1 => String::new(),
-            ranks => format!("mpirun -np {ranks} "),
-        };
-        match (&report.config.checkpoint.dir, &report.checkpoint, unsaved) {
-            (None, _, _) => {
-                anyhow::bail!("interrupted (no checkpoint: --checkpoint-dir not set)")
-            }
-            (Some(_), None, error) => anyhow::bail!(
-                "interrupted; no checkpoint was saved, nothing to resume from{}",
-                error.map_or(String::new(), |e| format!(" ({e})"))
-            ),
-            (Some(dir), Some(last), Some(error)) => anyhow::bail!(
-                "interrupted; {} checkpoints could not be saved (the last: {error}); the \
-                 newest saved is {}; continue with: {resume}shadowsync train --resume {}",
-                report.checkpoint_errors.len(),
-                last.display(),
-                dir.display()
-            ),
-            (Some(dir), Some(_), None) => anyhow::bail!(
-                "interrupted; continue with: {resume}shadowsync train --resume {}",
-                dir.display()
-            ),
-        }
+        return Err(interrupted(report, processes));
     }
-    if let Some(error) = unsaved {
+    if let Some(error) = report.checkpoint_errors.last() {
         anyhow::bail!(
             "trained to the end, but {} checkpoints could not be saved; the last: {error}",
             report.checkpoint_errors.len()
         );
     }
     Ok(())
+}
+
+/// Why an interrupted run exits non-zero, and how to go on from it.
+fn interrupted(report: &TrainReport, processes: usize) -> anyhow::Error {
+    let resume = match processes {
+        1 => String::new(),
+        ranks => format!("mpirun -np {ranks} "),
+    };
+    let unsaved = report.checkpoint_errors.last();
+    match (&report.config.checkpoint.dir, &report.checkpoint, unsaved) {
+        (None, _, _) => anyhow::anyhow!("interrupted (no checkpoint: --checkpoint-dir not set)"),
+        (Some(_), None, error) => anyhow::anyhow!(
+            "interrupted; no checkpoint was saved, nothing to resume from{}",
+            error.map_or(String::new(), |e| format!(" ({e})"))
+        ),
+        (Some(dir), Some(last), Some(error)) => anyhow::anyhow!(
+            "interrupted; {} checkpoints could not be saved (the last: {error}); the \
+             newest saved is {}; continue with: {resume}shadowsync train --resume {}",
+            report.checkpoint_errors.len(),
+            last.display(),
+            dir.display()
+        ),
+        (Some(dir), Some(_), None) => anyhow::anyhow!(
+            "interrupted; continue with: {resume}shadowsync train --resume {}",
+            dir.display()
+        ),
+    }
 }
 
 /// `shadowsync gen-data`: synthetic data and its oracle's figures.

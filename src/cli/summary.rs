@@ -5,13 +5,20 @@ use crate::report::mean_std;
 use crate::runtime::sync::Algorithm;
 use crate::train::{DistributedReport, TrainReport};
 
+/// The run's summary: speed, sync, quality, then what happened along the way.
 pub(crate) fn print_summary(report: &TrainReport) {
-    let m = &report.final_metrics;
-    let cluster = &report.cluster;
-    let trainers = report
-        .distributed
-        .as_ref()
-        .map_or(cluster.trainers, |d| d.job_trainers);
+    print_speed(report);
+    if let Some(d) = &report.distributed {
+        print_distributed(d);
+    }
+    print_sync(report);
+    print_quality(report);
+    print_events(report);
+}
+
+/// Examples/s over the training clock and over the wall clock.
+fn print_speed(report: &TrainReport) {
+    let trainers = job_trainers(report);
     println!(
         "trained {} on {} examples in {:.1} s: {:.0} examples/s ({} trainer{}{}, {})",
         report.config.model.kind,
@@ -24,7 +31,7 @@ pub(crate) fn print_summary(report: &TrainReport) {
             .distributed
             .as_ref()
             .map_or(String::new(), |d| format!(" in {} processes", d.processes)),
-        cluster.algorithm,
+        report.cluster.algorithm,
     );
     let wall = &report.wall;
     println!(
@@ -36,9 +43,12 @@ pub(crate) fn print_summary(report: &TrainReport) {
         wall.training_seconds,
         wall.scoring_seconds,
     );
-    if let Some(d) = &report.distributed {
-        print_distributed(d);
-    }
+}
+
+/// Trainers joined and left, the sync's rounds and bytes, examples dropped.
+fn print_sync(report: &TrainReport) {
+    let cluster = &report.cluster;
+    let trainers = job_trainers(report);
     if !report.config.elastic.is_empty() {
         let at_start = report.config.train.trainers;
         let joined: Vec<usize> = (at_start..cluster.trainers).collect();
@@ -78,6 +88,11 @@ pub(crate) fn print_summary(report: &TrainReport) {
              trainer together, and some had one batch more than the others (DDP's drop_last)"
         );
     }
+}
+
+/// The final model's test figures, each replica's, and the oracle's.
+fn print_quality(report: &TrainReport) {
+    let m = &report.final_metrics;
     println!(
         "test ({} examples): NE {:.4}  AUC {:.4}  logloss {:.4}  calibration {:.3}",
         m.examples, m.ne, m.auc, m.logloss, m.calibration
@@ -107,6 +122,10 @@ pub(crate) fn print_summary(report: &TrainReport) {
             o.ne, o.logloss
         );
     }
+}
+
+/// Resumes, checkpoints, settings that never took effect, lines skipped.
+fn print_events(report: &TrainReport) {
     if let Some(resumed) = &report.resumed {
         println!(
             "resumed from {} ({} examples trained before it)",
@@ -143,6 +162,15 @@ pub(crate) fn print_summary(report: &TrainReport) {
             }
         }
     }
+}
+
+/// The trainers of the whole job (of every process).
+fn job_trainers(report: &TrainReport) -> usize {
+    let cluster = &report.cluster;
+    report
+        .distributed
+        .as_ref()
+        .map_or(cluster.trainers, |d| d.job_trainers)
 }
 
 /// The dense sync's bytes sent per example, and before compression if
@@ -209,17 +237,15 @@ fn mib(bytes: u64) -> String {
     format!("{:.0} MiB", bytes as f64 / (1 << 20) as f64)
 }
 
-/// An error's chain of messages, one per line, without the OS's own words
-/// where shadowsync already said them plainly.
+/// An error's chain of messages, one per line (shadowsync's errors say their
+/// causes themselves: a chain is anyhow's context over them).
 pub(crate) fn error_text(error: &anyhow::Error) -> String {
     let mut lines = vec![error.to_string()];
-    let mut said_plainly = error.downcast_ref::<crate::Error>().is_some();
-    for cause in error.chain().skip(1) {
-        let repeat = said_plainly && cause.downcast_ref::<std::io::Error>().is_some();
-        if !repeat {
-            lines.push(format!("  caused by: {cause}"));
-        }
-        said_plainly = cause.downcast_ref::<crate::Error>().is_some();
-    }
+    lines.extend(
+        error
+            .chain()
+            .skip(1)
+            .map(|cause| format!("  caused by: {cause}")),
+    );
     lines.join("\n")
 }

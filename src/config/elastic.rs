@@ -30,11 +30,10 @@ impl Config {
     /// The most trainers the run ever has: those it starts with and every
     /// one its `[[elastic]]` plan adds (0 without a plan: a fixed run).
     pub fn elastic_capacity(&self) -> usize {
-        match self.elastic.is_empty() {
-            true => 0,
-            false => {
-                (self.elastic.iter()).fold(self.train.trainers, |n, s| n.saturating_add(s.add))
-            }
+        if self.elastic.is_empty() {
+            0
+        } else {
+            (self.elastic.iter()).fold(self.train.trainers, |n, s| n.saturating_add(s.add))
         }
     }
 
@@ -45,9 +44,25 @@ impl Config {
     /// process, one worker each, `none` or `shadow-*` averaging groups, no
     /// checkpoints).
     pub(super) fn validate_elastic(&self, processes: usize) -> Result<()> {
-        let Some(first) = self.elastic.first() else {
+        if self.elastic.is_empty() {
             return Ok(());
-        };
+        }
+        self.validate_elastic_run(processes)?;
+        let counts = self.elastic_counts()?;
+        let sync = &self.sync;
+        if let Schedule::Registered(_) = sync.schedule {
+            return Ok(()); // its factory decides, at the change
+        }
+        for n in counts {
+            GroupPlan::new(sync.schedule.clone(), n, sync.group_size_for(n)).map_err(|e| {
+                Error::config("elastic", format!("it comes to {n} trainers, but {e}"))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Whether this run can change its trainers at all.
+    fn validate_elastic_run(&self, processes: usize) -> Result<()> {
         let refuse = |reason: String| Err(Error::config("elastic", reason));
         let sync = &self.sync;
         if processes > 1 {
@@ -84,9 +99,15 @@ impl Config {
                 Self::MAX_LEARNERS
             ));
         }
+        Ok(())
+    }
+
+    /// The number of trainers at the start and after each step of the plan,
+    /// checked step by step.
+    fn elastic_counts(&self) -> Result<Vec<usize>> {
         let mut members: Vec<usize> = (0..self.train.trainers).collect();
         let mut counts = vec![members.len()];
-        let mut at = first.at_step;
+        let mut at = self.elastic.first().map_or(0, |s| s.at_step);
         for (i, step) in self.elastic.iter().enumerate() {
             let key = format!("elastic[{i}]");
             let bad = |reason: String| Err(Error::config(&key, reason));
@@ -119,15 +140,7 @@ impl Config {
             }
             counts.push(members.len());
         }
-        if let Schedule::Registered(_) = sync.schedule {
-            return Ok(()); // its factory decides, at the change
-        }
-        for n in counts {
-            GroupPlan::new(sync.schedule.clone(), n, sync.group_size_for(n)).map_err(|e| {
-                Error::config("elastic", format!("it comes to {n} trainers, but {e}"))
-            })?;
-        }
-        Ok(())
+        Ok(counts)
     }
 
     /// Trainers started before step `i` of the plan.

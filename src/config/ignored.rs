@@ -138,6 +138,14 @@ fn fault_ignored(fault: &Fault, algorithm: &Algorithm) -> Option<String> {
 
 /// Every key that some runs ignore, with what decides it.
 fn modal_keys() -> Vec<Modal> {
+    let mut keys = data_and_model_keys();
+    keys.extend(sync_keys());
+    keys.extend(checkpoint_and_fault_keys());
+    keys
+}
+
+/// The keys of `[data]`, `[model]`, `[optim]` and `[train]` some runs ignore.
+fn data_and_model_keys() -> Vec<Modal> {
     vec![
         // The data.
         modal!("data.synthetic", data.synthetic, |c, _| c
@@ -199,7 +207,12 @@ fn modal_keys() -> Vec<Modal> {
                 "it paces the merges of tables replicated over processes; this run has one table"
                     .into()
             })),
-        // Sync.
+    ]
+}
+
+/// The keys of `[sync]` some runs ignore.
+fn sync_keys() -> Vec<Modal> {
+    vec![
         modal!("sync.group_size", sync.group_size, unsynced),
         modal!("sync.schedule", sync.schedule, unsynced),
         modal!("sync.seed", sync.seed, |c, p| unsynced(c, p).or_else(
@@ -237,7 +250,12 @@ fn modal_keys() -> Vec<Modal> {
         modal!("sync.zeta", sync.zeta, rule "bmuf", "BMUF's block learning rate"),
         modal!("sync.nesterov", sync.nesterov, rule "bmuf", "BMUF's Nesterov look-ahead"),
         modal!("sync.diloco", sync.diloco, rule "diloco", "DiLoCo's outer optimizer"),
-        // Checkpoints.
+    ]
+}
+
+/// The checkpoints' keys and the faults some runs ignore.
+fn checkpoint_and_fault_keys() -> Vec<Modal> {
+    vec![
         modal!(
             "checkpoint.every_steps",
             checkpoint.every_steps,

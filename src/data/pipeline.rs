@@ -183,6 +183,7 @@ struct Chunk {
 }
 
 /// The running pipeline: take the consumers' receivers, then `finish`.
+#[must_use = "a Pipeline reads in the background: keep it and `finish` it to learn how the read went"]
 pub struct Pipeline {
     shards: Vec<Batches>,
     ledger: Option<ChunkLedger>,
@@ -367,9 +368,10 @@ impl Pipeline {
                 *place = chunks;
             }
         }
-        let readers = match criteo::rereadable(path)? {
-            true => config.shards.clamp(1, MAX_READERS),
-            false => 1,
+        let readers = if criteo::rereadable(path)? {
+            config.shards.clamp(1, MAX_READERS)
+        } else {
+            1
         };
         // Reader `r` deals to the kept shards `s` with `s mod readers = r`.
         let mut dealt = vec![vec![None; config.shards]; readers.min(keep.len())];
@@ -594,9 +596,10 @@ impl Parser {
         examples.clear();
         let body = chunk.bytes.strip_suffix(b"\n").unwrap_or(&chunk.bytes);
         for (number, line) in (chunk.first_line..).zip(body.split(|&b| b == b'\n')) {
-            let parsed = match chunk.too_long.contains(&number) {
-                true => Err(criteo::too_long(&self.path, number)),
-                false => parse_line(line).map_err(|e| e.at(&self.path, number)),
+            let parsed = if chunk.too_long.contains(&number) {
+                Err(criteo::too_long(&self.path, number))
+            } else {
+                parse_line(line).map_err(|e| e.at(&self.path, number))
             };
             match (parsed, self.policy) {
                 (Ok(example), _) => examples.push(example),

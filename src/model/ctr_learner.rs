@@ -1,6 +1,6 @@
 //! A CTR model replica with its optimizers and its shard of the data.
 
-use crate::config::{ModelConfig, OptimConfig};
+use crate::config::{Config, ModelConfig, OptimConfig};
 use crate::data::{Batch, Batches};
 use crate::model::{CtrModel, DenseOptimizer, Models, Pending, Prefetch, Table};
 use crate::{Error, Result};
@@ -30,27 +30,27 @@ pub struct CtrLearner {
 
 impl CtrLearner {
     /// One learner per data shard, all sharing `table` (updated
-    /// Hogwild-style): the replicas of a multi-trainer run. With `workers > 1`,
-    /// every `workers` consecutive shards make one trainer whose learners also
-    /// share one dense replica (its Hogwild workers). Every trainer's dense
-    /// parameters start at the same point, drawn from `seed`, in whichever
+    /// Hogwild-style), each a model `models` builds from `config.model` with
+    /// `config.optim`: the replicas of a multi-trainer run. With
+    /// `train.workers > 1`, every that many consecutive shards make one
+    /// trainer whose learners also share one dense replica (its Hogwild
+    /// workers). Every trainer's dense parameters start at the same point,
+    /// drawn from `train.seed`, in whichever
     /// process it runs (as data-parallel training starts from one model):
     /// replicas drawn apart are networks that averaging cannot merge and
     /// EASGD's weak pull never brings together.
     ///
     /// # Errors
     ///
-    /// A model `models` cannot build from `model`, or libtorch's.
+    /// A model `models` cannot build from `config.model`, or libtorch's.
     pub fn replicas(
         models: &Models,
-        model: &ModelConfig,
-        optim: &OptimConfig,
+        config: &Config,
         table: &Table,
         shards: Vec<Batches>,
-        workers: usize,
-        seed: u64,
     ) -> Result<Vec<Self>> {
-        let workers = workers.max(1);
+        let (model, optim) = (&config.model, &config.optim);
+        let (workers, seed) = (config.train.workers.max(1), config.train.seed);
         let mut learners: Vec<Self> = Vec::with_capacity(shards.len());
         for (i, shard) in shards.into_iter().enumerate() {
             let owner = learners.get(i - i % workers).map(|owner| &owner.dense);

@@ -43,7 +43,7 @@ pub struct EmbeddingTable {
 /// row, set by every handle's updates once tracking is on (a replicated
 /// table's merge across processes reads only these rows).
 #[derive(Debug)]
-pub struct WrittenRows {
+pub(crate) struct WrittenRows {
     on: AtomicBool,
     words: Vec<AtomicU64>,
 }
@@ -57,7 +57,7 @@ impl WrittenRows {
     }
 
     /// Starts recording the rows written.
-    pub fn track(&self) {
+    pub(crate) fn track(&self) {
         self.on.store(true, Ordering::Relaxed);
     }
 
@@ -74,7 +74,7 @@ impl WrittenRows {
     }
 
     /// The rows written since the last call, in order; their marks cleared.
-    pub fn take(&self) -> Vec<usize> {
+    pub(crate) fn take(&self) -> Vec<usize> {
         let mut rows = Vec::new();
         for (w, word) in self.words.iter().enumerate() {
             let mut bits = word.swap(0, Ordering::Acquire);
@@ -254,7 +254,7 @@ impl EmbeddingTable {
     }
 
     /// The rows written through any handle, once tracked.
-    pub fn written(&self) -> &Arc<WrittenRows> {
+    pub(crate) fn written(&self) -> &Arc<WrittenRows> {
         &self.written
     }
 

@@ -5,6 +5,7 @@
 use crate::distributed::every_process_u64s;
 use crate::Result;
 use serde::{Deserialize, Serialize};
+use shadowsync_actors::stats::proc_bytes;
 use shadowsync_actors::sync::Fabric;
 
 /// One process's memory.
@@ -22,7 +23,7 @@ impl MemoryReport {
     pub fn now(table_bytes: u64) -> Self {
         Self {
             table_bytes,
-            peak_rss_bytes: proc_kib("/proc/self/status", "VmHWM:"),
+            peak_rss_bytes: proc_bytes("/proc/self/status", "VmHWM:"),
         }
     }
 
@@ -46,21 +47,7 @@ impl MemoryReport {
 /// Bytes of memory available to a new allocation (`MemAvailable`), if the
 /// system says.
 pub(super) fn available_memory() -> Option<u64> {
-    proc_kib("/proc/meminfo", "MemAvailable:")
-}
-
-/// The value in KiB of the line of `file` that starts with `key`, in bytes.
-fn proc_kib(file: &str, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(file).ok()?;
-    let kib = text
-        .lines()
-        .find_map(|l| l.strip_prefix(key))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse::<u64>()
-        .ok()?;
-    Some(kib * 1024)
+    proc_bytes("/proc/meminfo", "MemAvailable:")
 }
 
 #[cfg(test)]

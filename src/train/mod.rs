@@ -1,7 +1,7 @@
 //! A training run: N trainers, one pass over the training data, evaluated on
 //! held-out data.
 //!
-//! [`train`] resolves the data (files, or the built-in synthetic set), starts the
+//! [`Run::train`] resolves the data (files, or the built-in synthetic set), starts the
 //! [`Pipeline`] with one shard per trainer, builds one [`CtrLearner`] per trainer
 //! (all sharing one embedding table), runs them on the runtime's [`Cluster`](shadowsync_actors::Cluster) with
 //! the configured synchronization, has the runtime's [`Evaluator`](shadowsync_actors::evaluator::Evaluator) actor score
@@ -21,14 +21,13 @@
 //! With `checkpoint.dir` set, the run saves its whole state there (see
 //! [`crate::checkpoint`]) every `checkpoint.every_steps` steps of each trainer,
 //! when the observer reports an interruption (the CLI's SIGINT/SIGTERM), and at
-//! the end. [`resume`] continues a run from its newest whole checkpoint: each
+//! the end. [`Run::resume`] continues a run from its newest whole checkpoint: each
 //! trainer's data goes on from the batches it had trained, so that over both
 //! runs every example is trained exactly once.
 //!
 //! The names a configuration gives (sync rule, schedule, model, row
-//! optimizer) are looked up in a [`Registry`]: [`train`] and [`resume`] know
-//! the built-in ones; [`train_on`] and [`resume_on`] take a registry with
-//! one's own added.
+//! optimizer) are looked up in a [`Registry`]: the built-in ones unless
+//! [`Run::registry`] gives one with one's own added.
 //!
 //! A run goes through named phases, each in a function of its own: the data
 //! (`data.rs`: files resolved and checked, the test set loaded), the learners
@@ -39,8 +38,8 @@
 use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore, Reason, Rejected};
 use crate::config::{Config, EmbeddingsMode, RowShape};
 use crate::data::{
-    BadLinePolicy, Batch, Batches, CriteoReader, Dealing, Oracle, Pipeline, PipelineConfig,
-    ReadStats, Resume, TableLayout,
+    BadLinePolicy, Batch, CriteoReader, Dealing, Oracle, Pipeline, PipelineConfig, ReadStats,
+    Resume, TableLayout,
 };
 use crate::distributed::{every_process_u64s, TableSyncReport};
 use crate::metrics::{EvalPoint, Metrics};
@@ -51,21 +50,23 @@ use shadowsync_actors::embedding::RowTraffic;
 use shadowsync_actors::events::Event;
 use shadowsync_actors::monitor::Monitor;
 use shadowsync_actors::sync::unaccounted_in_job;
-use shadowsync_actors::sync::{Fabric, InProcess};
+use shadowsync_actors::sync::Fabric;
 use shadowsync_actors::ClusterReport;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod data;
 mod memory;
+mod run;
 mod session;
 mod wall;
 
 pub use memory::MemoryReport;
+pub use run::Run;
 pub use wall::WallClock;
 
 use data::{no_examples, RunData};
-use session::{Ended, Session};
+use session::{Built, Ended, Session};
 use wall::Stopwatch;
 
 /// Examples per evaluation batch.
@@ -262,39 +263,6 @@ pub fn load_batches(
     Ok((batches, reader.stats().clone()))
 }
 
-/// Trains `config.train.trainers` replicas for one pass over the data (each on
-/// its shard, synchronized by `config.sync`) and evaluates the result.
-///
-/// # Errors
-///
-/// A configuration that cannot run (naming its key), data that cannot be
-/// read, or the runtime's failure to start; a failure during training is in
-/// the report instead ([`TrainReport::error`]).
-pub fn train(config: &Config, observer: &mut dyn Observer) -> Result<TrainReport> {
-    train_on(Arc::new(InProcess), config, &Registry::default(), observer)
-}
-
-/// This process's part of a run spread over `fabric`'s processes (each runs
-/// it with the same `config`): `config.train.trainers` trainers here, on this
-/// process's part of the data; see [`crate::distributed`]. Every process gets
-/// the report of the same final model (the mean over all trainers). Each
-/// process writes its checkpoints to its own directory under
-/// `checkpoint.dir` ([`process_dir`]). The names `config` gives are looked
-/// up in `registry` (one's own rules, schedules, models, row optimizers);
-/// `Arc::new(InProcess)` as `fabric` trains in this process alone.
-///
-/// # Errors
-///
-/// As [`train`]; a name `registry` does not know is an error naming its key.
-pub fn train_on(
-    fabric: Arc<dyn Fabric>,
-    config: &Config,
-    registry: &Registry,
-    observer: &mut dyn Observer,
-) -> Result<TrainReport> {
-    run(fabric, config, registry, None, observer)
-}
-
 /// Where a process of a job keeps its checkpoints: `dir` itself in one
 /// process, `dir/rank-P-of-R` in process `P` of `R`.
 pub fn process_dir(dir: &Path, fabric: &dyn Fabric) -> PathBuf {
@@ -304,34 +272,11 @@ pub fn process_dir(dir: &Path, fabric: &dyn Fabric) -> PathBuf {
     }
 }
 
-/// Continues the run whose checkpoints are in `dir` from the newest whole one,
-/// with that run's configuration (writing further checkpoints to `dir`).
-///
-/// # Errors
-///
-/// No whole checkpoint in `dir` (each one passed over says why), or as
-/// [`train`].
-pub fn resume(dir: &Path, observer: &mut dyn Observer) -> Result<TrainReport> {
-    resume_on(Arc::new(InProcess), dir, &Registry::default(), observer)
-}
-
-/// This process's part of resuming a job of `fabric`'s processes (as many as
-/// the job that wrote the checkpoints): each continues from the newest whole
-/// checkpoint in its [`process_dir`]; the sync rounds of all trainers go on
-/// from the furthest any of them had come to. The checkpoint's names are
-/// looked up in `registry` (the one the run was started with).
-///
-/// # Errors
-///
-/// As [`resume`]; a process whose checkpoints are missing names its
-/// directory.
-pub fn resume_on(
-    fabric: Arc<dyn Fabric>,
-    dir: &Path,
-    registry: &Registry,
-    observer: &mut dyn Observer,
-) -> Result<TrainReport> {
-    let own = process_dir(dir, fabric.as_ref());
+/// What resuming from `dir` goes on with, in this process of `fabric`'s:
+/// the run's configuration (its checkpoint's, writing further checkpoints to
+/// `dir`), what it resumes from, and the checkpoint (see [`Run::resume`]).
+fn resumed_from(fabric: &dyn Fabric, dir: &Path) -> Result<(Config, Resumed, Checkpoint)> {
+    let own = process_dir(dir, fabric);
     if is_one_checkpoint(dir) {
         let parent = dir.parent().unwrap_or(dir);
         return Err(Error::config(
@@ -345,9 +290,10 @@ pub fn resume_on(
         ));
     }
     if fabric.processes() == 1 && !dir.is_dir() {
-        let why = match dir.exists() {
-            true => "it is a file",
-            false => "it does not exist",
+        let why = if dir.exists() {
+            "it is a file"
+        } else {
+            "it does not exist"
         };
         return Err(Error::config(
             "resume",
@@ -366,7 +312,7 @@ pub fn resume_on(
         ));
     }
     let store = CheckpointStore::open(&own, 1)?;
-    let (path, mut checkpoint, rejected) = load_job_checkpoint(fabric.as_ref(), &store)?;
+    let (path, mut checkpoint, rejected) = load_job_checkpoint(fabric, &store)?;
     if fabric.processes() > 1 {
         // A round every trainer of the job goes on from (in one process, the
         // cluster aligns the rounds itself).
@@ -377,7 +323,7 @@ pub fn resume_on(
             .map(|t| t.sync.round)
             .max()
             .unwrap_or(0);
-        let furthest = every_process_u64s(fabric.as_ref(), &[furthest])?
+        let furthest = every_process_u64s(fabric, &[furthest])?
             .into_iter()
             .flatten()
             .max()
@@ -405,13 +351,7 @@ pub fn resume_on(
             .map(|r| format!("{}: {}", r.path.display(), r.reason))
             .collect(),
     };
-    run(
-        fabric,
-        &config,
-        registry,
-        Some((resumed, checkpoint)),
-        observer,
-    )
+    Ok((config, resumed, checkpoint))
 }
 
 /// The newest checkpoint that every process of the job has whole, from
@@ -490,7 +430,7 @@ fn run(
         fabric.as_ref(),
         checkpoint,
     )?;
-    let table_bytes = learners.1.bytes();
+    let table_bytes = learners.table.bytes();
     let mut session = Session::start(
         Arc::clone(&fabric),
         (config, registry),
@@ -626,7 +566,7 @@ fn build_learners(
     pipeline: &mut Pipeline,
     fabric: &dyn Fabric,
     resumed: Option<&Checkpoint>,
-) -> Result<(Vec<CtrLearner>, Table, Option<Batches>)> {
+) -> Result<Built> {
     let width = row_shape.width as i64;
     let rule = registry.row_rules().build(&config.optim)?;
     let lr = config.optim.sparse_lr;
@@ -666,20 +606,57 @@ fn build_learners(
         table.resume_pushes(checkpoint.pushes.clone());
     }
     let shards = pipeline.take_shards();
-    let queue = shards
+    let joiner_queue = shards
         .first()
         .filter(|_| !config.elastic.is_empty())
         .cloned();
-    let learners = CtrLearner::replicas(
-        registry.models(),
-        &config.model,
-        &config.optim,
-        &table,
-        shards,
-        config.train.workers,
-        config.train.seed,
-    )?;
-    Ok((learners, table, queue))
+    let learners = CtrLearner::replicas(registry.models(), config, &table, shards)?;
+    Ok(Built {
+        learners,
+        table,
+        joiner_queue,
+    })
+}
+
+/// This process's part in a run across processes (`None` in one process),
+/// after the collectives every process takes part in: each process's memory,
+/// the job's pushes sent and applied.
+fn distributed_report(
+    fabric: &dyn Fabric,
+    config: &Config,
+    (cluster, memory): (&ClusterReport, MemoryReport),
+    table_sync: Option<TableSyncReport>,
+    embeddings: Option<RowTraffic>,
+) -> Result<Option<DistributedReport>> {
+    let memory_per_process = memory.every_process(fabric)?;
+    let unaccounted_pushes = match &embeddings {
+        Some(rows) => unaccounted_in_job(fabric, &rows.pushes_sent, &rows.pushes_applied)?
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        None => Vec::new(),
+    };
+    if fabric.processes() == 1 {
+        return Ok(None);
+    }
+    let dense_bytes_sent = fabric.bytes_sent();
+    let sparse_bytes_sent = fabric.row_bytes_sent() + table_sync.map_or(0, |sync| sync.bytes);
+    let per_example = |bytes: u64| bytes as f64 / cluster.examples.max(1) as f64;
+    Ok(Some(DistributedReport {
+        processes: fabric.processes(),
+        process: fabric.process(),
+        job_trainers: config.train.trainers * fabric.processes(),
+        dense_bytes_sent,
+        embeddings: config.train.embeddings_for(fabric.processes()),
+        table_sync,
+        sharded: embeddings,
+        unaccounted_pushes,
+        sparse_bytes_sent,
+        dense_bytes_per_example: per_example(dense_bytes_sent),
+        sparse_bytes_per_example: per_example(sparse_bytes_sent),
+        bytes_per_example: per_example(dense_bytes_sent + sparse_bytes_sent),
+        memory_per_process,
+    }))
 }
 
 /// The report of an ended session: the whole job's examples and examples/s,
@@ -711,35 +688,13 @@ fn report(
         .sum();
     let lost = untrained(fabric, &train_read, examples, dropped)?
         .filter(|_| !ended.interrupted && cluster.errors.is_empty() && resumed.is_none());
-    let memory_per_process = memory.every_process(fabric)?;
-    let unaccounted_pushes = match &ended.embeddings {
-        Some(rows) => unaccounted_in_job(fabric, &rows.pushes_sent, &rows.pushes_applied)?
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        None => Vec::new(),
-    };
-    let distributed = (fabric.processes() > 1).then(|| {
-        let dense_bytes_sent = fabric.bytes_sent();
-        let sparse_bytes_sent =
-            fabric.row_bytes_sent() + ended.table_sync.map_or(0, |sync| sync.bytes);
-        let per_example = |bytes: u64| bytes as f64 / cluster.examples.max(1) as f64;
-        DistributedReport {
-            processes: fabric.processes(),
-            process: fabric.process(),
-            job_trainers: config.train.trainers * fabric.processes(),
-            dense_bytes_sent,
-            embeddings: config.train.embeddings_for(fabric.processes()),
-            table_sync: ended.table_sync,
-            sharded: ended.embeddings,
-            unaccounted_pushes,
-            sparse_bytes_sent,
-            dense_bytes_per_example: per_example(dense_bytes_sent),
-            sparse_bytes_per_example: per_example(sparse_bytes_sent),
-            bytes_per_example: per_example(dense_bytes_sent + sparse_bytes_sent),
-            memory_per_process,
-        }
-    });
+    let distributed = distributed_report(
+        fabric,
+        config,
+        (&cluster, memory),
+        ended.table_sync,
+        ended.embeddings,
+    )?;
     let last = EvalPoint {
         examples,
         train_seconds: ended.earlier_seconds + cluster.seconds,
@@ -750,15 +705,11 @@ fn report(
     let wall = watch.read(this_run, ended.scoring_seconds);
     let mut history = ended.history;
     history.push(last);
-    let unreached_settings = match ended.interrupted {
-        true => Vec::new(),
-        false => config.unreached(
-            &cluster
-                .trainer_stats
-                .iter()
-                .map(|s| s.steps)
-                .collect::<Vec<_>>(),
-        ),
+    let steps: Vec<u64> = cluster.trainer_stats.iter().map(|s| s.steps).collect();
+    let unreached_settings = if ended.interrupted {
+        Vec::new()
+    } else {
+        config.unreached(&steps)
     };
     Ok(TrainReport {
         config: config.clone(),
@@ -770,7 +721,7 @@ fn report(
             test_oracle: data.test_oracle,
         },
         examples,
-        steps: cluster.trainer_stats.iter().map(|s| s.steps).sum(),
+        steps: steps.iter().sum(),
         train_seconds: last.train_seconds,
         examples_per_sec: match distributed {
             Some(_) => job_examples_per_sec as f64,

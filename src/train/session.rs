@@ -18,6 +18,7 @@ use crate::metrics::{evaluate, EvalPoint, Metrics};
 use crate::model::{AuditReport, CtrLearner, Models, Table};
 use crate::{Error, Registry, Result};
 use crossbeam_channel::Receiver;
+use shadowsync_actors::cluster::{mean_replica, spread_around};
 use shadowsync_actors::embedding::{Pushes, RowTraffic};
 use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
 use shadowsync_actors::events::{Event, EventBus};
@@ -155,7 +156,7 @@ impl FinalModel {
     fn of(self, replicas: Vec<Vec<f32>>) -> Vec<f32> {
         match self {
             FinalModel::EachReplica => replicas.into_iter().next().unwrap_or_default(),
-            FinalModel::Mean => mean_of(&replicas),
+            FinalModel::Mean => mean_replica(&replicas),
         }
     }
 }
@@ -290,63 +291,33 @@ pub(super) struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    /// Starts `learners` (sharing `table`) on `fabric`'s cluster, with an
-    /// evaluator over `data`'s test set (taken from it), going on from
-    /// `resumed` if given.
+    /// Starts `built`'s learners (sharing its table) on `fabric`'s cluster,
+    /// with an evaluator over `data`'s test set (taken from it), going on
+    /// from `resumed` if given.
     pub(super) fn start(
         fabric: Arc<dyn Fabric>,
         (config, registry): (&'a Config, &Registry),
-        (learners, table, queue): (Vec<CtrLearner>, Table, Option<Batches>),
+        built: Built,
         data: &mut RunData,
         resumed: Option<&Checkpoint>,
         observer: &mut dyn Observer,
     ) -> Result<Self> {
+        let Built {
+            learners,
+            table,
+            joiner_queue,
+        } = built;
         let test = std::mem::take(&mut data.test_batches);
         let saver = Saver::open(config, fabric.as_ref(), data, resumed)?;
-        let table_sync = match &table {
-            Table::Local(local) if fabric.processes() > 1 => {
-                let every = Duration::from_millis(config.train.table_sync_ms);
-                let codec = registry.row_codec(&config.sync)?;
-                Some(TableSync::start(
-                    Arc::clone(&fabric),
-                    local.share(),
-                    every,
-                    codec,
-                )?)
-            }
-            _ => None,
-        };
-        let evaluator = Evaluator::start(scorers(
+        let table_sync = start_table_sync(&fabric, config, registry, &table)?;
+        let scorers = scorers(
             (registry.models(), config),
             &table,
             test,
             fabric.processes(),
-        )?)?;
-        let which = match config.sync.algorithm {
-            Algorithm::None => FinalModel::EachReplica,
-            _ => FinalModel::Mean,
-        };
-        let joiners = queue.map(|queue| Joiners {
-            models: registry.models().clone(),
-            queue,
-        });
-        let cluster_config = ClusterConfig {
-            sync: config.sync.clone(),
-            intra_op_threads: config.train.threads,
-            consensus_every_ms: config.train.consensus_every_ms,
-            workers: config.train.workers,
-            faults: config.faults.clone(),
-            stragglers: config.stragglers.clone(),
-            checkpoint_every: match saver {
-                Some(_) => config.checkpoint.every_steps,
-                None => 0,
-            },
-            elastic_capacity: config.elastic_capacity(),
-            rules: registry.rules().clone(),
-            schedules: registry.schedules().clone(),
-            codecs: registry.codecs().clone(),
-            ..ClusterConfig::default()
-        };
+        )?;
+        let evaluator = Evaluator::start(scorers)?;
+        let cluster_config = cluster_config(config, registry, saver.is_some());
         // Subscribed before the start: a trainer failing at once is seen.
         let events = cluster_config.events.subscribe();
         let observed = cluster_config.events.subscribe();
@@ -373,9 +344,15 @@ impl<'a> Session<'a> {
             events,
             bus,
             evaluator,
-            which,
+            which: match config.sync.algorithm {
+                Algorithm::None => FinalModel::EachReplica,
+                _ => FinalModel::Mean,
+            },
             elastic: config.elastic.iter().cloned().collect(),
-            joiners,
+            joiners: joiner_queue.map(|queue| Joiners {
+                models: registry.models().clone(),
+                queue,
+            }),
             table,
             table_sync,
             saver,
@@ -617,9 +594,10 @@ impl<'a> Session<'a> {
         let done = self.evaluator.wait_all()?;
         self.record_live(done, observer)?;
         if let (Some(saver), true) = (&self.saver, outcome.report.errors.is_empty()) {
-            let reason = match self.interrupted {
-                true => Reason::Interrupted,
-                false => Reason::End,
+            let reason = if self.interrupted {
+                Reason::Interrupted
+            } else {
+                Reason::End
             };
             let seconds = self.train_seconds();
             let saved = outcome
@@ -682,12 +660,9 @@ impl<'a> Session<'a> {
     /// so that every scorer is busy until the last.
     fn final_metrics(&mut self, center: Option<Vec<f32>>, examples: u64) -> Result<Final> {
         let each = self.cluster.replicas()?;
-        let mut mean = mean_of(&each);
+        let mut mean = mean_replica(&each);
         self.fabric.average(&mut mean)?;
-        let mut distance = [
-            each.iter().map(|w| squared_distance(w, &mean)).sum::<f64>() as f32
-                / each.len().max(1) as f32,
-        ];
+        let mut distance = [spread_around(&each, &mean) as f32];
         self.fabric.average(&mut distance)?;
         let evaluator = &mut self.evaluator;
         let final_model = match (center, self.which) {
@@ -725,27 +700,63 @@ impl<'a> Session<'a> {
     }
 }
 
+/// What a run's learners are built into (see `build_learners`): the
+/// learners, the embedding table they share, and the batches of the trainers
+/// an `[[elastic]]` plan adds.
+pub(super) struct Built {
+    pub learners: Vec<CtrLearner>,
+    pub table: Table,
+    pub joiner_queue: Option<Batches>,
+}
+
+/// Merges a table kept whole in each of several processes every
+/// `train.table_sync_ms`; `None` for one process or a sharded table.
+fn start_table_sync(
+    fabric: &Arc<dyn Fabric>,
+    config: &Config,
+    registry: &Registry,
+    table: &Table,
+) -> Result<Option<TableSync>> {
+    let Table::Local(local) = table else {
+        return Ok(None);
+    };
+    if fabric.processes() == 1 {
+        return Ok(None);
+    }
+    let every = Duration::from_millis(config.train.table_sync_ms);
+    let codec = registry.row_codec(&config.sync)?;
+    let sync = TableSync::start(Arc::clone(fabric), local.share(), every, codec)?;
+    Ok(Some(sync))
+}
+
+/// The runtime's settings for `config`'s run, with `registry`'s names;
+/// periodic checkpoints only when the run keeps them.
+fn cluster_config(config: &Config, registry: &Registry, checkpointing: bool) -> ClusterConfig {
+    ClusterConfig {
+        sync: config.sync.clone(),
+        intra_op_threads: config.train.threads,
+        consensus_every_ms: config.train.consensus_every_ms,
+        workers: config.train.workers,
+        faults: config.faults.clone(),
+        stragglers: config.stragglers.clone(),
+        checkpoint_every: if checkpointing {
+            config.checkpoint.every_steps
+        } else {
+            0
+        },
+        elastic_capacity: config.elastic_capacity(),
+        rules: registry.rules().clone(),
+        schedules: registry.schedules().clone(),
+        codecs: registry.codecs().clone(),
+        ..ClusterConfig::default()
+    }
+}
+
 /// A session's final figures (see [`Session::final_metrics`]).
 struct Final {
     metrics: Metrics,
     replicas: Vec<Metrics>,
     consensus_distance: f64,
-}
-
-/// The element-wise mean of `vectors` (of one length).
-fn mean_of(vectors: &[Vec<f32>]) -> Vec<f32> {
-    let mut mean = vec![0f32; vectors.first().map_or(0, Vec::len)];
-    for vector in vectors {
-        mean.iter_mut()
-            .zip(vector)
-            .for_each(|(m, v)| *m += v / vectors.len() as f32);
-    }
-    mean
-}
-
-/// `‖a − b‖²`, summed in f64.
-fn squared_distance(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum()
 }
 
 /// The metrics of a finished evaluation.

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own part
 
 use shadowsync::config::{Config, OptimizerKind};
-use shadowsync::train::{train, TrainReport};
+use shadowsync::train::{Run, TrainReport};
 use std::path::Path;
 
 /// Enough data for the replicas' dense layers to settle: at 160k–320k rows the
@@ -38,7 +38,7 @@ pub(crate) fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
 }
 
 pub(crate) fn run(config: &Config) -> TrainReport {
-    let report = train(config, &mut ()).unwrap();
+    let report = Run::new().train(config).unwrap();
     let algorithm = &config.sync.algorithm;
     assert!(report.error.is_none(), "{algorithm}: {:?}", report.error);
     assert_eq!(

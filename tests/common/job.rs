@@ -6,15 +6,13 @@
 
 use serde_json::Value;
 use shadowsync::report::mean_std;
-use shadowsync_testkit::process::{mpirun, text};
+use shadowsync_testkit::process::{mpirun, text, RunToEnd};
 use std::path::Path;
 use std::process::{Command, Output};
 
 /// The binary, under `mpirun` on `ranks` ranks when given; run to its end.
 pub(crate) fn shadowsync(ranks: Option<usize>, args: &[&str]) -> Output {
-    command(ranks, args)
-        .output()
-        .expect("mpirun (Open MPI) is needed: scripts/setup.sh --with-mpi installs it")
+    command(ranks, args).run_to_end()
 }
 
 /// The binary with `args`, under `mpirun` on `ranks` ranks when given.
@@ -91,9 +89,10 @@ pub(crate) fn lr_run(
     ];
     // Logistic regression unless `more` says otherwise, with plain SGD 0.1
     // (the bounds below were set for it) unless `more` names optimizers.
-    let model = match more.contains(&"--model") {
-        true => &[][..],
-        false => &["--model", "lr"][..],
+    let model = if more.contains(&"--model") {
+        &[][..]
+    } else {
+        &["--model", "lr"][..]
     };
     args.iter()
         .chain(&["--optim-preset", "dlrm-reference"])
@@ -135,9 +134,10 @@ pub(crate) fn train_with(
     ));
     let config = dir.join("mpi.toml");
     // EASGD's centre in 2 shards, one per rank.
-    let shards = match sync.contains("easgd") {
-        true => "server_shards = 2",
-        false => "",
+    let shards = if sync.contains("easgd") {
+        "server_shards = 2"
+    } else {
+        ""
     };
     std::fs::write(
         &config,
@@ -163,10 +163,4 @@ pub(crate) fn data_paths(dir: &Path) -> (String, String) {
 
 pub(crate) fn mean(values: &[f64]) -> f64 {
     mean_std(values).0
-}
-
-/// The standard error of the difference of the means of `a` and `b` (Welch).
-pub(crate) fn difference_standard_error(a: &[f64], b: &[f64]) -> f64 {
-    let variance_of_mean = |v: &[f64]| mean_std(v).1.powi(2) / v.len() as f64;
-    (variance_of_mean(a) + variance_of_mean(b)).sqrt()
 }

@@ -9,10 +9,10 @@ pub(crate) mod ctr;
 pub(crate) mod job;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 pub(crate) use shadowsync_testkit::exclusive;
-pub(crate) use shadowsync_testkit::process::{output_within, run_within, text};
+pub(crate) use shadowsync_testkit::process::{output_within, run_within, text, RunToEnd};
 
 /// A real Criteo sample file shipped with the tests (`tests/data/README.md` says
 /// where each comes from).
@@ -31,4 +31,9 @@ pub(crate) fn shadowsync(args: &[&str]) -> Command {
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null());
     command
+}
+
+/// [`shadowsync`] with `args`, run to its end ([`RunToEnd`]).
+pub(crate) fn run(args: &[&str]) -> Output {
+    shadowsync(args).run_to_end()
 }

@@ -35,6 +35,7 @@ use std::sync::Arc;
 /// let outcome = cluster.wait()?;
 /// # Ok(()) }
 /// ```
+#[must_use = "a ClusterBuilder does nothing until `start` is called"]
 pub struct ClusterBuilder<L: Learner> {
     config: ClusterConfig,
     learners: Vec<L>,
@@ -111,7 +112,7 @@ impl<L: Learner> ClusterBuilder<L> {
     }
 }
 
-/// The shorthands of [`ClusterBuilder`].
+/// The shorthand of [`ClusterBuilder`].
 impl<L: Learner> Cluster<L> {
     /// Starts training `learners` under `config`: one per trainer, or with
     /// `config.workers = W`, W consecutive learners per trainer whose dense
@@ -124,43 +125,5 @@ impl<L: Learner> Cluster<L> {
     /// As [`ClusterBuilder::start`].
     pub fn start(config: ClusterConfig, learners: Vec<L>) -> Result<Self> {
         ClusterBuilder::new(config, learners).start()
-    }
-
-    /// Starts this process's part of a job spread over `fabric`'s processes
-    /// (see [`ClusterBuilder::fabric`]), from `resumed` if given.
-    ///
-    /// # Errors
-    ///
-    /// As [`ClusterBuilder::start`]; across processes also a fabric
-    /// that cannot reach the others.
-    pub fn start_on(
-        fabric: Arc<dyn Fabric>,
-        config: ClusterConfig,
-        learners: Vec<L>,
-        resumed: Option<&ClusterState>,
-    ) -> Result<Self> {
-        let builder = ClusterBuilder::new(config, learners).fabric(fabric);
-        match resumed {
-            Some(state) => builder.resume_from(state.clone()),
-            None => builder,
-        }
-        .start()
-    }
-
-    /// Starts training `learners` from `state` (see
-    /// [`ClusterBuilder::resume_from`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`ClusterBuilder::start`]; a state of another number of
-    /// trainers or layout is an error naming `resume`.
-    pub fn start_from(
-        config: ClusterConfig,
-        learners: Vec<L>,
-        state: &ClusterState,
-    ) -> Result<Self> {
-        ClusterBuilder::new(config, learners)
-            .resume_from(state.clone())
-            .start()
     }
 }

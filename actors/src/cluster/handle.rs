@@ -126,6 +126,7 @@ impl<L: Learner> Inner<L> {
 }
 
 /// A cloneable handle on a running cluster.
+#[must_use = "a Cluster trains in the background: keep it and `wait` for its outcome"]
 pub struct Cluster<L: Learner> {
     pub(crate) inner: Arc<Inner<L>>,
 }
@@ -165,7 +166,7 @@ impl<L: Learner> Cluster<L> {
             e
         };
         let server = server.transpose().map_err(stop_system)?;
-        let groups = CoordinatorClient::new(coordinator, &*wiring.plan);
+        let groups = CoordinatorClient::new(coordinator);
         let (parts, spare) = wiring
             .parts(learners, &groups, &config, &server, resumed)
             .map_err(stop_system)?;

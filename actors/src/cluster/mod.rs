@@ -46,4 +46,6 @@ pub use builder::ClusterBuilder;
 pub use checkpoint::{ClusterState, TrainerState};
 pub use config::ClusterConfig;
 pub use handle::Cluster;
-pub use report::{consensus_distance, ClusterOutcome, ClusterReport, ConsensusPoint};
+pub use report::{
+    consensus_distance, mean_replica, spread_around, ClusterOutcome, ClusterReport, ConsensusPoint,
+};

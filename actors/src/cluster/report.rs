@@ -5,7 +5,7 @@ use super::checkpoint::{ClusterState, TrainerState};
 use super::roster::Roster;
 use crate::hogwild::ParamAlias;
 use crate::stats::TrainerStats;
-use crate::sync::{Algorithm, PeerState};
+use crate::sync::{mean_into, Algorithm, PeerState};
 use crate::{Error, Learner, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -161,19 +161,30 @@ pub(super) fn sample_consensus(
     points
 }
 
-/// Mean over replicas of ‖wᵢ − w̄‖².
+/// The replicas' element-wise mean, w̄ (empty for none).
+pub fn mean_replica(replicas: &[Vec<f32>]) -> Vec<f32> {
+    let mut mean = vec![0f32; replicas.first().map_or(0, Vec::len)];
+    let each: Vec<&[f32]> = replicas.iter().map(Vec::as_slice).collect();
+    mean_into(&mut mean, &each);
+    mean
+}
+
+/// Mean over replicas of ‖wᵢ − w̄‖²: how far apart they are.
 pub fn consensus_distance(replicas: &[Vec<f32>]) -> f64 {
-    let n = replicas.len().max(1) as f64;
-    let len = replicas.first().map_or(0, Vec::len);
-    let mut total = 0.0;
-    for j in 0..len {
-        let mean = replicas.iter().map(|r| f64::from(r[j])).sum::<f64>() / n;
-        total += replicas
-            .iter()
-            .map(|r| (f64::from(r[j]) - mean).powi(2))
-            .sum::<f64>();
-    }
-    total / n
+    spread_around(replicas, &mean_replica(replicas))
+}
+
+/// Mean over `replicas` of ‖wᵢ − c‖², summed in f64: their consensus
+/// distance when `centre` is their mean (across processes, the mean of every
+/// process's replicas).
+pub fn spread_around(replicas: &[Vec<f32>], centre: &[f32]) -> f64 {
+    let squared = |w: &Vec<f32>| -> f64 {
+        w.iter()
+            .zip(centre)
+            .map(|(x, c)| f64::from(x - c).powi(2))
+            .sum()
+    };
+    replicas.iter().map(squared).sum::<f64>() / replicas.len().max(1) as f64
 }
 
 impl<L: Learner> ClusterOutcome<L> {

@@ -38,7 +38,9 @@ impl Roster {
         each.filter_map(move |(t, r)| (!departed.contains(&t)).then_some(r))
     }
 
-    /// The mean of the active replicas, read as they train.
+    /// The mean of the active replicas, read as they train: one replica
+    /// copied at a time (not all at once, as [`super::mean_replica`] takes
+    /// them), so that a thousand replicas cost two buffers.
     pub(crate) fn mean(&self) -> Result<Vec<f32>> {
         let replicas: Vec<&ParamAlias> = self.active_replicas().collect();
         let len = replicas.first().map_or(0, |r| r.len());

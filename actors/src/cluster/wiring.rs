@@ -177,9 +177,9 @@ pub(super) fn spawn_watchers(
         .zip(feeds)
         .map(|(watcher, feed)| watcher.spawn(feed, control.clone(), Arc::clone(ended)))
         .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|source| Error::Thread {
+        .map_err(|error| Error::Thread {
             thread: "monitor",
-            source,
+            error,
         })
 }
 
@@ -340,9 +340,10 @@ pub(super) fn start_services(
 ) -> Result<(System, JoinHandle<()>, Services)> {
     let sync = &config.sync;
     let shards = sync.server_shards_for(plan.trainers(), fabric.processes());
-    let codec = match centre {
-        true => CentreCodec::new(&config.codecs, sync, initial)?,
-        false => None,
+    let codec = if centre {
+        CentreCodec::new(&config.codecs, sync, initial)?
+    } else {
+        None
     };
     let (events, initial) = (config.events.clone(), initial.to_vec());
     let link = match fabric.processes() {

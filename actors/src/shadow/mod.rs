@@ -153,9 +153,10 @@ impl RoundDelay {
 
     /// This round's delay.
     pub(crate) fn draw(&self) -> Duration {
-        match self.jitter.is_zero() {
-            true => self.fixed,
-            false => self.fixed + self.jitter.mul_f64(rand::random::<f64>()),
+        if self.jitter.is_zero() {
+            self.fixed
+        } else {
+            self.fixed + self.jitter.mul_f64(rand::random::<f64>())
         }
     }
 }
@@ -253,16 +254,17 @@ mod tests {
             assert!(report(&events, 1, round, fail("early"), &mut failures).is_none());
         }
         let ended = report(&events, 1, 9, fail("the last"), &mut failures).unwrap();
-        let last = std::error::Error::source(&ended)
-            .and_then(|s| s.downcast_ref::<Box<Error>>())
-            .unwrap();
+        let Error::SyncFailing { last, .. } = &ended else {
+            panic!("{ended:?}");
+        };
         assert!(
             matches!(**last, Error::ShardFailed { shard: 2, .. }),
             "{last:?}"
         );
+        // Said once: the message has the cause, and no source repeats it.
         assert_eq!(
             with_causes(&ended),
-            "6 rounds failed in a row: server shard 2: the last"
+            "6 rounds failed in a row; the last: server shard 2: the last"
         );
     }
 

@@ -178,9 +178,10 @@ impl ShadowLoop {
         offset: usize,
         combined: &[f32],
     ) -> Result<()> {
-        let mode = match landing.contributed {
-            true => self.write_back,
-            false => WriteBack::Overwrite,
+        let mode = if landing.contributed {
+            self.write_back
+        } else {
+            WriteBack::Overwrite
         };
         let (peer, whole) = (&self.peer, &mut self.whole_target);
         self.replica

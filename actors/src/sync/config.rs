@@ -223,9 +223,10 @@ impl SyncConfig {
     /// η is [`BmufParams::SHADOW_ETA`] for shadow rounds (which land every few
     /// steps) and the rule of thumb 1 − 1/group size for foreground blocks.
     pub fn bmuf_for(&self, group_size: usize) -> BmufParams {
-        let default = match self.algorithm.is_shadow() {
-            true => BmufParams::SHADOW_ETA,
-            false => BmufParams::for_group(group_size).eta,
+        let default = if self.algorithm.is_shadow() {
+            BmufParams::SHADOW_ETA
+        } else {
+            BmufParams::for_group(group_size).eta
         };
         BmufParams {
             eta: self.eta.unwrap_or(default),

@@ -38,12 +38,12 @@ use std::time::Duration;
 
 /// A trainer's group for a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Assignment {
+pub(crate) struct Assignment {
     /// The round: the one asked for, or a later one for a trainer coming back
     /// after it was left out (it skips to it).
-    pub round: u64,
+    pub(crate) round: u64,
     /// The members, the trainer among them.
-    pub group: Vec<usize>,
+    pub(crate) group: Vec<usize>,
 }
 
 /// What [`Coordinator::group_for`] answers, and what the cluster should hear.
@@ -261,7 +261,7 @@ struct Unresponsive {
 }
 
 /// The actor running a [`Coordinator`].
-pub struct GroupCoordinator {
+pub(crate) struct GroupCoordinator {
     coordinator: Coordinator,
     events: EventBus,
     /// Injected `coordinator-panic` faults.
@@ -272,7 +272,7 @@ pub struct GroupCoordinator {
 
 impl GroupCoordinator {
     /// An actor handing out `plan`'s groups and publishing them on `events`.
-    pub fn new(plan: Arc<dyn GroupSchedule>, events: EventBus) -> Self {
+    pub(crate) fn new(plan: Arc<dyn GroupSchedule>, events: EventBus) -> Self {
         Self {
             coordinator: Coordinator::new(plan),
             events,
@@ -282,7 +282,7 @@ impl GroupCoordinator {
     }
 
     /// Injects the `coordinator-panic` faults of `faults`.
-    pub fn with_faults(mut self, faults: &[Fault]) -> Self {
+    pub(crate) fn with_faults(mut self, faults: &[Fault]) -> Self {
         self.faults = faults_at(faults, FaultSite::Coordinator);
         self
     }
@@ -401,37 +401,21 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// A sync peer's line to the [`GroupCoordinator`].
 #[derive(Debug, Clone)]
-pub struct CoordinatorClient {
+pub(crate) struct CoordinatorClient {
     addr: Addr<GroupCoordinator>,
-    trainers: usize,
-    group_size: usize,
 }
 
 impl CoordinatorClient {
     /// How many times a request the coordinator failed on is sent.
-    pub const ATTEMPTS: usize = 3;
+    pub(crate) const ATTEMPTS: usize = 3;
 
-    /// A client of the coordinator at `addr`, which follows `plan`.
-    pub fn new(addr: Addr<GroupCoordinator>, plan: &dyn GroupSchedule) -> Self {
-        Self {
-            addr,
-            trainers: plan.trainers(),
-            group_size: plan.group_size(),
-        }
-    }
-
-    /// Number of trainers.
-    pub fn trainers(&self) -> usize {
-        self.trainers
-    }
-
-    /// Members of each group.
-    pub fn group_size(&self) -> usize {
-        self.group_size
+    /// A client of the coordinator at `addr`.
+    pub(crate) fn new(addr: Addr<GroupCoordinator>) -> Self {
+        Self { addr }
     }
 
     /// Tells the coordinator that `trainer` did not answer `by` in `round`.
-    pub fn report_unresponsive(&self, trainer: usize, round: u64, by: usize) {
+    pub(crate) fn report_unresponsive(&self, trainer: usize, round: u64, by: usize) {
         // A full mailbox drops the report: another member's will do.
         let _ = self.addr.try_send(Unresponsive { trainer, round, by });
     }
@@ -443,7 +427,7 @@ impl CoordinatorClient {
     ///
     /// A plan for another number of trainers, or a coordinator that is gone
     /// or failed on the request.
-    pub fn regroup(&self, members: Vec<usize>, plan: Arc<dyn GroupSchedule>) -> Result<u64> {
+    pub(crate) fn regroup(&self, members: Vec<usize>, plan: Arc<dyn GroupSchedule>) -> Result<u64> {
         let (reply, answer) = bounded(1);
         let request = Regroup {
             members,
@@ -459,7 +443,7 @@ impl CoordinatorClient {
     /// `trainer`'s group in `round` (or a later round, see [`Assignment`]);
     /// `Ok(None)` if `stopped()` turns true while waiting, or once `trainer`
     /// has left the cluster (it has no more rounds).
-    pub fn group_of(
+    pub(crate) fn group_of(
         &self,
         trainer: usize,
         round: u64,
@@ -650,7 +634,7 @@ mod tests {
                 .start()
         })
         .unwrap();
-        let client = CoordinatorClient::new(addr, &plan);
+        let client = CoordinatorClient::new(addr);
         for round in 0..4 {
             for trainer in 0..4 {
                 let assignment = client.group_of(trainer, round, || false).unwrap();
@@ -684,8 +668,7 @@ mod tests {
             GroupCoordinator::new(coordinated, events).start()
         })
         .unwrap();
-        let client = CoordinatorClient::new(addr, &plan);
-        assert_eq!((client.trainers(), client.group_size()), (4, 2));
+        let client = CoordinatorClient::new(addr);
         for round in 0..3 {
             for trainer in 0..4 {
                 let assignment = client.group_of(trainer, round, || false).unwrap();

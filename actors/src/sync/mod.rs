@@ -17,20 +17,22 @@ mod shared;
 pub mod transport;
 
 pub use config::{ShadowThreads, SyncConfig};
+pub use peer::PeerState;
 pub(crate) use peer::SharedPeer;
-pub use peer::{PeerState, SyncPeer};
+pub(crate) use peer::SyncPeer;
 pub use rules::{
-    elastic, mean_into, Algorithm, BlockMomentum, BmufParams, Diloco, DilocoParams, Elastic,
-    Exchange, ModelAveraging, Outer, OuterState, OuterStep, RuleContext, RuleFactory, RuleState,
-    Rules, SyncRule, WriteBack,
+    elastic, mean_into, Algorithm, BlockMomentum, BmufParams, Combined, Diloco, DilocoParams,
+    Elastic, Exchange, ModelAveraging, Outer, OuterState, OuterStep, RuleContext, RuleFactory,
+    RuleState, Rules, SyncRule, WriteBack,
 };
-pub(crate) use rules::{elastic_into, elastic_pull, resident_zeros, Combined, SharedSlice};
+pub(crate) use rules::{elastic_into, elastic_pull, resident_zeros, SharedSlice};
 pub use schedule::{
     check_partitions, GroupPlan, GroupSchedule, Schedule, ScheduleContext, ScheduleFactory,
     Schedules,
 };
 #[cfg(feature = "mpi")]
 pub use transport::mpi;
+pub(crate) use transport::Reduce;
 pub use transport::{
     launched_by_mpirun, mesh, unaccounted_in_job, CentreCodec, Codec, CodecContext, CodecFactory,
     Codecs, Endpoint, Fabric, Fp16, InProcess, Int8, LinkModel, RemoteShards, ServerClient,
@@ -39,4 +41,4 @@ pub use transport::{
 pub use transport::{packed, unpacked};
 #[cfg(feature = "mpi")]
 pub(crate) use transport::{serve, ShardRequest};
-pub(crate) use transport::{Payload, Reduce};
+pub use transport::{GroupMean, GroupReduced, Payload};

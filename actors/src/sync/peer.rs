@@ -59,7 +59,7 @@ pub(crate) type SharedPeer = Arc<Mutex<LivePeer>>;
 /// A trainer's synchronization state: its endpoint, its round, its rule and,
 /// for a rule that meets a centre, EASGD's server.
 #[derive(Debug)]
-pub struct SyncPeer {
+pub(crate) struct SyncPeer {
     endpoint: Endpoint,
     groups: CoordinatorClient,
     state: SharedPeer,
@@ -76,7 +76,7 @@ impl SyncPeer {
     ///
     /// A rule the registry cannot make for this trainer (an unknown name, a factory's
     /// error), or a resumed rule state that does not fit.
-    pub fn new(
+    pub(crate) fn new(
         endpoint: Endpoint,
         groups: CoordinatorClient,
         rule: Box<dyn SyncRule>,
@@ -102,12 +102,12 @@ impl SyncPeer {
     }
 
     /// The trainer's index.
-    pub fn id(&self) -> usize {
+    pub(crate) fn id(&self) -> usize {
         self.endpoint.id()
     }
 
     /// True once syncing has stopped for everyone.
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.endpoint.stopped()
     }
 
@@ -124,7 +124,7 @@ impl SyncPeer {
 
     /// The number of the next round (a peer coming back after it was left
     /// out skips to the round the coordinator names).
-    pub fn round(&self) -> u64 {
+    pub(crate) fn round(&self) -> u64 {
         self.lock().round
     }
 
@@ -135,7 +135,7 @@ impl SyncPeer {
     /// Takes back a result of [`SyncPeer::group_mean`] or
     /// [`SyncPeer::target`] once it has been read, for a later round to fill
     /// (see [`Endpoint::recycle`]).
-    pub fn recycle(&mut self, result: Vec<f32>) {
+    pub(crate) fn recycle(&mut self, result: Vec<f32>) {
         self.endpoint.recycle(result);
     }
 
@@ -146,7 +146,11 @@ impl SyncPeer {
     ///
     /// A payload of another length than the group's ([`Error::Layout`]), or
     /// [`Error::NonFinite`] if nobody contributed.
-    pub fn group_mean(&mut self, payload: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
+    pub(crate) fn group_mean(
+        &mut self,
+        payload: &Payload,
+        contribute: bool,
+    ) -> Result<Option<Vec<f32>>> {
         let combined = self.group_reduce(payload, contribute, &mean_into)?;
         Ok(combined.map(|combined| combined.into_vec(self.endpoint.take_spare())))
     }
@@ -193,7 +197,10 @@ impl SyncPeer {
     /// # Errors
     ///
     /// As [`SyncPeer::group_mean`].
-    pub fn combine_shared(&mut self, mine: &SharedGradients) -> Result<Option<SharedGradients>> {
+    pub(crate) fn combine_shared(
+        &mut self,
+        mine: &SharedGradients,
+    ) -> Result<Option<SharedGradients>> {
         let Some((round, group)) = self.last.clone() else {
             return Ok(None);
         };
@@ -222,7 +229,7 @@ impl SyncPeer {
     /// # Errors
     ///
     /// A peer whose state is poisoned by a panic.
-    pub fn shared_applied(&mut self) -> Result<()> {
+    pub(crate) fn shared_applied(&mut self) -> Result<()> {
         if let Some((round, group)) = self.last.clone() {
             self.endpoint
                 .exchange(round, Phase::Applied, &group, Arc::from([]))?;
@@ -241,7 +248,11 @@ impl SyncPeer {
     ///
     /// As [`SyncPeer::group_mean`]; under EASGD, a server shard that failed or stopped;
     /// [`Error::NonFinite`] if nobody contributed.
-    pub fn combine(&mut self, snapshot: &Payload, contribute: bool) -> Result<Option<Combined>> {
+    pub(crate) fn combine(
+        &mut self,
+        snapshot: &Payload,
+        contribute: bool,
+    ) -> Result<Option<Combined>> {
         let exchange = self.lock().rule.exchange();
         let combined = match exchange {
             Exchange::Group => {
@@ -272,7 +283,7 @@ impl SyncPeer {
     ///
     /// A rule that fails on the combined vector (a length it does not expect), or `write`'s
     /// own error.
-    pub fn target_blocks(
+    pub(crate) fn target_blocks(
         &self,
         combined: &Combined,
         mut write: impl FnMut(usize, &[f32]) -> Result<()>,
@@ -289,7 +300,7 @@ impl SyncPeer {
     /// # Errors
     ///
     /// As [`SyncPeer::target_blocks`].
-    pub fn target_span(
+    pub(crate) fn target_span(
         &self,
         offset: usize,
         combined: &[f32],
@@ -350,7 +361,11 @@ impl SyncPeer {
     /// # Errors
     ///
     /// As [`SyncPeer::combine`] and [`SyncPeer::target_blocks`].
-    pub fn target(&mut self, snapshot: &Payload, contribute: bool) -> Result<Option<Vec<f32>>> {
+    pub(crate) fn target(
+        &mut self,
+        snapshot: &Payload,
+        contribute: bool,
+    ) -> Result<Option<Vec<f32>>> {
         let Some(combined) = self.combine(snapshot, contribute)? else {
             return Ok(None);
         };

@@ -57,8 +57,29 @@ pub fn run_within(command: &mut Command, limit: Duration) -> Output {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap_or_else(|e| {
+            let program = command.get_program().to_string_lossy();
+            panic!("cannot start {program}: {e} (mpirun: scripts/setup.sh --with-mpi)")
+        });
     output_within(child, limit)
+}
+
+/// The longest any test's process may run: far above the slowest (an MPI job
+/// of a few minutes on 2 shared cores), so that only a hang reaches it.
+pub const TEST_PROCESS_LIMIT: Duration = Duration::from_secs(15 * 60);
+
+/// A command run to its end as a test runs it: to [`TEST_PROCESS_LIMIT`] at
+/// most, a hang failing with the process's stacks ([`output_within`]) instead
+/// of holding the test run for ever. Use it in place of `Command::output`.
+pub trait RunToEnd {
+    /// Runs the command to its end; its output.
+    fn run_to_end(&mut self) -> Output;
+}
+
+impl RunToEnd for Command {
+    fn run_to_end(&mut self) -> Output {
+        run_within(self, TEST_PROCESS_LIMIT)
+    }
 }
 
 /// What a process wrote: its standard output, then its standard error.

@@ -271,15 +271,8 @@ pub struct SoakReport {
 
 /// This process's resident memory in MB (Linux), 0 where unknown.
 pub fn resident_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    shadowsync_actors::stats::proc_bytes("/proc/self/status", "VmRSS:")
+        .map_or(0.0, |bytes| bytes as f64 / f64::from(1u32 << 20))
 }
 
 /// Runs `trainers` least-squares trainers under `algorithm` (random groups of 4)

@@ -35,7 +35,7 @@ fn group_of(values: &[Vec<f32>], link: LinkModel) -> Group {
         GroupCoordinator::new(coordinated, EventBus::default()).start()
     })
     .unwrap();
-    let client = CoordinatorClient::new(addr, &plan);
+    let client = CoordinatorClient::new(addr);
     let endpoints = mesh(n, link, Arc::new(AtomicBool::new(false)));
     let (mut shadows, mut replicas, mut vars) = (Vec::new(), Vec::new(), Vec::new());
     for (endpoint, values) in endpoints.into_iter().zip(values) {

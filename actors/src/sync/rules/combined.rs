@@ -69,7 +69,11 @@ impl Combined {
     }
 
     /// The vector of `len` values whose parts are `data[span]` at `offset`,
-    /// shared; an error unless they tile `0..len` exactly (in any order).
+    /// shared.
+    ///
+    /// # Errors
+    ///
+    /// Parts that do not tile `0..len` exactly (in any order): [`Error::Layout`](crate::Error::Layout).
     pub fn tiled(len: usize, parts: impl IntoIterator<Item = SharedSlice>) -> Result<Self> {
         let parts =
             parts
@@ -78,8 +82,11 @@ impl Combined {
         Self::tile(len, parts.collect())
     }
 
-    /// The vector of `len` values whose parts are owned values at an offset;
-    /// an error unless they tile `0..len` exactly (in any order).
+    /// The vector of `len` values whose parts are owned values at an offset.
+    ///
+    /// # Errors
+    ///
+    /// As [`Combined::tiled`].
     pub fn owned(len: usize, parts: impl IntoIterator<Item = (usize, Vec<f32>)>) -> Result<Self> {
         let parts = parts
             .into_iter()

@@ -11,7 +11,8 @@ mod rule;
 
 pub use crate::hogwild::WriteBack;
 pub use algorithm::Algorithm;
-pub(crate) use combined::{Combined, SharedSlice, TARGET_BLOCK};
+pub use combined::Combined;
+pub(crate) use combined::{SharedSlice, TARGET_BLOCK};
 pub use math::{elastic, mean_into, BmufParams, DilocoParams, OuterState, OuterStep};
 pub(crate) use math::{elastic_into, elastic_pull, resident_zeros};
 pub use rule::{

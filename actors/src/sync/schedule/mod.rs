@@ -129,15 +129,16 @@ impl std::str::FromStr for Schedule {
         let valid = !s.is_empty()
             && s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        match valid {
-            true => Ok(Schedule::Registered(s.to_string())),
-            false => Err(Error::Config {
+        if valid {
+            Ok(Schedule::Registered(s.to_string()))
+        } else {
+            Err(Error::Config {
                 key: "sync.schedule".into(),
                 reason: format!(
                     "{s:?} is not a schedule name: global, fixed, alternating, random, \
-                     hypercube, hierarchical, or a registered one (letters, digits, - and _)"
+                 hypercube, hierarchical, or a registered one (letters, digits, - and _)"
                 ),
-            }),
+            })
         }
     }
 }

@@ -255,9 +255,10 @@ pub fn unaccounted_in_job(
     let counts = |table: usize, process: usize, by_owner: bool| {
         let mut counts = PushCounts::default();
         for other in 0..n {
-            let (sender, owner) = match by_owner {
-                true => (process, other),
-                false => (other, process),
+            let (sender, owner) = if by_owner {
+                (process, other)
+            } else {
+                (other, process)
             };
             let cell = at(table, sender, owner);
             counts.pushes.push(tables[cell]);

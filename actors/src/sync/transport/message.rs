@@ -23,6 +23,10 @@ impl Payload {
 
     /// Refills the payload through `fill`: in place when no receiver still holds
     /// the previous contents, in a fresh buffer otherwise.
+    ///
+    /// # Errors
+    ///
+    /// What `fill` returns.
     pub fn refill(&mut self, fill: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
         self.refill_to(self.0.len(), fill)
     }
@@ -30,6 +34,10 @@ impl Payload {
     /// Refills the payload with `len` values through `fill`: in place when no
     /// receiver still holds the previous contents and they were as many, in a
     /// fresh buffer otherwise.
+    ///
+    /// # Errors
+    ///
+    /// What `fill` returns.
     pub fn refill_to(
         &mut self,
         len: usize,

@@ -19,12 +19,13 @@ pub use codec::{packed, unpacked, Codec, CodecContext, CodecFactory, Codecs, Fp1
 pub use fabric::{launched_by_mpirun, unaccounted_in_job, Fabric, InProcess};
 #[cfg(feature = "mpi")]
 pub(crate) use in_process::mesh_part;
-pub use in_process::{mesh, Endpoint};
+pub use in_process::{mesh, Endpoint, GroupMean, GroupReduced};
 pub(crate) use link::sleep_until;
 pub use link::LinkModel;
+pub use message::Payload;
 #[cfg(feature = "mpi")]
 pub(crate) use message::{Body, Message, Outgoing};
-pub(crate) use message::{Payload, Phase, Reduce};
+pub(crate) use message::{Phase, Reduce};
 #[cfg(feature = "mpi")]
 pub(crate) use server::{serve, ShardRequest};
 pub use server::{CentreCodec, RemoteShards, ServerClient, ServerShard, ServerShardActor};

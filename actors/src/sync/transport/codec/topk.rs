@@ -209,9 +209,10 @@ mod tests {
                 seed = seed
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
-                let change = match round < 150 {
-                    true => ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 + i % 5) as f32,
-                    false => 0.0,
+                let change = if round < 150 {
+                    ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 + i % 5) as f32
+                } else {
+                    0.0
                 };
                 *x += change;
                 *total += f64::from(change);

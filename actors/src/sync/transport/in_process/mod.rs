@@ -360,9 +360,12 @@ impl Endpoint {
     fn scatter_reduce(&mut self, round: &Round, reduce: &Reduce) -> Result<Option<Scattered>> {
         let (group, len, m) = (round.group, round.len(), round.group.len());
         let sent = round.payload.shared();
-        let span_of = |k: usize| match round.contribute {
-            true => slice(len, m, k),
-            false => 0..0,
+        let span_of = |k: usize| {
+            if round.contribute {
+                slice(len, m, k)
+            } else {
+                0..0
+            }
         };
         let bodies = self.bodies(Phase::Scatter, group, &sent, span_of, |s| s.start)?;
         if !self.broadcast(round.round, Phase::Scatter, group, bodies)? {
@@ -671,9 +674,10 @@ impl Round<'_> {
         if self.contribute {
             everyone.insert(0, data);
         }
-        let values: Arc<[f32]> = match all_whole && !everyone.is_empty() {
-            true => slice_reduce(&everyone, range.clone(), reduce).into(),
-            false => data[range.clone()].into(),
+        let values: Arc<[f32]> = if all_whole && !everyone.is_empty() {
+            slice_reduce(&everyone, range.clone(), reduce).into()
+        } else {
+            data[range.clone()].into()
         };
         let whole = 0..values.len();
         (range.start, values, whole)

@@ -109,9 +109,9 @@ impl MpiNode {
                     std::process::abort();
                 }
             })
-            .map_err(|source| Error::Thread {
+            .map_err(|error| Error::Thread {
                 thread: "MPI communication",
-                source,
+                error,
             })?;
         match started.recv() {
             Ok(Ok((rank, ranks))) => Ok(Self {

@@ -227,9 +227,10 @@ impl PostOffice {
             shard: serving.shard,
             answer: answer.map_err(|e| e.to_string()),
         };
-        let codec = match serving.coded {
-            true => self.codec_of(serving.tag),
-            false => None,
+        let codec = if serving.coded {
+            self.codec_of(serving.tag)
+        } else {
+            None
         };
         let words = answer.encode(codec);
         self.answers.push(Envelope {

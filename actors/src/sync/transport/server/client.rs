@@ -269,9 +269,10 @@ impl ServerClient {
     ) -> Result<Option<(Combined, u64)>> {
         let request = |_, range: &Range<usize>, here| {
             // Another process gets only its shard's slice.
-            let (values, at) = match here {
-                true => (Arc::clone(snapshot), 0),
-                false => (Arc::from(&snapshot[range.clone()]), range.start),
+            let (values, at) = if here {
+                (Arc::clone(snapshot), 0)
+            } else {
+                (Arc::from(&snapshot[range.clone()]), range.start)
             };
             step.request(values, at, false)
         };

@@ -145,6 +145,9 @@ impl ServerShard {
 
 /// What a shard is asked.
 #[derive(Debug, Clone, PartialEq)]
+// Sealed: `RemoteShards` is public because `Fabric` is, but only the runtime's
+// transports implement it, so its request stays the runtime's own.
+#[allow(unnameable_types)]
 pub enum ShardRequest {
     /// The elastic step of `trainer`'s replica in its `round`: `values` are
     /// the replica's from index `at` (the whole vector, or the shard's
@@ -280,9 +283,12 @@ impl Handler<Serve> for ServerShardActor {
                 trainer,
                 round,
                 answer_move,
-            } => hosted.serve(trainer, round, |shard| match answer_move {
-                true => shard.pull(&values, at, alpha),
-                false => shard.elastic(&values, at, alpha),
+            } => hosted.serve(trainer, round, |shard| {
+                if answer_move {
+                    shard.pull(&values, at, alpha)
+                } else {
+                    shard.elastic(&values, at, alpha)
+                }
             }),
         };
         // The asker's queue has room for every shard's one answer: a send
