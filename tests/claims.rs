@@ -19,7 +19,7 @@
 mod common;
 
 use common::{checkpoints, ctr};
-use shadowsync::config::{Config, OptimPreset, OptimizerKind};
+use shadowsync::config::{Config, ElasticStep, OptimPreset, OptimizerKind};
 use shadowsync::report::{mean_std, Welch};
 use shadowsync::runtime::faults::{Fault, FaultKind};
 use shadowsync::train::Run;
@@ -112,6 +112,7 @@ fn main() {
             shadow_ma_beats_no_sync_under_sgd,
         ),
         ("faults-cost-no-ne", faults_cost_no_ne),
+        ("elastic-costs-no-ne", elastic_costs_no_ne),
         ("resume-costs-no-ne", resume_costs_no_ne),
         ("easgd-16-beats-no-sync", easgd_sixteen_beats_no_sync),
         #[cfg(feature = "mpi")]
@@ -290,6 +291,29 @@ fn faults_cost_no_ne(dir: &Path) -> Claim {
         test: Test::AsGood { margin: 0.01 },
         candidate: ("with faults", nes(&faulty, RUNS, seeded)),
         reference: ("clean", nes(&clean, RUNS, seeded)),
+    }
+}
+
+fn elastic_costs_no_ne(dir: &Path) -> Claim {
+    let fixed = ctr::config(dir, 4, "shadow-ma");
+    let mut elastic = fixed.clone();
+    elastic.train.trainers = 2;
+    let step = |at_step, add, remove| ElasticStep {
+        at_step,
+        add,
+        remove,
+    };
+    // Of about 1,250 steps a trainer: 2 join at step 300, one leaves at 900.
+    elastic.elastic = vec![step(300, 2, None), step(900, 0, Some(1))];
+    Claim {
+        name: "elastic-costs-no-ne",
+        statement: "shadow-ma trainers that change in the run (2, then 4 from step 300, \
+                    then 3 from step 900) score the NE of 4 fixed trainers over the pass.",
+        margin_from: "0.01 NE, the gap a user would notice; a joiner that started from fresh \
+                      optimizer state jolted NE by 0.015-0.025 (E9), which this would fail.",
+        test: Test::AsGood { margin: 0.01 },
+        candidate: ("2 → 4 → 3", nes(&elastic, RUNS, seeded)),
+        reference: ("4 fixed", nes(&fixed, RUNS, seeded)),
     }
 }
 

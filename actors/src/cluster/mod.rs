@@ -14,7 +14,7 @@
 //!   (following the [`GroupPlan`](crate::sync::GroupPlan) of the configured DS-Sync schedule);
 //! * the transport between trainers, with the simulated link: a [`mesh`](crate::sync::mesh) in
 //!   this process, or across the processes of a job through a [`Fabric`](crate::sync::Fabric)
-//!   ([`Cluster::start_on`]; the trainers of this process are then numbered
+//!   ([`ClusterBuilder::fabric`](crate::ClusterBuilder::fabric); the trainers of this process are then numbered
 //!   across the job, groups span processes, and syncing ends when every
 //!   process agrees it does);
 //! * a monitor thread sampling the consensus distance of the replicas.

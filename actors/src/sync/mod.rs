@@ -4,7 +4,7 @@
 //! how values travel ([`transport`]: in one process, to the EASGD server,
 //! across MPI ranks); the coordinator that hands out each round's groups
 //! (`coordinator`); on top, a trainer's side of a round (`peer`:
-//! [`SyncPeer`]), sync-sgd's exchange of shared gradients (`shared`), and the
+//! `SyncPeer`), sync-sgd's exchange of shared gradients (`shared`), and the
 //! settings of it all (`config`: [`SyncConfig`]). A room uses only those
 //! below it (actors/tests/layers.rs checks it).
 
