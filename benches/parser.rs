@@ -18,11 +18,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn data_file() -> PathBuf {
-    let synthetic = SyntheticConfig {
-        train_rows: 1_000_000,
-        test_rows: 200_000,
-        ..SyntheticConfig::default()
-    };
+    let mut synthetic = SyntheticConfig::default();
+    synthetic.train_rows = 1_000_000;
+    synthetic.test_rows = 200_000;
     match SyntheticData::ensure(synthetic.spec(), &synthetic.directory()) {
         Ok(data) => data.train,
         Err(e) => panic!("cannot make the benchmark data: {e}"),
@@ -36,12 +34,10 @@ fn read_single_thread(path: &Path) -> usize {
 }
 
 fn read_pipeline(path: &Path, shards: usize, dealing: Dealing) -> usize {
-    let config = PipelineConfig {
-        batch_size: 128,
-        shards,
-        dealing,
-        ..PipelineConfig::default()
-    };
+    let mut config = PipelineConfig::default();
+    config.batch_size = 128;
+    config.shards = shards;
+    config.dealing = dealing;
     let layout = TableLayout::uniform(100_000).unwrap_or_else(|e| panic!("{e}"));
     let Ok(mut pipeline) = Pipeline::spawn(path, layout, &config) else {
         return 0;

@@ -30,11 +30,9 @@ fn main() -> anyhow::Result<()> {
 
     // Three trainers, sharing one embedding table, each taking the next
     // batch of the pass when it is ready.
-    let pipeline_config = PipelineConfig {
-        shards: 3,
-        policy: config.data.bad_lines,
-        ..PipelineConfig::default()
-    };
+    let mut pipeline_config = PipelineConfig::default();
+    pipeline_config.shards = 3;
+    pipeline_config.policy = config.data.bad_lines;
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &pipeline_config)?;
     let registry = Registry::default(); // the built-in models and row optimizers
     let table = registry.local_table(&config, &layout)?;

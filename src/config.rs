@@ -22,6 +22,7 @@ pub use ignored::clear_ignored_in_grid;
 /// Everything a training run needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct Config {
     /// Input data.
     pub data: DataConfig,
@@ -57,6 +58,7 @@ pub struct RowShape {
 /// Where and how often a run saves its state (see [`crate::checkpoint`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct CheckpointConfig {
     /// Directory of the checkpoints; none: no checkpoints.
     pub dir: Option<PathBuf>,
@@ -80,6 +82,7 @@ impl Default for CheckpointConfig {
 /// Where examples come from and how they are hashed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct DataConfig {
     /// Training file (Criteo TSV). With `test`, replaces the synthetic data.
     pub train: Option<PathBuf>,
@@ -115,6 +118,7 @@ impl Default for DataConfig {
 /// The built-in data set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct SyntheticConfig {
     /// Training rows.
     pub train_rows: u64,
@@ -171,6 +175,7 @@ impl SyntheticConfig {
 /// Model architecture and sizes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct ModelConfig {
     /// The model, by its name in [`Models`](crate::model::Models): `lr`
     /// (logistic regression), `dlrm` (DLRM, dot interactions), `deepfm`, or
@@ -214,6 +219,7 @@ pub enum OptimizerKind {
 /// Optimizers of the dense parameters and of the embeddings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct OptimConfig {
     /// Dense optimizer.
     pub dense: OptimizerKind,
@@ -233,6 +239,7 @@ pub struct OptimConfig {
 /// (`optim.sparse_lr`); see [`Ftrl`](shadowsync_actors::embedding::Ftrl).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct FtrlConfig {
     /// β, the learning rate's smoothing.
     pub beta: f32,
@@ -294,6 +301,7 @@ impl From<OptimPreset> for OptimConfig {
 /// The training loop.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct TrainConfig {
     /// Examples per step.
     pub batch_size: usize,

@@ -140,15 +140,14 @@ fn labels_of(batch: &Batch) -> Vec<f32> {
 
 /// Each shard's batches as (chunk index within the shard, labels).
 fn drain(data: &Path, skip: Vec<u64>) -> Vec<Vec<(u64, Vec<f32>)>> {
-    let config = PipelineConfig {
-        batch_size: 64,
-        shards: 3,
-        keep: None,
-        policy: BadLinePolicy::Fail,
-        capacity: 2,
-        dealing: Dealing::Static,
-        resume: Resume::Skip(skip),
-    };
+    let mut config = PipelineConfig::default();
+    config.batch_size = 64;
+    config.shards = 3;
+    config.keep = None;
+    config.policy = BadLinePolicy::Fail;
+    config.capacity = 2;
+    config.dealing = Dealing::Static;
+    config.resume = Resume::Skip(skip);
     let mut pipeline = Pipeline::spawn(data, TableLayout::uniform(1000).unwrap(), &config).unwrap();
     let shards = pipeline.take_shards();
     let batches = std::thread::scope(|s| {
@@ -192,15 +191,14 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
     let dir = tempfile::tempdir().unwrap();
     let data = synthetic(dir.path(), 1000, 5);
     let layout = TableLayout::uniform(1000).unwrap();
-    let config = PipelineConfig {
-        batch_size: 64,
-        shards: 3,
-        keep: None,
-        policy: BadLinePolicy::Fail,
-        capacity: 2,
-        dealing: Dealing::Static,
-        resume: Resume::Start,
-    };
+    let mut config = PipelineConfig::default();
+    config.batch_size = 64;
+    config.shards = 3;
+    config.keep = None;
+    config.policy = BadLinePolicy::Fail;
+    config.capacity = 2;
+    config.dealing = Dealing::Static;
+    config.resume = Resume::Start;
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
     let shards = pipeline.take_shards();
     // Drain the shards concurrently, as trainers would.
@@ -273,12 +271,10 @@ fn shared_dealing_gives_each_chunk_once_to_whoever_asks_and_resumes_past_what_wa
     let data = synthetic(dir.path(), 1000, 7);
     let layout = TableLayout::uniform(1000).unwrap();
     // 63 chunks of 16 lines (the last of 8), 3 consumers.
-    let config = PipelineConfig {
-        batch_size: 16,
-        shards: 3,
-        capacity: 2,
-        ..PipelineConfig::default()
-    };
+    let mut config = PipelineConfig::default();
+    config.batch_size = 16;
+    config.shards = 3;
+    config.capacity = 2;
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
     let ledger = pipeline.ledger().unwrap().clone();
     let first = train_shared(pipeline.take_shards(), Duration::from_millis(20), 30);
@@ -296,10 +292,8 @@ fn shared_dealing_gives_each_chunk_once_to_whoever_asks_and_resumes_past_what_wa
     }
     // Resumed past the set: the chunks it lacks, each once, read in file
     // order (the batches in flight at the stop are among them).
-    let resumed = PipelineConfig {
-        resume: Resume::Past(done.clone()),
-        ..config
-    };
+    let mut resumed = config.clone();
+    resumed.resume = Resume::Past(done.clone());
     let mut pipeline = Pipeline::spawn(&data.train, layout, &resumed).unwrap();
     let rest = train_shared(pipeline.take_shards(), Duration::ZERO, usize::MAX);
     let read = pipeline.finish().unwrap();
@@ -320,15 +314,14 @@ fn shared_dealing_gives_each_chunk_once_to_whoever_asks_and_resumes_past_what_wa
 fn twenty_shards_share_the_readers_and_get_each_of_their_chunks_once() {
     let dir = tempfile::tempdir().unwrap();
     let data = synthetic(dir.path(), 1000, 8);
-    let config = PipelineConfig {
-        batch_size: 16,
-        shards: 20,
-        keep: None,
-        policy: BadLinePolicy::Fail,
-        capacity: 2,
-        dealing: Dealing::Static,
-        resume: Resume::Start,
-    };
+    let mut config = PipelineConfig::default();
+    config.batch_size = 16;
+    config.shards = 20;
+    config.keep = None;
+    config.policy = BadLinePolicy::Fail;
+    config.capacity = 2;
+    config.dealing = Dealing::Static;
+    config.resume = Resume::Start;
     let mut pipeline =
         Pipeline::spawn(&data.train, TableLayout::uniform(1000).unwrap(), &config).unwrap();
     let shards = pipeline.take_shards();
@@ -361,15 +354,14 @@ type Shard = Batches;
 /// A pipeline of 2 shards of 16-line batches over `input`, with one consumer
 /// that never reads (a stopped or hung trainer): the other's receiver.
 fn one_consumer_stopped(input: &Path) -> (Pipeline, Shard, Shard) {
-    let config = PipelineConfig {
-        batch_size: 16,
-        shards: 2,
-        keep: None,
-        policy: BadLinePolicy::Fail,
-        capacity: 2,
-        dealing: Dealing::Static,
-        resume: Resume::Start,
-    };
+    let mut config = PipelineConfig::default();
+    config.batch_size = 16;
+    config.shards = 2;
+    config.keep = None;
+    config.policy = BadLinePolicy::Fail;
+    config.capacity = 2;
+    config.dealing = Dealing::Static;
+    config.resume = Resume::Start;
     let mut pipeline =
         Pipeline::spawn(input, TableLayout::uniform(1000).unwrap(), &config).unwrap();
     let mut shards = pipeline.take_shards();
@@ -447,15 +439,14 @@ fn processes_keeping_their_shards_share_one_pass_between_them() {
     let data = synthetic(dir.path(), 1000, 6);
     let layout = TableLayout::uniform(1000).unwrap();
     let shards_of = |keep: Option<std::ops::Range<usize>>| -> Vec<Vec<f32>> {
-        let config = PipelineConfig {
-            batch_size: 50,
-            shards: 4,
-            keep,
-            policy: BadLinePolicy::Fail,
-            capacity: 2,
-            dealing: Dealing::Static,
-            resume: Resume::Start,
-        };
+        let mut config = PipelineConfig::default();
+        config.batch_size = 50;
+        config.shards = 4;
+        config.keep = keep;
+        config.policy = BadLinePolicy::Fail;
+        config.capacity = 2;
+        config.dealing = Dealing::Static;
+        config.resume = Resume::Start;
         let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
         let shards = pipeline.take_shards();
         let labels = std::thread::scope(|s| {
@@ -480,15 +471,14 @@ fn processes_keeping_their_shards_share_one_pass_between_them() {
     parts.extend(shards_of(Some(1..4)));
     assert_eq!(parts, whole);
     assert_eq!(whole.iter().map(Vec::len).sum::<usize>(), 1000);
-    let outside = PipelineConfig {
-        batch_size: 50,
-        shards: 4,
-        keep: Some(3..5),
-        policy: BadLinePolicy::Fail,
-        capacity: 2,
-        dealing: Dealing::Static,
-        resume: Resume::Start,
-    };
+    let mut outside = PipelineConfig::default();
+    outside.batch_size = 50;
+    outside.shards = 4;
+    outside.keep = Some(3..5);
+    outside.policy = BadLinePolicy::Fail;
+    outside.capacity = 2;
+    outside.dealing = Dealing::Static;
+    outside.resume = Resume::Start;
     assert!(Pipeline::spawn(&data.train, layout, &outside).is_err());
 }
 
@@ -498,15 +488,14 @@ fn the_pipeline_reports_bad_lines_by_policy() {
     let path = malformed_file(dir.path());
     let layout = TableLayout::uniform(100).unwrap();
     let run = |policy| {
-        let config = PipelineConfig {
-            batch_size: 16,
-            shards: 1,
-            keep: None,
-            policy,
-            capacity: 4,
-            dealing: Dealing::Static,
-            resume: Resume::Start,
-        };
+        let mut config = PipelineConfig::default();
+        config.batch_size = 16;
+        config.shards = 1;
+        config.keep = None;
+        config.policy = policy;
+        config.capacity = 4;
+        config.dealing = Dealing::Static;
+        config.resume = Resume::Start;
         let mut pipeline = Pipeline::spawn(&path, layout.clone(), &config).unwrap();
         let rx = pipeline.take_shards().pop().unwrap();
         let results: Vec<_> = rx.into_iter().collect();

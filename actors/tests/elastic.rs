@@ -18,10 +18,9 @@ fn learner(seed: i64, steps: u64) -> LeastSquares {
 
 /// `config(algorithm)` with `capacity` seats.
 fn elastic(algorithm: &str, capacity: usize) -> ClusterConfig {
-    ClusterConfig {
-        elastic_capacity: capacity,
-        ..config(algorithm)
-    }
+    let mut config = config(algorithm);
+    config.elastic_capacity = capacity;
+    config
 }
 
 /// Waits until the trainers started have taken `steps` steps in all.

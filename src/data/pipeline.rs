@@ -136,6 +136,7 @@ pub enum Resume {
 
 /// How to cut and deal the data.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PipelineConfig {
     /// Examples per batch.
     pub batch_size: usize,

@@ -732,24 +732,21 @@ fn start_table_sync(
 /// The runtime's settings for `config`'s run, with `registry`'s names;
 /// periodic checkpoints only when the run keeps them.
 fn cluster_config(config: &Config, registry: &Registry, checkpointing: bool) -> ClusterConfig {
-    ClusterConfig {
-        sync: config.sync.clone(),
-        intra_op_threads: config.train.threads,
-        consensus_every_ms: config.train.consensus_every_ms,
-        workers: config.train.workers,
-        faults: config.faults.clone(),
-        stragglers: config.stragglers.clone(),
-        checkpoint_every: if checkpointing {
-            config.checkpoint.every_steps
-        } else {
-            0
-        },
-        elastic_capacity: config.elastic_capacity(),
-        rules: registry.rules().clone(),
-        schedules: registry.schedules().clone(),
-        codecs: registry.codecs().clone(),
-        ..ClusterConfig::default()
+    let mut cluster = ClusterConfig::default();
+    cluster.sync = config.sync.clone();
+    cluster.intra_op_threads = config.train.threads;
+    cluster.consensus_every_ms = config.train.consensus_every_ms;
+    cluster.workers = config.train.workers;
+    cluster.faults = config.faults.clone();
+    cluster.stragglers = config.stragglers.clone();
+    if checkpointing {
+        cluster.checkpoint_every = config.checkpoint.every_steps;
     }
+    cluster.elastic_capacity = config.elastic_capacity();
+    cluster.rules = registry.rules().clone();
+    cluster.schedules = registry.schedules().clone();
+    cluster.codecs = registry.codecs().clone();
+    cluster
 }
 
 /// A session's final figures (see [`Session::final_metrics`]).

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Runtime settings besides the sync algorithm.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct ClusterConfig {
     /// Synchronization.
     pub sync: SyncConfig,

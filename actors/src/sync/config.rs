@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 /// Settings of the synchronization of a cluster (config section `[sync]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
 pub struct SyncConfig {
     /// The algorithm.
     pub algorithm: Algorithm,

@@ -4,7 +4,6 @@
 
 use crossbeam_channel::RecvTimeoutError;
 use shadowsync_actors::events::{Event, EventBus};
-use shadowsync_actors::sync::SyncConfig;
 use shadowsync_actors::{
     Cluster, ClusterConfig, ClusterOutcome, FlatParams, Learner, LearnerState, SharedGradients,
     StepOutcome,
@@ -175,16 +174,12 @@ impl Learner for LeastSquares {
 /// learners and sync happens to allow, and fault tests counting rounds would
 /// pass on one machine and fail on the next. The budget has tests of its own.
 pub fn config(algorithm: &str) -> ClusterConfig {
-    ClusterConfig {
-        sync: SyncConfig {
-            algorithm: algorithm.parse().unwrap(),
-            max_cpu_share: 0.0,
-            ..SyncConfig::default()
-        },
-        chunk_ms: 5,
-        consensus_every_ms: 50,
-        ..ClusterConfig::default()
-    }
+    let mut config = ClusterConfig::default();
+    config.sync.algorithm = algorithm.parse().unwrap();
+    config.sync.max_cpu_share = 0.0;
+    config.chunk_ms = 5;
+    config.consensus_every_ms = 50;
+    config
 }
 
 /// Runs `learners` under `config` to the end; fails the test on any
