@@ -14,6 +14,7 @@ use shadowsync_actors::stragglers::Straggler;
 use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig};
 use std::path::{Path, PathBuf};
 
+mod deprecated;
 mod elastic;
 mod ignored;
 pub use elastic::ElasticStep;
@@ -32,7 +33,9 @@ pub struct Config {
     pub optim: OptimConfig,
     /// Training loop.
     pub train: TrainConfig,
-    /// Synchronization between trainers (see `shadowsync_actors::sync`).
+    /// Synchronization between trainers (see `shadowsync_actors::sync`); the
+    /// flat EASGD and BMUF keys of the release before are still read.
+    #[serde(deserialize_with = "deprecated::sync")]
     pub sync: SyncConfig,
     /// Checkpoints to resume from.
     pub checkpoint: CheckpointConfig,
@@ -1072,7 +1075,7 @@ mod tests {
                 "[train]\ntrainers = 4\n[sync]\ngroup_size = 3\nschedule = \"fixed\"",
                 "sync.group_size",
             ),
-            ("[sync]\nalpha = 2.0", "sync.alpha"),
+            ("[sync]\nalpha = 2.0", "sync.easgd.alpha"),
             ("[sync]\nalgorithm = \"fr-ma:0\"", "sync.algorithm"),
             (
                 "[train]\ntrainers = 2\n[sync]\ngroup_size = 4",

@@ -659,8 +659,8 @@ mod tests {
             "sync" = [
               { algorithm = "sync-sgd" },
               { algorithm = "fr-ma:1", group_size = 2, schedule = "random" },
-              { algorithm = "shadow-bmuf", eta = 0.5 },
-              { algorithm = "shadow-bmuf", zeta = 0.5 },
+              { algorithm = "shadow-bmuf", bmuf = { eta = 0.5 } },
+              { algorithm = "shadow-bmuf", bmuf = { zeta = 0.5 } },
             ]
             "train.trainers" = [4]
         "#;
@@ -671,8 +671,8 @@ mod tests {
             [
                 "sync=algorithm_sync-sgd,trainers=4",
                 "sync=algorithm_fr-ma:1+group_size_2+schedule_random,trainers=4",
-                "sync=algorithm_shadow-bmuf+eta_0.5,trainers=4",
-                "sync=algorithm_shadow-bmuf+zeta_0.5,trainers=4",
+                "sync=algorithm_shadow-bmuf+bmuf_eta_0.5,trainers=4",
+                "sync=algorithm_shadow-bmuf+bmuf_zeta_0.5,trainers=4",
             ]
         );
         // Two runs of one name would share one results file.

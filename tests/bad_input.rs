@@ -685,7 +685,7 @@ fn options_that_would_be_ignored_are_refused_naming_the_key() {
                 "--alpha",
                 "0.5",
             ],
-            &["sync.alpha", "EASGD"],
+            &["sync.easgd", "EASGD"],
         ),
         (&["train", "--lr", "-1"], &["optim.dense_lr", "-1"]),
         (&["train", "--sparse-lr", "-0.5"], &["optim.sparse_lr"]),
@@ -725,7 +725,7 @@ fn options_that_would_be_ignored_are_refused_naming_the_key() {
                 "--server-shards",
                 "100000",
             ],
-            &["sync.server_shards"],
+            &["sync.easgd.server_shards"],
         ),
         (
             &[
@@ -786,7 +786,7 @@ fn options_the_chosen_mode_would_ignore_are_refused_naming_it() {
                 "--server-shards",
                 "2",
             ],
-            &["sync.server_shards", "shadow-ma", "EASGD"],
+            &["sync.easgd", "shadow-ma", "EASGD"],
         ),
         (
             &["train", "--trainers", "2", "--link-gbps", "1"],

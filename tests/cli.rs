@@ -320,3 +320,28 @@ fn a_lost_embedding_update_fails_the_row_audit_with_a_non_zero_exit() {
     let off = json["row_audit"]["off"].as_u64().unwrap();
     assert!(off > 0, "{}", json["row_audit"]);
 }
+
+#[test]
+fn a_config_of_the_release_before_runs_warning_of_each_moved_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("run.toml");
+    let old = format!(
+        "[data.synthetic]\ntrain_rows = 8000\ntest_rows = 2000\ndir = {:?}\n[model]\nkind = \"lr\"\n\
+         [train]\ntrainers = 2\neval_every = 0\n[sync]\nalgorithm = \"shadow-bmuf\"\neta = 0.5\n",
+        dir.path().join("data")
+    );
+    std::fs::write(&config, old).unwrap();
+    let results = dir.path().join("results.json");
+    let out = train_config(config.to_str().unwrap(), &results);
+    let said = text(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("sync.eta is deprecated") && said.contains("use sync.bmuf.eta"),
+        "{said}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    assert_eq!(report["config"]["sync"]["bmuf"]["eta"], 0.5, "{report}");
+    // Its results, written in the new form, read back without a word.
+    assert!(report["config"]["sync"].get("eta").is_none(), "{report}");
+}

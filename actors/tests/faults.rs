@@ -451,7 +451,7 @@ fn a_coordinator_or_server_shard_failing_on_requests_is_contained() {
         // shadow loop few rounds in the run (with every fifth from the third,
         // a clean-clone CI run under load saw one).
         let mut c = with_faults(algorithm, vec![fault(faulty, kind, 1, 2)]);
-        c.sync.server_shards = Some(2);
+        c.sync.easgd.server_shards = Some(2);
         c.sync.shadow_threads = threads;
         let algorithm = format!("{algorithm} ({threads:?})");
         // Steps of 1 ms: runs long enough for several rounds of every loop,

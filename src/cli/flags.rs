@@ -385,10 +385,10 @@ impl TrainArgs {
             c.sync.algorithm = algorithm.clone();
         }
         if self.alpha.is_some() {
-            c.sync.alpha = self.alpha;
+            c.sync.easgd.alpha = self.alpha;
         }
         if self.server_shards.is_some() {
-            c.sync.server_shards = self.server_shards;
+            c.sync.easgd.server_shards = self.server_shards;
         }
         if self.max_staleness.is_some() {
             c.sync.max_staleness = self.max_staleness;

@@ -1,6 +1,6 @@
 //! Keys that only some runs read.
 //!
-//! Many keys belong to one mode: `sync.server_shards` to EASGD, the pacing of
+//! Many keys belong to one mode: `[sync.easgd]` to EASGD, the pacing of
 //! the shadow loops to `shadow-*`, `model.deep_mlp` to DeepFM. A key set away
 //! from its default in a run that would not read it is a mistake the user
 //! cannot see (the run goes on without it), so [`Config::validate_for`]
@@ -239,16 +239,8 @@ fn sync_keys() -> Vec<Modal> {
         modal!("sync.max_staleness", sync.max_staleness, not_shadow),
         modal!("sync.delay_ms", sync.delay_ms, not_shadow),
         modal!("sync.delay_jitter_ms", sync.delay_jitter_ms, not_shadow),
-        modal!("sync.alpha", sync.alpha, rule "easgd", "EASGD's elasticity"),
-        modal!(
-            "sync.server_shards",
-            sync.server_shards,
-            rule "easgd",
-            "the shards of EASGD's parameter server"
-        ),
-        modal!("sync.eta", sync.eta, rule "bmuf", "BMUF's block momentum"),
-        modal!("sync.zeta", sync.zeta, rule "bmuf", "BMUF's block learning rate"),
-        modal!("sync.nesterov", sync.nesterov, rule "bmuf", "BMUF's Nesterov look-ahead"),
+        modal!("sync.easgd", sync.easgd, rule "easgd", "EASGD's settings"),
+        modal!("sync.bmuf", sync.bmuf, rule "bmuf", "BMUF's settings"),
         modal!("sync.diloco", sync.diloco, rule "diloco", "DiLoCo's outer optimizer"),
     ]
 }
@@ -342,8 +334,8 @@ mod tests {
     #[test]
     fn each_mode_names_the_keys_it_would_ignore() {
         let mut c = shadow_ma();
-        c.sync.server_shards = Some(2);
-        c.sync.eta = Some(0.5);
+        c.sync.easgd.server_shards = Some(2);
+        c.sync.bmuf.eta = Some(0.5);
         c.model.kind = "lr".into();
         c.model.deep_mlp = vec![8];
         c.checkpoint.keep = 5;
@@ -352,8 +344,8 @@ mod tests {
             keys,
             [
                 "model.deep_mlp",
-                "sync.server_shards",
-                "sync.eta",
+                "sync.easgd",
+                "sync.bmuf",
                 "checkpoint.keep"
             ]
         );
@@ -412,17 +404,17 @@ mod tests {
     fn a_grid_clears_a_key_only_in_the_cells_that_ignore_it() {
         let mut none = Config::default();
         none.sync.link.latency_us = 100.0;
-        none.sync.eta = Some(0.5);
+        none.sync.bmuf.eta = Some(0.5);
         let mut shadow = shadow_ma();
         shadow.sync.link.latency_us = 100.0;
-        shadow.sync.eta = Some(0.5);
+        shadow.sync.bmuf.eta = Some(0.5);
         let mut cells = [none, shadow];
         clear_ignored_in_grid(&mut cells, &[vec![], vec![]]);
         assert_eq!(cells[0].sync.link, Config::default().sync.link);
         assert_eq!(cells[1].sync.link.latency_us, 100.0);
         // Read by no cell: left, to be refused.
-        assert_eq!(cells[0].sync.eta, Some(0.5));
-        assert_eq!(cells[1].ignored_keys(1)[0].0, "sync.eta");
+        assert_eq!(cells[0].sync.bmuf.eta, Some(0.5));
+        assert_eq!(cells[1].ignored_keys(1)[0].0, "sync.bmuf");
         // A fault of the shadow loop is dropped from the `none` cell only.
         let fault = Fault {
             trainer: 0,

@@ -21,15 +21,10 @@ pub struct SyncConfig {
     pub seed: u64,
     /// How an average is written into a replica that kept training.
     pub write_back: WriteBack,
-    /// EASGD's elasticity α per round (default: see [`SyncConfig::alpha_for`]).
-    pub alpha: Option<f32>,
-    /// BMUF's block momentum η (default: [`BmufParams::SHADOW_ETA`] for shadow
-    /// rounds, the rule of thumb 1 − 1/group size for `fr-bmuf:K`).
-    pub eta: Option<f32>,
-    /// BMUF's block learning rate ζ.
-    pub zeta: f32,
-    /// BMUF's Nesterov look-ahead.
-    pub nesterov: bool,
+    /// EASGD's settings (`[sync.easgd]`: `alpha`, `server_shards`).
+    pub easgd: EasgdSettings,
+    /// BMUF's settings (`[sync.bmuf]`: `eta`, `zeta`, `nesterov`).
+    pub bmuf: BmufSettings,
     /// DiLoCo's outer optimizer (`[sync.diloco]`: `outer_lr`, `momentum`,
     /// `nesterov`).
     pub diloco: DilocoParams,
@@ -45,9 +40,6 @@ pub struct SyncConfig {
     pub delay_ms: f64,
     /// Up to this many milliseconds more, drawn uniformly for each round.
     pub delay_jitter_ms: f64,
-    /// Shards of the EASGD parameter server (default: see
-    /// [`SyncConfig::server_shards_for`]).
-    pub server_shards: Option<usize>,
     /// Minimum time between two rounds of a shadow loop, in milliseconds. A
     /// shadow loop must never spin: on one machine without a (simulated) network
     /// to pace it, back-to-back rounds would take the trainers' CPU.
@@ -80,6 +72,43 @@ pub struct SyncConfig {
     pub shadow_threads: ShadowThreads,
 }
 
+/// EASGD's settings (config section `[sync.easgd]`), read by `*-easgd` only.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct EasgdSettings {
+    /// The elasticity α per round (default: see [`SyncConfig::alpha_for`]).
+    pub alpha: Option<f32>,
+    /// Shards of the parameter server (default: see
+    /// [`SyncConfig::server_shards_for`]).
+    pub server_shards: Option<usize>,
+}
+
+/// BMUF's settings (config section `[sync.bmuf]`), read by `*-bmuf` only.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct BmufSettings {
+    /// The block momentum η (default: [`BmufParams::SHADOW_ETA`] for shadow
+    /// rounds, the rule of thumb 1 − 1/group size for `fr-bmuf:K`; see
+    /// [`SyncConfig::bmuf_for`]).
+    pub eta: Option<f32>,
+    /// The block learning rate ζ.
+    pub zeta: f32,
+    /// Nesterov's look-ahead.
+    pub nesterov: bool,
+}
+
+impl Default for BmufSettings {
+    fn default() -> Self {
+        Self {
+            eta: None,
+            zeta: 1.0,
+            nesterov: false,
+        }
+    }
+}
+
 /// Which threads run the shadow rounds (config key `sync.shadow_threads`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -102,15 +131,12 @@ impl Default for SyncConfig {
             schedule: Schedule::Global,
             seed: 0,
             write_back: WriteBack::Delta,
-            alpha: None,
-            eta: None,
-            zeta: 1.0,
-            nesterov: false,
+            easgd: EasgdSettings::default(),
+            bmuf: BmufSettings::default(),
             diloco: DilocoParams::default(),
             max_staleness: None,
             delay_ms: 0.0,
             delay_jitter_ms: 0.0,
-            server_shards: None,
             min_interval_ms: 20.0,
             min_steps: 4,
             max_cpu_share: Self::DEFAULT_MAX_CPU_SHARE,
@@ -159,7 +185,7 @@ impl SyncConfig {
     pub const TRAINERS_PER_SERVER_SHARD: usize = 4;
 
     /// Shards of the EASGD server for `trainers` over `processes`:
-    /// `sync.server_shards` when set, else one per
+    /// `sync.easgd.server_shards` when set, else one per
     /// [`Self::TRAINERS_PER_SERVER_SHARD`] trainers and at least one per
     /// process, as a cluster adds servers with trainers. Each shard's link
     /// carries its slice for one trainer at a time: with one shard 16 trainers
@@ -168,7 +194,7 @@ impl SyncConfig {
     /// the centre scores NE 0.840 against 0.825 with 4 shards (3 seeds, p
     /// 0.05; docs/results/e4-easgd-shards.md).
     pub fn server_shards_for(&self, trainers: usize, processes: usize) -> usize {
-        self.server_shards.unwrap_or_else(|| {
+        self.easgd.server_shards.unwrap_or_else(|| {
             trainers
                 .div_ceil(Self::TRAINERS_PER_SERVER_SHARD)
                 .max(processes)
@@ -199,7 +225,7 @@ impl SyncConfig {
     /// each other (a round multiplies their difference by 1 − 2α).
     pub const MAX_DEFAULT_ALPHA: f32 = 0.5;
 
-    /// EASGD's α per round for `trainers`, `sync.alpha` when set. By default
+    /// EASGD's α per round for `trainers`, `sync.easgd.alpha` when set. By default
     /// the pull per trainer step is EASGD's (β = 0.9 shared by the trainers,
     /// one round a step), compounded over the steps between rounds:
     /// `fr-easgd:K` takes `1 − (1 − 0.9/N)^K`, at most ½. Shadow rounds land
@@ -214,13 +240,13 @@ impl SyncConfig {
             let steps = steps.clamp(1, i32::MAX as u64) as i32;
             (1.0 - (1.0 - per_step).powi(steps)).min(Self::MAX_DEFAULT_ALPHA)
         };
-        self.alpha.unwrap_or(match self.algorithm {
+        self.easgd.alpha.unwrap_or(match self.algorithm {
             Algorithm::Foreground { every, .. } => compounded(every),
             _ => Self::MAX_DEFAULT_ALPHA,
         })
     }
 
-    /// BMUF's parameters for groups of `group_size`: unless `sync.eta` says,
+    /// BMUF's parameters for groups of `group_size`: unless `sync.bmuf.eta` says,
     /// η is [`BmufParams::SHADOW_ETA`] for shadow rounds (which land every few
     /// steps) and the rule of thumb 1 − 1/group size for foreground blocks.
     pub fn bmuf_for(&self, group_size: usize) -> BmufParams {
@@ -230,9 +256,9 @@ impl SyncConfig {
             BmufParams::for_group(group_size).eta
         };
         BmufParams {
-            eta: self.eta.unwrap_or(default),
-            zeta: self.zeta,
-            nesterov: self.nesterov,
+            eta: self.bmuf.eta.unwrap_or(default),
+            zeta: self.bmuf.zeta,
+            nesterov: self.bmuf.nesterov,
         }
     }
 
@@ -266,18 +292,18 @@ impl SyncConfig {
     ///
     /// A setting out of range, named by its key ([`Error::Config`]).
     pub fn validate(&self) -> Result<()> {
-        if let Some(alpha) = self.alpha {
+        if let Some(alpha) = self.easgd.alpha {
             if !(alpha > 0.0 && alpha <= 1.0) {
-                return bad("sync.alpha", "must be in (0, 1]");
+                return bad("sync.easgd.alpha", "must be in (0, 1]");
             }
         }
-        if let Some(eta) = self.eta {
+        if let Some(eta) = self.bmuf.eta {
             if !(0.0..1.0).contains(&eta) {
-                return bad("sync.eta", "must be in [0, 1)");
+                return bad("sync.bmuf.eta", "must be in [0, 1)");
             }
         }
-        if !(self.zeta > 0.0 && self.zeta.is_finite()) {
-            return bad("sync.zeta", "must be > 0");
+        if !(self.bmuf.zeta > 0.0 && self.bmuf.zeta.is_finite()) {
+            return bad("sync.bmuf.zeta", "must be > 0");
         }
         self.validate_delays()?;
         if !(self.topk_ratio > 0.0 && self.topk_ratio <= 1.0) {
@@ -293,11 +319,8 @@ impl SyncConfig {
         if !(0.0..1.0).contains(&diloco.momentum) {
             return bad("sync.diloco.momentum", "must be in [0, 1)");
         }
-        if self
-            .server_shards
-            .is_some_and(|s| !(1..=Self::MAX_SERVER_SHARDS).contains(&s))
-        {
-            return bad("sync.server_shards", "must be in 1..=256");
+        if (self.easgd.server_shards).is_some_and(|s| !(1..=Self::MAX_SERVER_SHARDS).contains(&s)) {
+            return bad("sync.easgd.server_shards", "must be in 1..=256");
         }
         if !(0.0..=DAY_MS).contains(&self.peer_timeout_ms) {
             return bad(
@@ -378,13 +401,27 @@ mod tests {
             .contains("a day"));
     }
 
+    /// A config whose EASGD settings are `alpha` and `server_shards`.
+    fn easgd_with(alpha: Option<f32>, server_shards: Option<usize>) -> SyncConfig {
+        SyncConfig {
+            easgd: EasgdSettings {
+                alpha,
+                server_shards,
+            },
+            ..SyncConfig::default()
+        }
+    }
+
     #[test]
     fn defaults_and_ranges() {
         let c = SyncConfig::default();
         assert_eq!(c.group_size_for(8), 8);
         let easgd = |algorithm: &str, alpha| SyncConfig {
             algorithm: algorithm.parse().unwrap(),
-            alpha,
+            easgd: EasgdSettings {
+                alpha,
+                ..EasgdSettings::default()
+            },
             ..SyncConfig::default()
         };
         // EASGD's paper at one step a round; compounded, at most ½.
@@ -397,7 +434,10 @@ mod tests {
         // A shard per 4 trainers, at least one per process, unless set.
         let shards = |set, n, p| {
             let c = SyncConfig {
-                server_shards: set,
+                easgd: EasgdSettings {
+                    server_shards: set,
+                    ..EasgdSettings::default()
+                },
                 ..SyncConfig::default()
             };
             c.server_shards_for(n, p)
@@ -415,39 +455,27 @@ mod tests {
         };
         assert_eq!(shadow.bmuf_for(16).eta, BmufParams::SHADOW_ETA);
         let set = SyncConfig {
-            eta: Some(0.9),
+            bmuf: BmufSettings {
+                eta: Some(0.9),
+                ..BmufSettings::default()
+            },
             ..shadow
         };
         assert_eq!(set.bmuf_for(16).eta, 0.9);
         for (c, key) in [
+            (easgd_with(Some(1.5), None), "sync.easgd.alpha"),
+            (easgd_with(Some(0.0), None), "sync.easgd.alpha"),
             (
                 SyncConfig {
-                    alpha: Some(1.5),
+                    bmuf: BmufSettings {
+                        eta: Some(1.0),
+                        ..BmufSettings::default()
+                    },
                     ..SyncConfig::default()
                 },
-                "sync.alpha",
+                "sync.bmuf.eta",
             ),
-            (
-                SyncConfig {
-                    alpha: Some(0.0),
-                    ..SyncConfig::default()
-                },
-                "sync.alpha",
-            ),
-            (
-                SyncConfig {
-                    eta: Some(1.0),
-                    ..SyncConfig::default()
-                },
-                "sync.eta",
-            ),
-            (
-                SyncConfig {
-                    server_shards: Some(0),
-                    ..SyncConfig::default()
-                },
-                "sync.server_shards",
-            ),
+            (easgd_with(None, Some(0)), "sync.easgd.server_shards"),
             (
                 SyncConfig {
                     max_cpu_share: 1.5,

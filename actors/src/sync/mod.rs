@@ -16,7 +16,7 @@ mod schedule;
 mod shared;
 pub mod transport;
 
-pub use config::{ShadowThreads, SyncConfig};
+pub use config::{BmufSettings, EasgdSettings, ShadowThreads, SyncConfig};
 pub use peer::PeerState;
 pub(crate) use peer::SharedPeer;
 pub(crate) use peer::SyncPeer;

@@ -125,7 +125,7 @@ impl ServerClient {
     ///
     /// # Errors
     ///
-    /// No shards ([`Error::Config`] naming `sync.server_shards`), a shard that no process
+    /// No shards ([`Error::Config`] naming `sync.easgd.server_shards`), a shard that no process
     /// serves ([`Error::ShardFailed`]), a codec its factory fails to make,
     /// or a fabric that cannot serve them.
     pub fn start(

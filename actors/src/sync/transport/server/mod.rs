@@ -60,7 +60,7 @@ pub use coded::CentreCodec;
 pub(crate) fn shard_ranges(len: usize, shards: usize) -> Result<Vec<Range<usize>>> {
     if shards == 0 {
         return Err(Error::Config {
-            key: "sync.server_shards".into(),
+            key: "sync.easgd.server_shards".into(),
             reason: "must be at least 1".into(),
         });
     }
