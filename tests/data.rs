@@ -138,15 +138,19 @@ fn labels_of(batch: &Batch) -> Vec<f32> {
     Vec::<f32>::try_from(&batch.labels).unwrap()
 }
 
-/// Each shard's batches as (chunk index within the shard, labels).
-fn drain(data: &Path, skip: Vec<u64>) -> Vec<Vec<(u64, Vec<f32>)>> {
+/// Batches of `batch_size` in fixed shares to `shards` consumers, 2 buffered.
+fn fixed_shares(batch_size: usize, shards: usize) -> PipelineConfig {
     let mut config = PipelineConfig::default();
-    config.batch_size = 64;
-    config.shards = 3;
-    config.keep = None;
-    config.policy = BadLinePolicy::Fail;
+    config.batch_size = batch_size;
+    config.shards = shards;
     config.capacity = 2;
     config.dealing = Dealing::Static;
+    config
+}
+
+/// Each shard's batches as (chunk index within the shard, labels).
+fn drain(data: &Path, skip: Vec<u64>) -> Vec<Vec<(u64, Vec<f32>)>> {
+    let mut config = fixed_shares(64, 3);
     config.resume = Resume::Skip(skip);
     let mut pipeline = Pipeline::spawn(data, TableLayout::uniform(1000).unwrap(), &config).unwrap();
     let shards = pipeline.take_shards();
@@ -191,14 +195,7 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
     let dir = tempfile::tempdir().unwrap();
     let data = synthetic(dir.path(), 1000, 5);
     let layout = TableLayout::uniform(1000).unwrap();
-    let mut config = PipelineConfig::default();
-    config.batch_size = 64;
-    config.shards = 3;
-    config.keep = None;
-    config.policy = BadLinePolicy::Fail;
-    config.capacity = 2;
-    config.dealing = Dealing::Static;
-    config.resume = Resume::Start;
+    let config = fixed_shares(64, 3);
     let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
     let shards = pipeline.take_shards();
     // Drain the shards concurrently, as trainers would.
@@ -314,14 +311,7 @@ fn shared_dealing_gives_each_chunk_once_to_whoever_asks_and_resumes_past_what_wa
 fn twenty_shards_share_the_readers_and_get_each_of_their_chunks_once() {
     let dir = tempfile::tempdir().unwrap();
     let data = synthetic(dir.path(), 1000, 8);
-    let mut config = PipelineConfig::default();
-    config.batch_size = 16;
-    config.shards = 20;
-    config.keep = None;
-    config.policy = BadLinePolicy::Fail;
-    config.capacity = 2;
-    config.dealing = Dealing::Static;
-    config.resume = Resume::Start;
+    let config = fixed_shares(16, 20);
     let mut pipeline =
         Pipeline::spawn(&data.train, TableLayout::uniform(1000).unwrap(), &config).unwrap();
     let shards = pipeline.take_shards();
@@ -354,14 +344,7 @@ type Shard = Batches;
 /// A pipeline of 2 shards of 16-line batches over `input`, with one consumer
 /// that never reads (a stopped or hung trainer): the other's receiver.
 fn one_consumer_stopped(input: &Path) -> (Pipeline, Shard, Shard) {
-    let mut config = PipelineConfig::default();
-    config.batch_size = 16;
-    config.shards = 2;
-    config.keep = None;
-    config.policy = BadLinePolicy::Fail;
-    config.capacity = 2;
-    config.dealing = Dealing::Static;
-    config.resume = Resume::Start;
+    let config = fixed_shares(16, 2);
     let mut pipeline =
         Pipeline::spawn(input, TableLayout::uniform(1000).unwrap(), &config).unwrap();
     let mut shards = pipeline.take_shards();
@@ -439,14 +422,8 @@ fn processes_keeping_their_shards_share_one_pass_between_them() {
     let data = synthetic(dir.path(), 1000, 6);
     let layout = TableLayout::uniform(1000).unwrap();
     let shards_of = |keep: Option<std::ops::Range<usize>>| -> Vec<Vec<f32>> {
-        let mut config = PipelineConfig::default();
-        config.batch_size = 50;
-        config.shards = 4;
+        let mut config = fixed_shares(50, 4);
         config.keep = keep;
-        config.policy = BadLinePolicy::Fail;
-        config.capacity = 2;
-        config.dealing = Dealing::Static;
-        config.resume = Resume::Start;
         let mut pipeline = Pipeline::spawn(&data.train, layout.clone(), &config).unwrap();
         let shards = pipeline.take_shards();
         let labels = std::thread::scope(|s| {
@@ -471,14 +448,8 @@ fn processes_keeping_their_shards_share_one_pass_between_them() {
     parts.extend(shards_of(Some(1..4)));
     assert_eq!(parts, whole);
     assert_eq!(whole.iter().map(Vec::len).sum::<usize>(), 1000);
-    let mut outside = PipelineConfig::default();
-    outside.batch_size = 50;
-    outside.shards = 4;
+    let mut outside = fixed_shares(50, 4);
     outside.keep = Some(3..5);
-    outside.policy = BadLinePolicy::Fail;
-    outside.capacity = 2;
-    outside.dealing = Dealing::Static;
-    outside.resume = Resume::Start;
     assert!(Pipeline::spawn(&data.train, layout, &outside).is_err());
 }
 
@@ -488,14 +459,9 @@ fn the_pipeline_reports_bad_lines_by_policy() {
     let path = malformed_file(dir.path());
     let layout = TableLayout::uniform(100).unwrap();
     let run = |policy| {
-        let mut config = PipelineConfig::default();
-        config.batch_size = 16;
-        config.shards = 1;
-        config.keep = None;
+        let mut config = fixed_shares(16, 1);
         config.policy = policy;
         config.capacity = 4;
-        config.dealing = Dealing::Static;
-        config.resume = Resume::Start;
         let mut pipeline = Pipeline::spawn(&path, layout.clone(), &config).unwrap();
         let rx = pipeline.take_shards().pop().unwrap();
         let results: Vec<_> = rx.into_iter().collect();
