@@ -33,6 +33,7 @@ from mpi import MPIRUN
 DLRM = """[model]
 kind = "dlrm"
 embedding_dim = 8
+[model.dlrm]
 bottom_mlp = [32, 8]
 top_mlp = [32]
 """

@@ -53,16 +53,16 @@ fn phase_flops(config: &Config, batch: f64) -> [f64; 7] {
     };
     let m = &config.model;
     let dim = m.embedding_dim;
-    let mut bottom_widths = m.bottom_mlp.clone();
+    let mut bottom_widths = m.dlrm.bottom_mlp.clone();
     bottom_widths.push(dim);
     let vectors = 27;
     let pairs = vectors * (vectors - 1) / 2;
-    let mut top_widths = m.top_mlp.clone();
+    let mut top_widths = m.dlrm.top_mlp.clone();
     top_widths.push(1);
     let bottom = 2.0 * batch * mlp(NUM_DENSE as i64, &bottom_widths);
     let interaction = 2.0 * batch * (vectors * vectors * dim) as f64;
     let top = 2.0 * batch * mlp(dim + pairs, &top_widths);
-    let first_layer = 2.0 * batch * (NUM_DENSE as i64 * m.bottom_mlp[0]) as f64;
+    let first_layer = 2.0 * batch * (NUM_DENSE as i64 * m.dlrm.bottom_mlp[0]) as f64;
     let backward = 2.0 * (bottom + interaction + top) - first_layer;
     [0.0, bottom, interaction, top, backward, 0.0, 0.0]
 }
@@ -109,8 +109,9 @@ fn profile(config: &Config) -> Result<[f64; 7]> {
     let params = FlatParams::adopt(&vs)?;
     let (optim, dim) = (&config.optim, config.model.embedding_dim);
     let mut dense = DenseOptimizer::new(optim.dense, optim.dense_lr, &params)?;
-    let rule = RowRules::default().build(optim)?;
-    let mut table = EmbeddingTable::new(&layout, dim, rule, optim.sparse_lr)?;
+    let rule = RowRules::default().build(config)?;
+    let lr = config.row_lr(&*rule);
+    let mut table = EmbeddingTable::new(&layout, dim, rule, lr)?;
     let mut seconds = [0f64; 7];
     for batch in &batches {
         let mut clock = Instant::now();

@@ -6,15 +6,25 @@
 //! The model's input is `x₀`, the dense features beside every field's
 //! embedding. Cross layers build feature crosses of rising degree at the
 //! cost of a vector each, `x_{l+1} = x₀ · (x_l · w_l) + b_l + x_l`; a deep MLP
-//! runs beside them; one linear layer reads both. It reads the `[model]` keys
-//! it needs (`embedding_dim`, `deep_mlp`) like the built-in models do.
+//! runs beside them; one linear layer reads both. It reads `model.embedding_dim`
+//! and a section of its own, as the built-in models read theirs:
+//!
+//! ```toml
+//! [model]
+//! kind = "dcn"
+//! [model.dcn]
+//! cross_layers = 3
+//! deep_mlp = [400, 400, 400]
+//! ```
 //!
 //! ```sh
 //! cargo run --release --example ctr_custom_model          # a small run of its own
 //! cargo run --release --example ctr_custom_model -- train --model dcn --trainers 4 \
 //!     --sync shadow-ma --train day_0.tsv --test day_1.tsv  # any flags, any data
+//! cargo run --release --example ctr_custom_model -- train --config dcn.toml
 //! ```
 
+use serde::Deserialize;
 use shadowsync::config::ModelConfig;
 use shadowsync::data::{NUM_DENSE, NUM_SPARSE};
 use shadowsync::model::CtrModel;
@@ -24,8 +34,26 @@ use std::process::ExitCode;
 use tch::nn::{self, Module};
 use tch::Tensor;
 
-/// Cross layers of DCN.
-const CROSS_LAYERS: usize = 3;
+/// DCN's settings, `[model.dcn]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct DcnSettings {
+    /// Cross layers: the highest degree of a feature cross is one more.
+    cross_layers: usize,
+    /// The deep MLP's hidden widths.
+    deep_mlp: Vec<i64>,
+}
+
+impl Default for DcnSettings {
+    /// 3 cross layers (crosses up to degree 4), beside the deep widths
+    /// DeepFM's default uses.
+    fn default() -> Self {
+        Self {
+            cross_layers: 3,
+            deep_mlp: vec![400, 400, 400],
+        }
+    }
+}
 
 /// A Deep & Cross Network over the dense features and the looked-up rows.
 #[derive(Debug)]
@@ -39,8 +67,9 @@ struct Dcn {
 
 impl Dcn {
     fn new(root: &nn::Path, config: &ModelConfig) -> shadowsync::Result<Self> {
+        let settings: DcnSettings = config.section("dcn")?;
         let width = NUM_DENSE as i64 + NUM_SPARSE as i64 * config.embedding_dim;
-        let cross = (0..CROSS_LAYERS)
+        let cross = (0..settings.cross_layers)
             .map(|l| {
                 let path = root / format!("cross{l}");
                 let w = path.var(
@@ -56,7 +85,7 @@ impl Dcn {
             .collect();
         let mut fan_in = width;
         let mut deep = Vec::new();
-        for (i, &hidden) in config.deep_mlp.iter().enumerate() {
+        for (i, &hidden) in settings.deep_mlp.iter().enumerate() {
             deep.push(nn::linear(
                 root / format!("deep{i}"),
                 fan_in,

@@ -8,10 +8,13 @@
 
 use crate::data::{BadLinePolicy, Dealing, Profile, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use shadowsync_actors::embedding::RowRule;
 use shadowsync_actors::faults::Fault;
 use shadowsync_actors::stragglers::Straggler;
 use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 mod deprecated;
@@ -27,7 +30,9 @@ pub use ignored::clear_ignored_in_grid;
 pub struct Config {
     /// Input data.
     pub data: DataConfig,
-    /// Model architecture.
+    /// Model architecture; the flat MLP widths of the release before are
+    /// still read.
+    #[serde(deserialize_with = "deprecated::model")]
     pub model: ModelConfig,
     /// Optimizers.
     pub optim: OptimConfig,
@@ -175,23 +180,71 @@ impl SyntheticConfig {
     }
 }
 
-/// Model architecture and sizes.
+/// Model architecture and sizes: the model, its embeddings' width, and a
+/// section of settings for each model that has any (`[model.dlrm]`,
+/// `[model.deepfm]`, and one's own registered model's `[model.NAME]`). A
+/// section of a model other than `kind` is refused (see `ignored.rs`). The
+/// flat `bottom_mlp`, `top_mlp` and `deep_mlp` of the release before are
+/// still read into their sections, with a warning.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct ModelConfig {
     /// The model, by its name in [`Models`](crate::model::Models): `lr`
     /// (logistic regression), `dlrm` (DLRM, dot interactions), `deepfm`, or
     /// one registered with [`Registry::model`](crate::Registry::model).
     pub kind: String,
-    /// Embedding dimension (DLRM, DeepFM).
+    /// Embedding dimension (DLRM, DeepFM, and models of one's own that read it).
     pub embedding_dim: i64,
-    /// DLRM bottom MLP hidden widths (its output width is `embedding_dim`).
+    /// DLRM's MLPs (`[model.dlrm]`).
+    pub dlrm: DlrmSettings,
+    /// DeepFM's deep MLP (`[model.deepfm]`).
+    pub deepfm: DeepFmSettings,
+    /// The sections of registered models, by name (`[model.NAME]`), as read:
+    /// a model's factory reads its own with [`ModelConfig::section`].
+    /// [`Registry::check`](crate::Registry::check) refuses a key here that
+    /// names no registered model.
+    #[serde(flatten)]
+    pub registered: BTreeMap<String, serde_json::Value>,
+}
+
+/// DLRM's settings (`[model.dlrm]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct DlrmSettings {
+    /// Bottom MLP hidden widths (its output width is `model.embedding_dim`).
     pub bottom_mlp: Vec<i64>,
-    /// DLRM top MLP hidden widths (its output is the logit).
+    /// Top MLP hidden widths (its output is the logit).
     pub top_mlp: Vec<i64>,
-    /// DeepFM deep MLP hidden widths.
+}
+
+impl Default for DlrmSettings {
+    /// DLRM's Criteo Kaggle shape: 13-512-256-64-dim, then 512-256-1.
+    fn default() -> Self {
+        Self {
+            bottom_mlp: vec![512, 256, 64],
+            top_mlp: vec![512, 256],
+        }
+    }
+}
+
+/// DeepFM's settings (`[model.deepfm]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct DeepFmSettings {
+    /// Deep MLP hidden widths (its output is added to the logit).
     pub deep_mlp: Vec<i64>,
+}
+
+impl Default for DeepFmSettings {
+    /// The DeepFM paper's 400-400-400.
+    fn default() -> Self {
+        Self {
+            deep_mlp: vec![400, 400, 400],
+        }
+    }
 }
 
 impl Default for ModelConfig {
@@ -200,10 +253,31 @@ impl Default for ModelConfig {
         Self {
             kind: "dlrm".into(),
             embedding_dim: 16,
-            bottom_mlp: vec![512, 256, 64],
-            top_mlp: vec![512, 256],
-            deep_mlp: vec![400, 400, 400],
+            dlrm: DlrmSettings::default(),
+            deepfm: DeepFmSettings::default(),
+            registered: BTreeMap::new(),
         }
+    }
+}
+
+impl ModelConfig {
+    /// The section `[model.NAME]` of a registered model, as its type `T`;
+    /// `T::default()` when the config has none.
+    ///
+    /// # Errors
+    ///
+    /// A section `T` cannot read, naming the key (`model.NAME.KEY`).
+    pub fn section<T: DeserializeOwned + Default>(&self, name: &str) -> Result<T> {
+        let Some(section) = self.registered.get(name) else {
+            return Ok(T::default());
+        };
+        serde_path_to_error::deserialize(section.clone()).map_err(|e| {
+            let key = match e.path().to_string() {
+                path if path == "." => format!("model.{name}"),
+                path => format!("model.{name}.{path}"),
+            };
+            Error::config(key, e.into_inner().to_string())
+        })
     }
 }
 
@@ -232,14 +306,19 @@ pub struct OptimConfig {
     /// [`RowRules`](crate::model::RowRules): `sgd`, `adagrad`, `ftrl`, or
     /// one registered with [`Registry::row_rule`](crate::Registry::row_rule).
     pub sparse: String,
-    /// Embedding learning rate (FTRL's α).
-    pub sparse_lr: f64,
+    /// Embedding learning rate (FTRL's α); unset, the row optimizer's own
+    /// default ([`RowRule::default_lr`](shadowsync_actors::embedding::RowRule::default_lr):
+    /// 0.05 for `sgd` and `adagrad`, 0.1 for `ftrl`).
+    pub sparse_lr: Option<f64>,
     /// FTRL-Proximal's settings (with `sparse = "ftrl"`).
     pub ftrl: FtrlConfig,
 }
 
 /// FTRL-Proximal's settings besides its learning rate α
 /// (`optim.sparse_lr`); see [`Ftrl`](shadowsync_actors::embedding::Ftrl).
+/// All three are per example, as the paper gives them: the rule is given
+/// each divided by `train.batch_size`, since a row's gradient is the batch's
+/// mean ([`Ftrl::per_example`](shadowsync_actors::embedding::Ftrl::per_example)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -264,14 +343,15 @@ impl Default for FtrlConfig {
 }
 
 impl Default for OptimConfig {
-    /// Adagrad, dense 0.01 and embeddings 0.05: the best test NE per second
-    /// of a grid on the built-in data (docs/results/foundation.md).
+    /// Adagrad, dense 0.01 and embeddings at the row optimizer's own rate
+    /// (Adagrad's 0.05): the best test NE per second of a grid on the
+    /// built-in data (docs/results/foundation.md).
     fn default() -> Self {
         Self {
             dense: OptimizerKind::Adagrad,
             dense_lr: 0.01,
             sparse: "adagrad".into(),
-            sparse_lr: 0.05,
+            sparse_lr: None,
             ftrl: FtrlConfig::default(),
         }
     }
@@ -294,7 +374,7 @@ impl From<OptimPreset> for OptimConfig {
                 dense: OptimizerKind::Sgd,
                 dense_lr: 0.1,
                 sparse: "sgd".into(),
-                sparse_lr: 0.1,
+                sparse_lr: Some(0.1),
                 ftrl: FtrlConfig::default(),
             },
         }
@@ -480,7 +560,9 @@ impl Config {
             }
         };
         positive_lr("optim.dense_lr", self.optim.dense_lr)?;
-        positive_lr("optim.sparse_lr", self.optim.sparse_lr)?;
+        if let Some(lr) = self.optim.sparse_lr {
+            positive_lr("optim.sparse_lr", lr)?;
+        }
         let ftrl = &self.optim.ftrl;
         for (key, value) in [
             ("optim.ftrl.beta", ftrl.beta),
@@ -654,9 +736,9 @@ impl Config {
             return Err(Error::config("model.embedding_dim", "must be at least 1"));
         }
         for (key, widths) in [
-            ("model.bottom_mlp", &self.model.bottom_mlp),
-            ("model.top_mlp", &self.model.top_mlp),
-            ("model.deep_mlp", &self.model.deep_mlp),
+            ("model.dlrm.bottom_mlp", &self.model.dlrm.bottom_mlp),
+            ("model.dlrm.top_mlp", &self.model.dlrm.top_mlp),
+            ("model.deepfm.deep_mlp", &self.model.deepfm.deep_mlp),
         ] {
             if widths.iter().any(|&w| w < 1) {
                 return Err(Error::config(key, "every layer width must be at least 1"));
@@ -735,6 +817,12 @@ impl Config {
             ));
         }
         self.table_layout().map(|_| ())
+    }
+
+    /// The embeddings' learning rate under `rule`: `optim.sparse_lr`, or
+    /// the rule's own default when it is unset.
+    pub fn row_lr(&self, rule: &dyn RowRule) -> f64 {
+        self.optim.sparse_lr.unwrap_or_else(|| rule.default_lr())
     }
 
     /// Bytes of the embedding table and its optimizer state, for rows of
@@ -912,7 +1000,7 @@ mod tests {
     fn rates_f32_cannot_hold_and_paths_json_cannot_record_are_refused() {
         for (lr, key) in [(1e-50, "optim.sparse_lr"), (1e300, "optim.sparse_lr")] {
             let mut c = Config::default();
-            c.optim.sparse_lr = lr;
+            c.optim.sparse_lr = Some(lr);
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains(key) && e.contains("f32"), "{lr}: {e}");
         }
@@ -942,7 +1030,7 @@ mod tests {
     fn defaults_are_dlrm_kaggle_with_adagrad() {
         let c = parse("").unwrap();
         assert_eq!(c.model.kind, "dlrm");
-        assert_eq!(c.model.bottom_mlp, vec![512, 256, 64]);
+        assert_eq!(c.model.dlrm.bottom_mlp, vec![512, 256, 64]);
         assert_eq!(c.train.batch_size, 128);
         assert_eq!(c.optim, OptimConfig::from(OptimPreset::Default));
         assert_eq!(c.optim.dense, OptimizerKind::Adagrad);
@@ -990,9 +1078,10 @@ mod tests {
             "{e}"
         );
         // Names of models and row optimizers are checked against the
-        // registry where the run starts (crate::Registry::check).
+        // registry where the run starts (crate::Registry::check). In [model],
+        // which moves keys of the release before, the line is the section's.
         let e = parse("[model]\nkind = 7\n").unwrap_err().to_string();
-        assert!(e.contains("kind") && e.contains("line 2"), "{e}");
+        assert!(e.contains("model.kind") && e.contains("line 1"), "{e}");
         let e = parse("[optim.ftrl]\nl1 = -1.0\n").unwrap_err().to_string();
         assert!(e.contains("optim.ftrl.l1"), "{e}");
     }
@@ -1064,7 +1153,7 @@ mod tests {
             ("[data]\ntable_size = 0", "data.table_size"),
             ("[data]\ntable_sizes = [1, 2]", "data.table_sizes"),
             ("[data]\ntrain = \"a.tsv\"", "data.test"),
-            ("[model]\ntop_mlp = [0]", "model.top_mlp"),
+            ("[model.dlrm]\ntop_mlp = [0]", "model.dlrm.top_mlp"),
             ("[train]\ntrainers = 0", "train.trainers"),
             ("[train]\nworkers = 0", "train.workers"),
             (

@@ -26,7 +26,7 @@
 //! ([`SyncRule::reduce`](shadowsync_actors::sync::SyncRule::reduce)) and
 //! keeps its memory between rounds instead.
 
-use crate::config::{Config, ModelConfig, OptimConfig, RowShape};
+use crate::config::{Config, ModelConfig, RowShape};
 use crate::data::TableLayout;
 use crate::model::{CtrModel, Models, RowRules, Table};
 use crate::Result;
@@ -110,7 +110,7 @@ impl Registry {
     pub fn row_rule(
         mut self,
         name: &str,
-        make: impl Fn(&OptimConfig) -> Result<Box<dyn RowRule>> + Send + Sync + 'static,
+        make: impl Fn(&Config) -> Result<Box<dyn RowRule>> + Send + Sync + 'static,
     ) -> Self {
         self.row_rules = self.row_rules.with(name, make);
         self
@@ -169,8 +169,9 @@ impl Registry {
     /// A name registered nowhere, or a table libtorch cannot allocate.
     pub fn local_table(&self, config: &Config, layout: &TableLayout) -> Result<Table> {
         let width = self.models.embedding_width(&config.model)?;
-        let rule = self.row_rules.build(&config.optim)?;
-        Table::local(layout, width, rule, config.optim.sparse_lr)
+        let rule = self.row_rules.build(config)?;
+        let lr = config.row_lr(&*rule);
+        Table::local(layout, width, rule, lr)
     }
 
     /// Checks every name `config` gives against the registry (building the
@@ -186,8 +187,9 @@ impl Registry {
         }
         self.schedules.check(&config.sync.schedule)?;
         self.codecs.check(&config.sync.compression)?;
+        self.models.check_sections(&config.model)?;
         let width = self.models.embedding_width(&config.model)?;
-        let rule = self.row_rules.build(&config.optim)?;
+        let rule = self.row_rules.build(config)?;
         check_rule(&*rule)?;
         Ok(RowShape {
             width: width.max(0) as u64,

@@ -822,10 +822,20 @@ fn options_the_chosen_mode_would_ignore_are_refused_naming_it() {
         std::fs::write(&file, text).unwrap();
         file
     };
-    let lr = config("lr.toml", "[model]\nkind = \"lr\"\ndeep_mlp = [8]\n");
+    let lr = config(
+        "lr.toml",
+        "[model]\nkind = \"lr\"\n[model.deepfm]\ndeep_mlp = [8]\n",
+    );
     fails_saying(
         &run(&["train", "--config", path(&lr)]),
-        &["model.deep_mlp", "lr"],
+        &["model.deepfm", "lr"],
+    );
+    // [model] takes sections of registered models, so a typo is caught by
+    // name once the registry is known.
+    let typo = config("typo.toml", "[model]\nembeding_dim = 8\n");
+    fails_saying(
+        &run(&["train", "--config", path(&typo)]),
+        &["model.embeding_dim", "unknown key"],
     );
     let sharded = config("sharded.toml", "[train]\nembedding_staleness = 4\n");
     fails_saying(

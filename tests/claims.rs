@@ -358,7 +358,7 @@ fn easgd_sixteen_beats_no_sync(dir: &Path) -> Claim {
     c.optim.dense = OptimizerKind::Adagrad;
     c.optim.sparse = "adagrad".into();
     c.optim.dense_lr = 0.02;
-    c.optim.sparse_lr = 0.05;
+    c.optim.sparse_lr = Some(0.05);
     c.train.trainers = 16;
     c.train.eval_every = 0;
     let under = |sync: &str| {

@@ -181,8 +181,8 @@ fn ftrl_rows_learn_and_an_unknown_row_optimizer_is_named_with_the_known_ones() {
     let dir = tempfile::tempdir().unwrap();
     let (config, json) = train_with(
         dir.path(),
-        "[model]\nkind = \"lr\"\n[optim]\nsparse = \"ftrl\"\nsparse_lr = 1.0\n\
-         [optim.ftrl]\nbeta = 1.0\nl1 = 0.001\n[train]\neval_every = 0\n",
+        "[model]\nkind = \"lr\"\n[optim]\nsparse = \"ftrl\"\n\
+         [optim.ftrl]\nl1 = 0.001\n[train]\neval_every = 0\n",
     );
     let config = config.as_str();
     assert_eq!(json["config"]["optim"]["sparse"], "ftrl");
@@ -326,8 +326,8 @@ fn a_config_of_the_release_before_runs_warning_of_each_moved_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("run.toml");
     let old = format!(
-        "[data.synthetic]\ntrain_rows = 8000\ntest_rows = 2000\ndir = {:?}\n[model]\nkind = \"lr\"\n\
-         [train]\ntrainers = 2\neval_every = 0\n[sync]\nalgorithm = \"shadow-bmuf\"\neta = 0.5\n",
+        "[data.synthetic]\ntrain_rows = 8000\ntest_rows = 2000\ndir = {:?}\n[model]\nkind = \"deepfm\"\n\
+         deep_mlp = [32]\n[train]\ntrainers = 2\neval_every = 0\n[sync]\nalgorithm = \"shadow-bmuf\"\neta = 0.5\n",
         dir.path().join("data")
     );
     std::fs::write(&config, old).unwrap();
@@ -339,9 +339,14 @@ fn a_config_of_the_release_before_runs_warning_of_each_moved_key() {
         said.contains("sync.eta is deprecated") && said.contains("use sync.bmuf.eta"),
         "{said}"
     );
+    assert!(said.contains("use model.deepfm.deep_mlp"), "{said}");
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
     assert_eq!(report["config"]["sync"]["bmuf"]["eta"], 0.5, "{report}");
+    assert_eq!(
+        report["config"]["model"]["deepfm"]["deep_mlp"],
+        serde_json::json!([32])
+    );
     // Its results, written in the new form, read back without a word.
     assert!(report["config"]["sync"].get("eta").is_none(), "{report}");
 }

@@ -11,12 +11,16 @@ fn example(name: &str) -> Output {
     example_with(name, &[])
 }
 
-/// Runs the example `name` with `args`.
-fn example_with(name: &str, args: &[&str]) -> Output {
+/// The built example `name`.
+fn example_path(name: &str) -> PathBuf {
     let deps = std::env::current_exe().unwrap();
     let profile = deps.parent().and_then(|d| d.parent()).unwrap();
-    let path: PathBuf = profile.join("examples").join(name);
-    let out = Command::new(&path)
+    profile.join("examples").join(name)
+}
+
+/// Runs the example `name` with `args`.
+fn example_with(name: &str, args: &[&str]) -> Output {
+    let out = Command::new(example_path(name))
         .args(args)
         .env("RUST_LOG", "warn")
         .run_to_end();
@@ -148,4 +152,39 @@ fn a_model_of_ones_own_trains_from_the_command_line() {
     let out = String::from_utf8(example("ctr_custom_model").stdout).unwrap();
     assert!(out.contains("trained dcn"), "{out}");
     assert!(figure_after(&out, "NE ") < 0.95, "{out}");
+    // Its own section, [model.dcn], is read; a key it lacks is named.
+    let dir = tempfile::tempdir().unwrap();
+    let config = |name: &str, dcn: &str| {
+        let file = dir.path().join(name);
+        let text = format!(
+            "[data.synthetic]\ntrain_rows = 4000\ntest_rows = 1000\ndir = {:?}\n\
+             [model]\nkind = \"dcn\"\n[model.dcn]\n{dcn}\n[train]\neval_every = 0\n",
+            dir.path().join("data")
+        );
+        std::fs::write(&file, text).unwrap();
+        file.to_str().unwrap().to_string()
+    };
+    let results = dir.path().join("dcn.json");
+    let small = config("small.toml", "cross_layers = 1\ndeep_mlp = [16]");
+    let args = [
+        "train",
+        "--config",
+        &small,
+        "--results",
+        results.to_str().unwrap(),
+    ];
+    example_with("ctr_custom_model", &args);
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    assert_eq!(json["config"]["model"]["dcn"]["cross_layers"], 1, "{json}");
+    let typo = config("typo.toml", "cross_layer = 1");
+    let out = Command::new(example_path("ctr_custom_model"))
+        .args(["train", "--config", &typo])
+        .run_to_end();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("model.dcn") && said.contains("cross_layer"),
+        "{said}"
+    );
 }

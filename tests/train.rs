@@ -22,7 +22,7 @@ fn lr_adagrad(c: &mut Config) {
     c.optim.dense = OptimizerKind::Adagrad;
     c.optim.sparse = "adagrad".into();
     c.optim.dense_lr = 0.05;
-    c.optim.sparse_lr = 0.05;
+    c.optim.sparse_lr = Some(0.05);
 }
 
 #[test]
@@ -186,7 +186,7 @@ fn a_sharded_table_trains_as_the_local_table() {
         }
         c.model.kind = kind.into();
         if kind == "dlrm" {
-            (c.optim.dense_lr, c.optim.sparse_lr) = (0.01, 0.01);
+            (c.optim.dense_lr, c.optim.sparse_lr) = (0.01, Some(0.01));
         }
         let local = Run::new().train(&c).unwrap();
         c.train.embeddings = Some(EmbeddingsMode::Sharded);
@@ -308,13 +308,13 @@ fn sync_sgd_over_two_trainers_is_one_trainer_with_twice_the_batch() {
         let mut c = synthetic_config(dir.path(), 20_480);
         c.model.kind = "dlrm".into();
         c.model.embedding_dim = 4;
-        c.model.bottom_mlp = vec![8];
-        c.model.top_mlp = vec![8];
+        c.model.dlrm.bottom_mlp = vec![8];
+        c.model.dlrm.top_mlp = vec![8];
         c.data.table_size = 50;
         c.optim.dense = optimizer;
         c.optim.sparse = rows.into();
         c.optim.dense_lr = 0.05;
-        c.optim.sparse_lr = 0.05;
+        c.optim.sparse_lr = Some(0.05);
         c.train.eval_every = 0;
         c.train.seed = 7;
         c.sync.algorithm = "sync-sgd".parse().unwrap();

@@ -21,7 +21,7 @@ pub(crate) fn with_optimizer(config: &Config, setting: (&str, OptimizerKind, f64
     config.optim.dense = kind;
     config.optim.sparse = setting.0.into();
     config.optim.dense_lr = dense_lr;
-    config.optim.sparse_lr = sparse_lr;
+    config.optim.sparse_lr = Some(sparse_lr);
     config
 }
 

@@ -340,13 +340,15 @@ impl TrainArgs {
         if let Some(preset) = self.optim_preset {
             c.optim = preset.into();
         }
+        if self.sparse_lr.is_some() {
+            c.optim.sparse_lr = self.sparse_lr;
+        }
         set!(
             model => model.kind,
             batch_size => train.batch_size,
             optimizer => optim.dense,
             lr => optim.dense_lr,
             sparse_optimizer => optim.sparse,
-            sparse_lr => optim.sparse_lr,
             table_size => data.table_size,
             bad_lines => data.bad_lines,
             eval_every => train.eval_every,

@@ -1,50 +1,92 @@
 //! Keys that moved, still read for one release: the flat EASGD and BMUF keys of
 //! `[sync]` (`alpha`, `server_shards`; `eta`, `zeta`, `nesterov`) now live in
-//! `[sync.easgd]` and `[sync.bmuf]`. A config file, a results file or a
-//! checkpoint that has them is read as if they were in their sections, with a
-//! warning naming the new key; one that sets a key both ways is refused.
+//! `[sync.easgd]` and `[sync.bmuf]`, and the flat MLP widths of `[model]`
+//! (`bottom_mlp`, `top_mlp`; `deep_mlp`) in `[model.dlrm]` and
+//! `[model.deepfm]`. A config file, a results file or a checkpoint that has
+//! them is read as if they were in their sections, with a warning naming the
+//! new key; one that sets a key both ways is refused.
 
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer};
+use super::ModelConfig;
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use shadowsync_actors::sync::SyncConfig;
 
-/// Each moved key of `[sync]`: its old name, its section, its name there.
-const MOVED: [(&str, &str, &str); 5] = [
-    ("alpha", "easgd", "alpha"),
-    ("server_shards", "easgd", "server_shards"),
-    ("eta", "bmuf", "eta"),
-    ("zeta", "bmuf", "zeta"),
-    ("nesterov", "bmuf", "nesterov"),
-];
+/// A section whose keys moved: its name, and each moved key's old name, its
+/// new section and its name there.
+struct Moves {
+    section: &'static str,
+    keys: &'static [(&'static str, &'static str, &'static str)],
+}
+
+const SYNC: Moves = Moves {
+    section: "sync",
+    keys: &[
+        ("alpha", "easgd", "alpha"),
+        ("server_shards", "easgd", "server_shards"),
+        ("eta", "bmuf", "eta"),
+        ("zeta", "bmuf", "zeta"),
+        ("nesterov", "bmuf", "nesterov"),
+    ],
+};
+
+const MODEL: Moves = Moves {
+    section: "model",
+    keys: &[
+        ("bottom_mlp", "dlrm", "bottom_mlp"),
+        ("top_mlp", "dlrm", "top_mlp"),
+        ("deep_mlp", "deepfm", "deep_mlp"),
+    ],
+};
 
 /// `[sync]`, its moved keys taken into their sections (see the module doc).
 pub(super) fn sync<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SyncConfig, D::Error> {
-    let mut table = Map::<String, Value>::deserialize(deserializer)?;
-    for moved in move_keys(&mut table).map_err(D::Error::custom)? {
-        tracing::warn!("{moved}");
-    }
-    sync_from(table).map_err(D::Error::custom)
+    read(deserializer, &SYNC)
 }
 
-/// `[sync]` from its table; an error names the key under `sync.` (the file's
-/// line is then that of the section).
-fn sync_from(table: Map<String, Value>) -> Result<SyncConfig, String> {
+/// `[model]`, its moved keys taken into their sections (see the module doc).
+pub(super) fn model<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ModelConfig, D::Error> {
+    read(deserializer, &MODEL)
+}
+
+fn read<'de, D, T>(deserializer: D, moves: &Moves) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned + Serialize + Default,
+{
+    let mut table = Map::<String, Value>::deserialize(deserializer)?;
+    for moved in move_keys::<T>(&mut table, moves).map_err(D::Error::custom)? {
+        tracing::warn!("{moved}");
+    }
+    section_from(table, moves).map_err(D::Error::custom)
+}
+
+/// The section from its table; an error names the key under the section's
+/// name (the file's line is then that of the section).
+fn section_from<T: DeserializeOwned>(
+    table: Map<String, Value>,
+    moves: &Moves,
+) -> Result<T, String> {
     serde_path_to_error::deserialize(Value::Object(table)).map_err(|e| {
         let key = match e.path().to_string() {
-            path if path == "." => "sync".to_string(),
-            path => format!("sync.{path}"),
+            path if path == "." => moves.section.to_string(),
+            path => format!("{}.{path}", moves.section),
         };
         format!("{key}: {}", e.into_inner())
     })
 }
 
 /// Moves the old keys of `table` into their sections; a warning for each
-/// that set a value (a results file's `null`, or a default, is moved silently).
-fn move_keys(table: &mut Map<String, Value>) -> Result<Vec<String>, String> {
-    let defaults = serde_json::to_value(SyncConfig::default()).map_err(|e| e.to_string())?;
+/// that set a value (a results file's `null`, or a default, is moved
+/// silently). `T` is the section's type, whose defaults tell.
+fn move_keys<T: Serialize + Default>(
+    table: &mut Map<String, Value>,
+    moves: &Moves,
+) -> Result<Vec<String>, String> {
+    let defaults = serde_json::to_value(T::default()).map_err(|e| e.to_string())?;
+    let at = moves.section;
     let mut warnings = Vec::new();
-    for (old, section, new) in MOVED {
+    for &(old, section, new) in moves.keys {
         let Some(value) = table.remove(old) else {
             continue;
         };
@@ -52,17 +94,17 @@ fn move_keys(table: &mut Map<String, Value>) -> Result<Vec<String>, String> {
             .entry(section)
             .or_insert_with(|| Value::Object(Map::new()));
         let Value::Object(section_table) = entry else {
-            return Err(format!("sync.{section} must be a table"));
+            return Err(format!("{at}.{section} must be a table"));
         };
         if section_table.contains_key(new) {
             return Err(format!(
-                "sync.{old} and sync.{section}.{new} are both set: keep sync.{section}.{new}"
+                "{at}.{old} and {at}.{section}.{new} are both set: keep {at}.{section}.{new}"
             ));
         }
         if !value.is_null() && Some(&value) != defaults[section].get(new) {
             warnings.push(format!(
-                "config: sync.{old} is deprecated and will go in the next release: use \
-                 sync.{section}.{new} ([sync.{section}] {new} = {value})"
+                "config: {at}.{old} is deprecated and will go in the next release: use \
+                 {at}.{section}.{new} ([{at}.{section}] {new} = {value})"
             ));
         }
         section_table.insert(new.to_string(), value);
@@ -76,8 +118,8 @@ mod tests {
 
     fn read(text: &str) -> Result<(SyncConfig, Vec<String>), String> {
         let mut table: Map<String, Value> = toml::from_str(text).map_err(|e| e.to_string())?;
-        let warnings = move_keys(&mut table)?;
-        Ok((sync_from(table)?, warnings))
+        let warnings = move_keys::<SyncConfig>(&mut table, &SYNC)?;
+        Ok((section_from(table, &SYNC)?, warnings))
     }
 
     #[test]
@@ -103,8 +145,10 @@ mod tests {
         let old = r#"{"algorithm": "none", "alpha": null, "eta": null, "zeta": 1.0,
                       "nesterov": false, "server_shards": null}"#;
         let mut table: Map<String, Value> = serde_json::from_str(old).unwrap();
-        assert_eq!(move_keys(&mut table).unwrap(), Vec::<String>::new());
-        assert_eq!(sync_from(table).unwrap(), SyncConfig::default());
+        let warnings = move_keys::<SyncConfig>(&mut table, &SYNC).unwrap();
+        assert_eq!(warnings, Vec::<String>::new());
+        let sync: SyncConfig = section_from(table, &SYNC).unwrap();
+        assert_eq!(sync, SyncConfig::default());
         // Errors name the key under `sync.`.
         let wrong = read("[bmuf]\nzeta = \"high\"").unwrap_err();
         assert!(wrong.starts_with("sync.bmuf.zeta: "), "{wrong}");
@@ -115,5 +159,25 @@ mod tests {
         );
         let twice = read("eta = 0.5\n[bmuf]\neta = 0.25").unwrap_err();
         assert!(twice.contains("sync.eta and sync.bmuf.eta"), "{twice}");
+    }
+
+    #[test]
+    fn flat_model_widths_are_read_into_their_models_sections() {
+        let text = "kind = \"deepfm\"\ndeep_mlp = [64]\nbottom_mlp = [512, 256, 64]";
+        let mut table: Map<String, Value> = toml::from_str(text).unwrap();
+        let warnings = move_keys::<ModelConfig>(&mut table, &MODEL).unwrap();
+        let model: ModelConfig = section_from(table, &MODEL).unwrap();
+        assert_eq!(model.deepfm.deep_mlp, [64]);
+        assert_eq!(model.dlrm, super::super::DlrmSettings::default());
+        // Only the width set away from its default is worth a warning.
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("use model.deepfm.deep_mlp"),
+            "{warnings:?}"
+        );
+        let mut twice: Map<String, Value> =
+            toml::from_str("top_mlp = [8]\n[dlrm]\ntop_mlp = [16]").unwrap();
+        let e = move_keys::<ModelConfig>(&mut twice, &MODEL).unwrap_err();
+        assert!(e.contains("model.top_mlp and model.dlrm.top_mlp"), "{e}");
     }
 }

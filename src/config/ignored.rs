@@ -1,7 +1,7 @@
 //! Keys that only some runs read.
 //!
 //! Many keys belong to one mode: `[sync.easgd]` to EASGD, the pacing of
-//! the shadow loops to `shadow-*`, `model.deep_mlp` to DeepFM. A key set away
+//! the shadow loops to `shadow-*`, `[model.deepfm]` to DeepFM. A key set away
 //! from its default in a run that would not read it is a mistake the user
 //! cannot see (the run goes on without it), so [`Config::validate_for`]
 //! refuses it, naming the key, the mode and what would read it.
@@ -174,17 +174,12 @@ fn data_and_model_keys() -> Vec<Modal> {
             model.embedding_dim,
             |c, _| not_model(c, &["dlrm", "deepfm"], "the embeddings of DLRM and DeepFM")
         ),
-        modal!("model.bottom_mlp", model.bottom_mlp, |c, _| not_model(
+        modal!("model.dlrm", model.dlrm, |c, _| not_model(
             c,
             &["dlrm"],
-            "DLRM's bottom MLP"
+            "DLRM's MLPs"
         )),
-        modal!("model.top_mlp", model.top_mlp, |c, _| not_model(
-            c,
-            &["dlrm"],
-            "DLRM's top MLP"
-        )),
-        modal!("model.deep_mlp", model.deep_mlp, |c, _| not_model(
+        modal!("model.deepfm", model.deepfm, |c, _| not_model(
             c,
             &["deepfm"],
             "DeepFM's deep MLP"
@@ -337,17 +332,12 @@ mod tests {
         c.sync.easgd.server_shards = Some(2);
         c.sync.bmuf.eta = Some(0.5);
         c.model.kind = "lr".into();
-        c.model.deep_mlp = vec![8];
+        c.model.deepfm.deep_mlp = vec![8];
         c.checkpoint.keep = 5;
         let keys: Vec<&str> = c.ignored_keys(1).into_iter().map(|(k, _)| k).collect();
         assert_eq!(
             keys,
-            [
-                "model.deep_mlp",
-                "sync.easgd",
-                "sync.bmuf",
-                "checkpoint.keep"
-            ]
+            ["model.deepfm", "sync.easgd", "sync.bmuf", "checkpoint.keep"]
         );
         let mut c = Config::default();
         c.sync.link.latency_us = 100.0;

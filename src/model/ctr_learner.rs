@@ -363,8 +363,13 @@ mod tests {
             sparse: std::array::from_fn(|i| (i % 3) as u32),
         };
         let batch = Batch::from_examples(&[example, example], &layout).unwrap();
-        let rule = RowRules::default().build(&optim).unwrap();
-        let table = Table::local(&layout, 1, rule, optim.sparse_lr).unwrap();
+        let config = crate::config::Config {
+            optim: optim.clone(),
+            ..Default::default()
+        };
+        let rule = RowRules::default().build(&config).unwrap();
+        let lr = config.row_lr(&*rule);
+        let table = Table::local(&layout, 1, rule, lr).unwrap();
         let learner = || CtrLearner::with_table(&models, &model, &optim, table.share(), None);
         let (mut own, mut taken) = (learner().unwrap(), learner().unwrap());
         let mut dense = vec![0f32; own.dense.numel()];

@@ -4,7 +4,7 @@
 
 use super::ctr::{DeepFm, Dlrm, LogisticRegression};
 use super::CtrModel;
-use crate::config::{ModelConfig, OptimConfig};
+use crate::config::{Config, ModelConfig};
 use crate::Result;
 use shadowsync_actors::embedding::{Adagrad, Ftrl, RowRule, Sgd};
 use shadowsync_actors::Named;
@@ -15,9 +15,10 @@ use tch::{nn, Device};
 pub type ModelFactory =
     Arc<dyn Fn(&ModelConfig, &nn::Path) -> Result<Box<dyn CtrModel>> + Send + Sync>;
 
-/// Makes the row rule of the embedding tables from `[optim]` (whose
-/// `sparse_lr` is the rule's learning rate, given at every update).
-pub type RowRuleFactory = Arc<dyn Fn(&OptimConfig) -> Result<Box<dyn RowRule>> + Send + Sync>;
+/// Makes the row rule of the embedding tables from the run's config (its
+/// `[optim]` section, and the batch its gradients are the mean of); the
+/// learning rate is given at every update ([`Config::row_lr`]).
+pub type RowRuleFactory = Arc<dyn Fn(&Config) -> Result<Box<dyn RowRule>> + Send + Sync>;
 
 /// CTR models by the name `model.kind` gives them: `lr`, `dlrm`, `deepfm`,
 /// and those added with [`Models::with`].
@@ -60,6 +61,39 @@ impl Models {
         make(config, root)
     }
 
+    /// An error unless every key of `config.registered` is the section of a
+    /// registered model, and of the one `config.kind` names: a typo, or a
+    /// section the run would ignore, is refused before anything runs.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`](crate::Error::Config) naming the key.
+    pub fn check_sections(&self, config: &ModelConfig) -> Result<()> {
+        let misplaced = |(name, value): &(&String, &serde_json::Value)| {
+            *name != &config.kind || !value.is_object()
+        };
+        let Some((name, value)) = config.registered.iter().find(misplaced) else {
+            return Ok(());
+        };
+        let key = format!("model.{name}");
+        Err(if self.0.knows(name) && value.is_object() {
+            crate::Error::config(
+                key,
+                format!(
+                    "is set, but this run would ignore it: it sets the model {name}; \
+                     model.kind is {}",
+                    config.kind
+                ),
+            )
+        } else {
+            crate::Error::config(
+                key,
+                "unknown key: [model] has kind, embedding_dim, [model.dlrm], \
+                 [model.deepfm], and a section named after each registered model",
+            )
+        })
+    }
+
     /// The width of the embedding rows the model `config` names looks up.
     ///
     /// # Errors
@@ -82,13 +116,10 @@ impl Default for RowRules {
         Self(Named::new("optim.sparse", "row optimizer"))
             .with("sgd", |_| Ok(Box::new(Sgd)))
             .with("adagrad", |_| Ok(Box::new(Adagrad::default())))
-            .with("ftrl", |optim| {
-                let f = &optim.ftrl;
-                Ok(Box::new(Ftrl {
-                    beta: f.beta,
-                    l1: f.l1,
-                    l2: f.l2,
-                }))
+            .with("ftrl", |config| {
+                let f = &config.optim.ftrl;
+                let batch = config.train.batch_size;
+                Ok(Box::new(Ftrl::per_example(f.beta, f.l1, f.l2, batch)))
             })
     }
 }
@@ -99,7 +130,7 @@ impl RowRules {
     pub fn with(
         mut self,
         name: &str,
-        make: impl Fn(&OptimConfig) -> Result<Box<dyn RowRule>> + Send + Sync + 'static,
+        make: impl Fn(&Config) -> Result<Box<dyn RowRule>> + Send + Sync + 'static,
     ) -> Self {
         self.0.insert(name, Arc::new(make));
         self
@@ -111,9 +142,9 @@ impl RowRules {
     ///
     /// An unknown name (naming `optim.sparse` and the known ones), or the
     /// rule's own.
-    pub fn build(&self, optim: &OptimConfig) -> Result<Box<dyn RowRule>> {
-        let make = self.0.get(&optim.sparse)?;
-        make(optim)
+    pub fn build(&self, config: &Config) -> Result<Box<dyn RowRule>> {
+        let make = self.0.get(&config.optim.sparse)?;
+        make(config)
     }
 }
 
@@ -130,11 +161,9 @@ mod tests {
         let e = Models::default().embedding_width(&model).unwrap_err();
         assert!(e.to_string().contains("model.kind"), "{e}");
         assert!(e.to_string().contains("deepfm, dlrm, lr"), "{e}");
-        let optim = OptimConfig {
-            sparse: "adam".into(),
-            ..OptimConfig::default()
-        };
-        let e = RowRules::default().build(&optim).unwrap_err();
+        let mut config = Config::default();
+        config.optim.sparse = "adam".into();
+        let e = RowRules::default().build(&config).unwrap_err();
         assert!(e.to_string().contains("optim.sparse"), "{e}");
         assert!(e.to_string().contains("adagrad, ftrl, sgd"), "{e}");
     }
@@ -145,11 +174,33 @@ mod tests {
             Ok(Box::new(LogisticRegression::new(root)))
         });
         assert_eq!(models.embedding_width(&ModelConfig::default()).unwrap(), 1);
-        let optim = OptimConfig {
-            sparse: "plain".into(),
-            ..OptimConfig::default()
-        };
+        let mut config = Config::default();
+        config.optim.sparse = "plain".into();
         let rules = RowRules::default().with("plain", |_| Ok(Box::new(Sgd)));
-        assert!(rules.build(&optim).unwrap().state_names().is_empty());
+        assert!(rules.build(&config).unwrap().state_names().is_empty());
+    }
+
+    /// A batch's mean gradient is 1/B of the per-example sum the paper's β,
+    /// λ₁ and λ₂ are given for, so the rule gets each divided by B; and FTRL
+    /// runs at its own α unless `optim.sparse_lr` says otherwise.
+    #[test]
+    fn ftrl_takes_its_settings_per_example_and_its_own_learning_rate() {
+        let mut config = Config::default();
+        config.optim.sparse = "ftrl".into();
+        config.optim.ftrl.l1 = 2.0;
+        config.train.batch_size = 64;
+        let rule = RowRules::default().build(&config).unwrap();
+        let expected = Ftrl {
+            beta: 1.0 / 64.0,
+            l1: 2.0 / 64.0,
+            l2: 0.0,
+        };
+        assert_eq!(format!("{rule:?}"), format!("{expected:?}"));
+        assert_eq!(config.row_lr(&*rule), 0.1);
+        config.optim.sparse = "adagrad".into();
+        let rule = RowRules::default().build(&config).unwrap();
+        assert_eq!(config.row_lr(&*rule), 0.05);
+        config.optim.sparse_lr = Some(0.3);
+        assert_eq!(config.row_lr(&*rule), 0.3);
     }
 }

@@ -537,8 +537,9 @@ mod tests {
 
     fn sharded(config: &Config) -> Table {
         let layout = config.table_layout().unwrap();
-        let rule = RowRules::default().build(&config.optim).unwrap();
-        let rule = (rule, config.optim.sparse_lr);
+        let rule = RowRules::default().build(config).unwrap();
+        let lr = config.row_lr(&*rule);
+        let rule = (rule, lr);
         let table = ShardedTable::start(&layout, 4, rule, &config.train, (&InProcess, None));
         Table::Sharded(table.unwrap())
     }

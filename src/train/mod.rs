@@ -568,8 +568,8 @@ fn build_learners(
     resumed: Option<&Checkpoint>,
 ) -> Result<Built> {
     let width = row_shape.width as i64;
-    let rule = registry.row_rules().build(&config.optim)?;
-    let lr = config.optim.sparse_lr;
+    let rule = registry.row_rules().build(config)?;
+    let lr = config.row_lr(&*rule);
     let mut table = match config.train.embeddings_for(fabric.processes()) {
         EmbeddingsMode::Replicated => Table::local(layout, width, rule, lr)?,
         EmbeddingsMode::Sharded => {

@@ -23,11 +23,11 @@ pub(crate) fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     c.data.table_size = 20_000;
     c.model.kind = "deepfm".into();
     c.model.embedding_dim = 8;
-    c.model.deep_mlp = vec![64, 64];
+    c.model.deepfm.deep_mlp = vec![64, 64];
     c.optim.dense = OptimizerKind::Adagrad;
     c.optim.dense_lr = 0.02;
     c.optim.sparse = "adagrad".into();
-    c.optim.sparse_lr = 0.05;
+    c.optim.sparse_lr = Some(0.05);
     c.train.eval_every = 0;
     c.train.trainers = trainers;
     c.sync.algorithm = algorithm.parse().unwrap();
