@@ -282,7 +282,8 @@ impl ModelConfig {
 }
 
 /// Optimizers of the dense parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     /// Plain SGD.
@@ -307,8 +308,8 @@ pub struct OptimConfig {
     /// one registered with [`Registry::row_rule`](crate::Registry::row_rule).
     pub sparse: String,
     /// Embedding learning rate (FTRL's α); unset, the row optimizer's own
-    /// default ([`RowRule::default_lr`](shadowsync_actors::embedding::RowRule::default_lr):
-    /// 0.05 for `sgd` and `adagrad`, 0.1 for `ftrl`).
+    /// default ([`RowRule::default_lr`]: 0.05 for `sgd` and `adagrad`, 0.1
+    /// for `ftrl`).
     pub sparse_lr: Option<f64>,
     /// FTRL-Proximal's settings (with `sparse = "ftrl"`).
     pub ftrl: FtrlConfig,
@@ -358,7 +359,8 @@ impl Default for OptimConfig {
 }
 
 /// Named optimizer settings (`--optim-preset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum OptimPreset {
     /// The default: Adagrad, dense 0.01, embeddings 0.05.
     Default,

@@ -16,9 +16,14 @@
 //!   [`train::TrainReport`], in this process or spread over processes
 //!   ([`distributed`], through MPI);
 //! * [`experiment`] — a grid of runs, each one's results kept, resumable;
-//! * [`report`] — an experiment's results as Markdown tables and SVG plots;
+//! * [`report`] — an experiment's results as Markdown tables and SVG plots
+//!   (feature `report`);
 //! * [`cli`] — the `shadowsync` command line, to run with a registry of
-//!   one's own ([`cli::main`]).
+//!   one's own ([`cli::main`]; feature `cli`).
+//!
+//! Both features are on by default. An embedder of the runtime or of the CTR
+//! API turns them off (`default-features = false`) and compiles neither clap,
+//! indicatif and signal-hook nor plotters and statrs.
 //!
 //! ```no_run
 //! use shadowsync::{config::Config, train};
@@ -31,11 +36,14 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
 #![warn(clippy::missing_errors_doc)]
 
 pub mod checkpoint;
+#[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 pub mod config;
 pub mod data;
@@ -46,6 +54,8 @@ pub mod metrics;
 pub mod model;
 pub mod output;
 mod registry;
+#[cfg(feature = "report")]
+#[cfg_attr(docsrs, doc(cfg(feature = "report")))]
 pub mod report;
 pub mod train;
 

@@ -36,7 +36,8 @@ pub struct Example {
 }
 
 /// What to do with a malformed line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum BadLinePolicy {
     /// Stop with an error naming the file, line and field.

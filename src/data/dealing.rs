@@ -22,7 +22,8 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// How the chunks of a pass are dealt to the consumers (`data.dealing`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Dealing {
     /// Each chunk to whichever consumer asks first; the file read once.

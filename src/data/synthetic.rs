@@ -23,7 +23,8 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// How many distinct tokens each of the 26 categorical fields draws from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Profile {
     /// Criteo-like, scaled down (3 to 200,000 tokens a field): a pass of a
