@@ -180,6 +180,26 @@ mod tests {
         assert!(rules.build(&config).unwrap().state_names().is_empty());
     }
 
+    #[test]
+    fn a_section_is_refused_unless_it_is_the_chosen_registered_models() {
+        let models =
+            Models::default().with("dcn", |_, root| Ok(Box::new(LogisticRegression::new(root))));
+        let mut model = ModelConfig::default();
+        model
+            .registered
+            .insert("dcn".into(), serde_json::json!({"cross_layers": 2}));
+        let e = models.check_sections(&model).unwrap_err().to_string();
+        assert!(e.contains("model.dcn") && e.contains("ignore"), "{e}");
+        model.kind = "dcn".into();
+        models.check_sections(&model).unwrap();
+        model.registered.insert("embeding_dim".into(), 8.into());
+        let e = models.check_sections(&model).unwrap_err().to_string();
+        assert!(
+            e.contains("model.embeding_dim") && e.contains("unknown key"),
+            "{e}"
+        );
+    }
+
     /// A batch's mean gradient is 1/B of the per-example sum the paper's β,
     /// λ₁ and λ₂ are given for, so the rule gets each divided by B; and FTRL
     /// runs at its own α unless `optim.sparse_lr` says otherwise.
