@@ -29,8 +29,17 @@ the replicas' average. Needs `torch`; without it, says so and exits 0 (skipped).
 
     python3 benches/pytorch_peers.py --shadowsync target/release/shadowsync \
         --train train.tsv --test test.tsv --trainers 1,2,4 --runs 3
+
+With --plain-hogwild it instead compares plain Hogwild under plain SGD (DLRM's
+reference optimizer, --plain-lr for dense and rows), as PyTorch's Hogwild example
+does it: one DLRM in shared memory (`model.share_memory()`), N processes, each
+training `torch.optim.SGD` on rows rank::N, one thread each; against shadowsync's
+one trainer of N Hogwild workers (`--trainers 1 --workers N --optim-preset
+dlrm-reference`). Every N runs --runs seeds of each; the table gives each side's
+mean test NE ± its standard deviation, the difference with Welch's p, and the
+examples/s with their ratio.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time, warnings
+import argparse, json, math, os, statistics, subprocess, sys, tempfile, time, warnings
 
 try:
     import torch
@@ -223,6 +232,140 @@ def hogwild(n, setting, args, data, test):
     return result
 
 
+def plain_hogwild_worker(rank, model, lr, batches, times):
+    """A process of plain Hogwild: every parameter shared, SGD applied in place."""
+    warnings.filterwarnings("ignore", message="Sparse invariant checks")
+    torch.set_num_threads(1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loss_fn = nn.BCEWithLogitsLoss()
+    times[rank, 0] = time.perf_counter()
+    for d, s, y in batches:
+        opt.zero_grad()
+        loss_fn(model(d, s), y).backward()
+        opt.step()
+    times[rank, 1] = time.perf_counter()
+
+
+def plain_hogwild(n, seed, args, data, test):
+    """PyTorch's Hogwild idiom: one shared model, N processes on rows rank::N."""
+    model = new_model(args, seed)
+    model.share_memory()
+    times = torch.zeros(n, 2, dtype=torch.float64).share_memory_()
+    dense, sparse, labels = data
+    b = args.batch_size
+    shards = [(dense[r::n], sparse[r::n], labels[r::n]) for r in range(n)]
+    context = mp.get_context("fork")  # the children inherit the parsed data
+    processes = [context.Process(target=plain_hogwild_worker, args=(
+        rank, model, args.plain_lr,
+        [(d[i:i + b], s[i:i + b], y[i:i + b]) for i in range(0, y.shape[0], b)], times))
+        for rank, (d, s, y) in enumerate(shards)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a Hogwild process failed (exit code {p.exitcode})")
+    seconds = float(times[:, 1].max() - times[:, 0].min())
+    result = {"examples_per_sec": labels.shape[0] / seconds}
+    result.update(evaluate(model, test))
+    return result
+
+
+def shadowsync_hogwild(n, seed, args):
+    """shadowsync's one trainer of N Hogwild workers under plain SGD."""
+    with tempfile.TemporaryDirectory() as tmp:
+        results = os.path.join(tmp, "results.json")
+        lr = str(args.plain_lr)
+        command = [args.shadowsync, "train", "--train", args.train, "--test", args.test,
+                   "--model", "dlrm", "--optim-preset", "dlrm-reference", "--lr", lr,
+                   "--sparse-lr", lr, "--table-size", str(args.table_size),
+                   "--batch-size", str(args.batch_size), "--trainers", "1",
+                   "--workers", str(n), "--seed", str(seed), "--eval-every", "0",
+                   "--no-replica-scores", "--results", results]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
+                       env=dict(os.environ, RUST_LOG="warn"))
+        with open(results) as f:
+            report = json.load(f)
+        return {"examples_per_sec": report["examples_per_sec"],
+                "ne": report["final_metrics"]["ne"], "auc": report["final_metrics"]["auc"]}
+
+
+def incomplete_beta(a, b, x):
+    """The regularized incomplete beta I_x(a, b), by its continued fraction
+    (Lentz's method), on the side of x where it converges fast."""
+    if x <= 0.0 or x >= 1.0:
+        return max(0.0, min(1.0, x))
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - incomplete_beta(b, a, 1.0 - x)
+    tiny = 1e-300
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x)) / a
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        for k in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                  -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + k * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + k / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-12:
+            break
+    return front * f
+
+
+def student_t_sf(t, df):
+    """P(T > t) for Student's t with `df` degrees of freedom."""
+    tail = incomplete_beta(df / 2.0, 0.5, df / (df + t * t)) / 2.0
+    return tail if t >= 0 else 1.0 - tail
+
+
+def welch(xs, ys):
+    """Welch's two-sided p that xs and ys have one mean."""
+    vx, vy = statistics.variance(xs) / len(xs), statistics.variance(ys) / len(ys)
+    if vx + vy == 0:
+        return 1.0 if statistics.mean(xs) == statistics.mean(ys) else 0.0
+    t = (statistics.mean(xs) - statistics.mean(ys)) / math.sqrt(vx + vy)
+    df = (vx + vy) ** 2 / (vx ** 2 / (len(xs) - 1) + vy ** 2 / (len(ys) - 1))
+    return 2.0 * student_t_sf(abs(t), df)
+
+
+def compare_plain_hogwild(args, data, test):
+    """The --plain-hogwild comparison: its runs, then its table."""
+    cells = []
+    for n in [int(x) for x in args.trainers.split(",")]:
+        runs = []
+        for r in range(args.runs):
+            run = {"shadowsync": shadowsync_hogwild(n, args.seed + r, args),
+                   "pytorch": plain_hogwild(n, args.seed + r, args, data, test)}
+            runs.append(run)
+            print(f"N={n}, seed {args.seed + r}: " + "; ".join(
+                f"{k} {v['examples_per_sec']:.0f}/s NE {v['ne']:.4f}" for k, v in run.items()),
+                flush=True)
+        cells.append({"workers": n, "runs": runs})
+    print(f"\nplain Hogwild under SGD {args.plain_lr}, DLRM, batch {args.batch_size} per "
+          f"worker: shadowsync 1 trainer × N workers against PyTorch {torch.__version__}, "
+          f"N processes sharing one model; {args.runs} seeds each, mean ± sd")
+    print("| N | NE shadowsync | NE PyTorch | difference | Welch p | ex/s shadowsync "
+          "| ex/s PyTorch | ÷ PyTorch |")
+    print("|" + "---|" * 8)
+    for c in cells:
+        ne = {k: [r[k]["ne"] for r in c["runs"]] for k in ("shadowsync", "pytorch")}
+        speed = {k: [r[k]["examples_per_sec"] for r in c["runs"]]
+                 for k in ("shadowsync", "pytorch")}
+        sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0
+        p = welch(ne["shadowsync"], ne["pytorch"]) if args.runs > 1 else float("nan")
+        print(f"| {c['workers']} | "
+              + " | ".join(f"{statistics.mean(ne[k]):.4f} ± {sd(ne[k]):.4f}" for k in ne)
+              + f" | {statistics.mean(ne['shadowsync']) - statistics.mean(ne['pytorch']):+.4f}"
+              + f" | {p:.3f} | "
+              + " | ".join(f"{statistics.mean(speed[k]):.0f}" for k in speed)
+              + f" | {statistics.mean(speed['shadowsync']) / statistics.mean(speed['pytorch']):.2f} |")
+    return cells
+
+
 def shadowsync(n, setting, args):
     batch, seed = setting
     with tempfile.TemporaryDirectory() as tmp:
@@ -264,9 +407,19 @@ def main():
     ap.add_argument("--sparse-lr", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write every run's figures to this file")
+    ap.add_argument("--plain-hogwild", action="store_true",
+                    help="plain Hogwild under SGD against PyTorch's Hogwild idiom instead")
+    ap.add_argument("--plain-lr", type=float, default=0.1,
+                    help="--plain-hogwild's SGD learning rate, dense and rows (DLRM's 0.1)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     data, test = load(args.train, args.table_size), load(args.test, args.table_size)
+    if args.plain_hogwild:
+        cells = compare_plain_hogwild(args, data, test)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(cells, f, indent=1)
+        return 0
     cells = []
     for n in [int(x) for x in args.trainers.split(",")]:
         batches = {"per trainer": args.batch_size}

@@ -14,7 +14,7 @@ use shadowsync_actors::embedding::RowRule;
 use shadowsync_actors::faults::Fault;
 use shadowsync_actors::stragglers::Straggler;
 use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig};
-use std::collections::BTreeMap;
+use shadowsync_actors::Sections;
 use std::path::{Path, PathBuf};
 
 mod deprecated;
@@ -205,7 +205,7 @@ pub struct ModelConfig {
     /// [`Registry::check`](crate::Registry::check) refuses a key here that
     /// names no registered model.
     #[serde(flatten)]
-    pub registered: BTreeMap<String, serde_json::Value>,
+    pub registered: Sections,
 }
 
 /// DLRM's settings (`[model.dlrm]`).
@@ -255,7 +255,7 @@ impl Default for ModelConfig {
             embedding_dim: 16,
             dlrm: DlrmSettings::default(),
             deepfm: DeepFmSettings::default(),
-            registered: BTreeMap::new(),
+            registered: Sections::default(),
         }
     }
 }
@@ -266,18 +266,9 @@ impl ModelConfig {
     ///
     /// # Errors
     ///
-    /// A section `T` cannot read, naming the key (`model.NAME.KEY`).
+    /// A section `T` cannot read, naming it (`model.NAME`) and the key.
     pub fn section<T: DeserializeOwned + Default>(&self, name: &str) -> Result<T> {
-        let Some(section) = self.registered.get(name) else {
-            return Ok(T::default());
-        };
-        serde_path_to_error::deserialize(section.clone()).map_err(|e| {
-            let key = match e.path().to_string() {
-                path if path == "." => format!("model.{name}"),
-                path => format!("model.{name}.{path}"),
-            };
-            Error::config(key, e.into_inner().to_string())
-        })
+        Ok(self.registered.get("model", name)?)
     }
 }
 

@@ -185,6 +185,7 @@ impl Registry {
         if let Some(rule) = config.sync.algorithm.rule() {
             self.rules.check(rule)?;
         }
+        self.rules.check_sections(&config.sync)?;
         self.schedules.check(&config.sync.schedule)?;
         self.codecs.check(&config.sync.compression)?;
         self.models.check_sections(&config.model)?;

@@ -830,12 +830,17 @@ fn options_the_chosen_mode_would_ignore_are_refused_naming_it() {
         &run(&["train", "--config", path(&lr)]),
         &["model.deepfm", "lr"],
     );
-    // [model] takes sections of registered models, so a typo is caught by
-    // name once the registry is known.
+    // [model] and [sync] take sections of registered models and rules, so
+    // a typo is caught by name once the registry is known.
     let typo = config("typo.toml", "[model]\nembeding_dim = 8\n");
     fails_saying(
         &run(&["train", "--config", path(&typo)]),
         &["model.embeding_dim", "unknown key"],
+    );
+    let typo = config("sync-typo.toml", "[sync]\ngrup_size = 2\n");
+    fails_saying(
+        &run(&["train", "--config", path(&typo)]),
+        &["sync.grup_size", "unknown key"],
     );
     let sharded = config("sharded.toml", "[train]\nembedding_staleness = 4\n");
     fails_saying(

@@ -106,5 +106,5 @@ pub use cluster::{
 pub use error::{first_line, with_causes, Error, Result};
 pub use hogwild::{with_shared, ParamAlias, SharedValues};
 pub use learner::{Learner, LearnerState, SharedGradients, StepOutcome};
-pub use named::Named;
+pub use named::{Named, Sections};
 pub use params::FlatParams;

@@ -69,29 +69,9 @@ impl Models {
     ///
     /// [`Error::Config`](crate::Error::Config) naming the key.
     pub fn check_sections(&self, config: &ModelConfig) -> Result<()> {
-        let misplaced = |(name, value): &(&String, &serde_json::Value)| {
-            *name != &config.kind || !value.is_object()
-        };
-        let Some((name, value)) = config.registered.iter().find(misplaced) else {
-            return Ok(());
-        };
-        let key = format!("model.{name}");
-        Err(if self.0.knows(name) && value.is_object() {
-            crate::Error::config(
-                key,
-                format!(
-                    "is set, but this run would ignore it: it sets the model {name}; \
-                     model.kind is {}",
-                    config.kind
-                ),
-            )
-        } else {
-            crate::Error::config(
-                key,
-                "unknown key: [model] has kind, embedding_dim, [model.dlrm], \
-                 [model.deepfm], and a section named after each registered model",
-            )
-        })
+        let choice = format!("model.kind is {}", config.kind);
+        let chosen = Some(config.kind.as_str());
+        Ok(self.0.check_sections(&config.registered, chosen, &choice)?)
     }
 
     /// The width of the embedding rows the model `config` names looks up.
@@ -187,12 +167,12 @@ mod tests {
         let mut model = ModelConfig::default();
         model
             .registered
-            .insert("dcn".into(), serde_json::json!({"cross_layers": 2}));
+            .insert("dcn", serde_json::json!({"cross_layers": 2}));
         let e = models.check_sections(&model).unwrap_err().to_string();
         assert!(e.contains("model.dcn") && e.contains("ignore"), "{e}");
         model.kind = "dcn".into();
         models.check_sections(&model).unwrap();
-        model.registered.insert("embeding_dim".into(), 8.into());
+        model.registered.insert("embeding_dim", 8.into());
         let e = models.check_sections(&model).unwrap_err().to_string();
         assert!(
             e.contains("model.embeding_dim") && e.contains("unknown key"),

@@ -277,6 +277,7 @@ pub(super) fn make_rules(
     plan: &dyn GroupSchedule,
     initial: &[f32],
 ) -> Result<Vec<Box<dyn SyncRule>>> {
+    config.rules.check_sections(&config.sync)?;
     endpoints
         .iter()
         .map(|endpoint| match config.sync.algorithm.rule() {

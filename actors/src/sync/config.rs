@@ -3,12 +3,17 @@
 //! link, the threads of the shadow rounds.
 
 use crate::sync::{Algorithm, BmufParams, DilocoParams, LinkModel, Schedule, WriteBack};
-use crate::{Error, Result};
+use crate::{Error, Result, Sections};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Settings of the synchronization of a cluster (config section `[sync]`).
+/// A rule of one's own reads its settings from `[sync.NAME]`
+/// ([`SyncConfig::section`]); a key that is neither a setting here nor a
+/// registered rule's section is refused by [`Rules::check_sections`](crate::sync::Rules::check_sections)
+/// when a cluster starts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct SyncConfig {
     /// The algorithm.
@@ -70,6 +75,9 @@ pub struct SyncConfig {
     pub topk_ratio: f64,
     /// Which threads run the shadow rounds.
     pub shadow_threads: ShadowThreads,
+    /// The sections of registered rules, by name (`[sync.NAME]`), as read.
+    #[serde(flatten)]
+    pub registered: Sections,
 }
 
 /// EASGD's settings (config section `[sync.easgd]`), read by `*-easgd` only.
@@ -145,6 +153,7 @@ impl Default for SyncConfig {
             compression: "none".into(),
             topk_ratio: 0.1,
             shadow_threads: ShadowThreads::PerProcess,
+            registered: Sections::default(),
         }
     }
 }
@@ -161,6 +170,16 @@ fn bad(key: &str, reason: &str) -> Result<()> {
 }
 
 impl SyncConfig {
+    /// The section `[sync.NAME]` of the registered rule `name`, as `T`;
+    /// `T::default()` when the config has none.
+    ///
+    /// # Errors
+    ///
+    /// A section `T` cannot read ([`Error::Config`] naming `sync.NAME`).
+    pub fn section<T: DeserializeOwned + Default>(&self, name: &str) -> Result<T> {
+        self.registered.get("sync", name)
+    }
+
     /// The most shards an EASGD server may have (each is an actor thread).
     pub const MAX_SERVER_SHARDS: usize = 256;
 

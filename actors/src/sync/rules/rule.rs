@@ -196,6 +196,19 @@ impl Rules {
         self.0.get(name).map(drop)
     }
 
+    /// An error unless every section of `config.registered` is that of the
+    /// rule `config.algorithm` names: a misspelt key of `[sync]`, or the
+    /// section of another rule, is refused naming it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`](crate::Error::Config) naming the section's key.
+    pub fn check_sections(&self, config: &SyncConfig) -> Result<()> {
+        let choice = format!("sync.algorithm is {}", config.algorithm);
+        let chosen = config.algorithm.rule();
+        self.0.check_sections(&config.registered, chosen, &choice)
+    }
+
     /// The rule `name` for `context`'s trainer.
     ///
     /// # Errors
