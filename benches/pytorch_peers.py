@@ -253,12 +253,15 @@ def plain_hogwild(n, seed, args, data, test):
     times = torch.zeros(n, 2, dtype=torch.float64).share_memory_()
     dense, sparse, labels = data
     b = args.batch_size
-    shards = [(dense[r::n], sparse[r::n], labels[r::n]) for r in range(n)]
+    if args.plain_rows == "interleaved":
+        shards = [(dense[r::n], sparse[r::n], labels[r::n]) for r in range(n)]
+        work = [[(d[i:i + b], s[i:i + b], y[i:i + b]) for i in range(0, y.shape[0], b)]
+                for d, s, y in shards]
+    else:  # batches of consecutive rows, dealt in turn (as shadowsync's chunks)
+        work = [split(n, rank, b, data) for rank in range(n)]
     context = mp.get_context("fork")  # the children inherit the parsed data
     processes = [context.Process(target=plain_hogwild_worker, args=(
-        rank, model, args.plain_lr,
-        [(d[i:i + b], s[i:i + b], y[i:i + b]) for i in range(0, y.shape[0], b)], times))
-        for rank, (d, s, y) in enumerate(shards)]
+        rank, model, args.plain_lr, batches, times)) for rank, batches in enumerate(work)]
     for p in processes:
         p.start()
     for p in processes:
@@ -346,7 +349,7 @@ def compare_plain_hogwild(args, data, test):
                 flush=True)
         cells.append({"workers": n, "runs": runs})
     print(f"\nplain Hogwild under SGD {args.plain_lr}, DLRM, batch {args.batch_size} per "
-          f"worker: shadowsync 1 trainer × N workers against PyTorch {torch.__version__}, "
+          f"worker, PyTorch's rows {args.plain_rows}: shadowsync 1 trainer × N workers against PyTorch {torch.__version__}, "
           f"N processes sharing one model; {args.runs} seeds each, mean ± sd")
     print("| N | NE shadowsync | NE PyTorch | difference | Welch p | ex/s shadowsync "
           "| ex/s PyTorch | ÷ PyTorch |")
@@ -411,6 +414,9 @@ def main():
                     help="plain Hogwild under SGD against PyTorch's Hogwild idiom instead")
     ap.add_argument("--plain-lr", type=float, default=0.1,
                     help="--plain-hogwild's SGD learning rate, dense and rows (DLRM's 0.1)")
+    ap.add_argument("--plain-rows", choices=["interleaved", "batches"], default="interleaved",
+                    help="--plain-hogwild's PyTorch processes' rows: rank::N (the idiom's), "
+                         "or batches of consecutive rows dealt in turn (as shadowsync's)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     data, test = load(args.train, args.table_size), load(args.test, args.table_size)
