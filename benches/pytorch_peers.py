@@ -159,6 +159,18 @@ def distributed(mode, n, setting, args, sets, attempts=3):
                 return json.load(f)
 
 
+def run_processes(context, target, each_args):
+    """Runs `target` in a process per tuple of `each_args`, all at once, and
+    waits for them; an error if one failed."""
+    processes = [context.Process(target=target, args=args) for args in each_args]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a Hogwild process failed (exit code {p.exitcode})")
+
+
 def hogwild_worker(rank, n, model, sparse_opt, shared, args, batches):
     """A Hogwild process: the shared tables, its own dense replica."""
     slots, barrier, times = shared
@@ -209,15 +221,9 @@ def hogwild(n, setting, args, data, test):
     shared = (torch.zeros(n, width).share_memory_(), context.Barrier(n),
               torch.zeros(n, 2, dtype=torch.float64).share_memory_())
     steps = common_steps(n, batch, data)
-    processes = [context.Process(target=hogwild_worker, args=(
-        rank, n, model, sparse_opt, shared, args, split(n, rank, batch, data)[:steps]))
-        for rank in range(n)]
-    for p in processes:
-        p.start()
-    for p in processes:
-        p.join()
-        if p.exitcode != 0:
-            raise RuntimeError(f"a Hogwild process failed (exit code {p.exitcode})")
+    run_processes(context, hogwild_worker, [
+        (rank, n, model, sparse_opt, shared, args, split(n, rank, batch, data)[:steps])
+        for rank in range(n)])
     slots, _, times = shared
     seconds = float(times[:, 1].max() - times[:, 0].min())
     with torch.no_grad():  # every process left its final replica in its slot
@@ -260,14 +266,8 @@ def plain_hogwild(n, seed, args, data, test):
     else:  # batches of consecutive rows, dealt in turn (as shadowsync's chunks)
         work = [split(n, rank, b, data) for rank in range(n)]
     context = mp.get_context("fork")  # the children inherit the parsed data
-    processes = [context.Process(target=plain_hogwild_worker, args=(
-        rank, model, args.plain_lr, batches, times)) for rank, batches in enumerate(work)]
-    for p in processes:
-        p.start()
-    for p in processes:
-        p.join()
-        if p.exitcode != 0:
-            raise RuntimeError(f"a Hogwild process failed (exit code {p.exitcode})")
+    run_processes(context, plain_hogwild_worker, [
+        (rank, model, args.plain_lr, batches, times) for rank, batches in enumerate(work)])
     seconds = float(times[:, 1].max() - times[:, 0].min())
     result = {"examples_per_sec": labels.shape[0] / seconds}
     result.update(evaluate(model, test))
@@ -276,15 +276,21 @@ def plain_hogwild(n, seed, args, data, test):
 
 def shadowsync_hogwild(n, seed, args):
     """shadowsync's one trainer of N Hogwild workers under plain SGD."""
+    lr = str(args.plain_lr)
+    return run_shadowsync(args, ["--optim-preset", "dlrm-reference", "--lr", lr,
+                                 "--sparse-lr", lr, "--batch-size", str(args.batch_size),
+                                 "--trainers", "1", "--workers", str(n), "--seed", str(seed),
+                                 "--no-replica-scores"])
+
+
+def run_shadowsync(args, flags):
+    """`shadowsync train` of DLRM on the files with `flags`: its examples/s,
+    test NE and AUC."""
     with tempfile.TemporaryDirectory() as tmp:
         results = os.path.join(tmp, "results.json")
-        lr = str(args.plain_lr)
         command = [args.shadowsync, "train", "--train", args.train, "--test", args.test,
-                   "--model", "dlrm", "--optim-preset", "dlrm-reference", "--lr", lr,
-                   "--sparse-lr", lr, "--table-size", str(args.table_size),
-                   "--batch-size", str(args.batch_size), "--trainers", "1",
-                   "--workers", str(n), "--seed", str(seed), "--eval-every", "0",
-                   "--no-replica-scores", "--results", results]
+                   "--model", "dlrm", "--table-size", str(args.table_size),
+                   "--eval-every", "0", "--results", results] + flags
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
                        env=dict(os.environ, RUST_LOG="warn"))
         with open(results) as f:
@@ -371,20 +377,11 @@ def compare_plain_hogwild(args, data, test):
 
 def shadowsync(n, setting, args):
     batch, seed = setting
-    with tempfile.TemporaryDirectory() as tmp:
-        results = os.path.join(tmp, "results.json")
-        command = [args.shadowsync, "train", "--train", args.train, "--test", args.test,
-                   "--model", "dlrm", "--optimizer", "adagrad", "--lr", str(args.dense_lr),
-                   "--sparse-optimizer", "adagrad", "--sparse-lr", str(args.sparse_lr),
-                   "--table-size", str(args.table_size), "--batch-size", str(batch),
-                   "--trainers", str(n), "--sync", args.sync, "--seed", str(seed),
-                   "--eval-every", "0", "--results", results]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
-                       env=dict(os.environ, RUST_LOG="warn"))
-        with open(results) as f:
-            report = json.load(f)
-        return {"examples_per_sec": report["examples_per_sec"],
-                "ne": report["final_metrics"]["ne"], "auc": report["final_metrics"]["auc"]}
+    return run_shadowsync(args, ["--optimizer", "adagrad", "--lr", str(args.dense_lr),
+                                 "--sparse-optimizer", "adagrad", "--sparse-lr",
+                                 str(args.sparse_lr), "--batch-size", str(batch),
+                                 "--trainers", str(n), "--sync", args.sync,
+                                 "--seed", str(seed)])
 
 
 def spread(values, digits=0):
