@@ -39,7 +39,7 @@ dlrm-reference`). Every N runs --runs seeds of each; the table gives each side's
 mean test NE ± its standard deviation, the difference with Welch's p, and the
 examples/s with their ratio.
 """
-import argparse, json, math, os, statistics, subprocess, sys, tempfile, time, warnings
+import argparse, json, os, statistics, subprocess, sys, tempfile, time, warnings
 
 try:
     import torch
@@ -47,6 +47,7 @@ try:
     import torch.multiprocessing as mp
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
+    from scipy.stats import ttest_ind  # Welch's test
 except ImportError as e:  # the comparison needs torch; the rest of the suite does not
     print(f"PyTorch peers skipped: {e} (run scripts/setup.sh --with-torch)")
     sys.exit(0)
@@ -299,48 +300,6 @@ def run_shadowsync(args, flags):
                 "ne": report["final_metrics"]["ne"], "auc": report["final_metrics"]["auc"]}
 
 
-def incomplete_beta(a, b, x):
-    """The regularized incomplete beta I_x(a, b), by its continued fraction
-    (Lentz's method), on the side of x where it converges fast."""
-    if x <= 0.0 or x >= 1.0:
-        return max(0.0, min(1.0, x))
-    if x > (a + 1.0) / (a + b + 2.0):
-        return 1.0 - incomplete_beta(b, a, 1.0 - x)
-    tiny = 1e-300
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x)) / a
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    f = d
-    for m in range(1, 300):
-        for k in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                  -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + k * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + k / c
-            c = c if abs(c) > tiny else tiny
-            f *= c * d
-        if abs(c * d - 1.0) < 1e-12:
-            break
-    return front * f
-
-
-def student_t_sf(t, df):
-    """P(T > t) for Student's t with `df` degrees of freedom."""
-    tail = incomplete_beta(df / 2.0, 0.5, df / (df + t * t)) / 2.0
-    return tail if t >= 0 else 1.0 - tail
-
-
-def welch(xs, ys):
-    """Welch's two-sided p that xs and ys have one mean."""
-    vx, vy = statistics.variance(xs) / len(xs), statistics.variance(ys) / len(ys)
-    if vx + vy == 0:
-        return 1.0 if statistics.mean(xs) == statistics.mean(ys) else 0.0
-    t = (statistics.mean(xs) - statistics.mean(ys)) / math.sqrt(vx + vy)
-    df = (vx + vy) ** 2 / (vx ** 2 / (len(xs) - 1) + vy ** 2 / (len(ys) - 1))
-    return 2.0 * student_t_sf(abs(t), df)
-
-
 def compare_plain_hogwild(args, data, test):
     """The --plain-hogwild comparison: its runs, then its table."""
     cells = []
@@ -365,7 +324,8 @@ def compare_plain_hogwild(args, data, test):
         speed = {k: [r[k]["examples_per_sec"] for r in c["runs"]]
                  for k in ("shadowsync", "pytorch")}
         sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0
-        p = welch(ne["shadowsync"], ne["pytorch"]) if args.runs > 1 else float("nan")
+        p = (ttest_ind(ne["shadowsync"], ne["pytorch"], equal_var=False).pvalue
+             if args.runs > 1 else float("nan"))
         print(f"| {c['workers']} | "
               + " | ".join(f"{statistics.mean(ne[k]):.4f} ± {sd(ne[k]):.4f}" for k in ne)
               + f" | {statistics.mean(ne['shadowsync']) - statistics.mean(ne['pytorch']):+.4f}"

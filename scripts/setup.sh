@@ -126,15 +126,19 @@ install_mpi() {
 
 install_torch_venv() {
   local venv=$cache/torch-venv
-  [[ -f $venv/.complete ]] && return
-  say "installing PyTorch 2.13.0 into $venv (for reference benchmarks)"
-  command -v python3 >/dev/null && python3 -c "import venv, ensurepip" 2>/dev/null || {
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
-  }
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q torch==2.13.0 numpy
-  touch "$venv/.complete"
+  # The stamp holds the package list: a venv made with fewer gets the rest added.
+  local packages=(torch==2.13.0 numpy scipy)
+  [[ -f $venv/.complete && $(<"$venv/.complete") == "${packages[*]}" ]] && return
+  say "installing ${packages[*]} into $venv (for reference benchmarks)"
+  if [[ ! -f $venv/.complete ]]; then
+    command -v python3 >/dev/null && python3 -c "import venv, ensurepip" 2>/dev/null || {
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+    }
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/pip" install -q "${packages[@]}"
+  echo "${packages[*]}" > "$venv/.complete"
 }
 
 install_system_packages

@@ -39,11 +39,6 @@ impl Sections {
     pub fn insert(&mut self, name: &str, section: serde_json::Value) {
         self.0.insert(name.to_string(), section);
     }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// Factories `F` by name, for the config key `key`; a name it does not know
