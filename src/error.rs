@@ -60,7 +60,15 @@ pub enum Error {
     Runtime(#[from] shadowsync_actors::Error),
     /// A worker thread of the data pipeline died.
     #[error("data pipeline: {0}")]
-    Pipeline(String),
+    Pipeline(&'static str),
+    /// A thread could not be started.
+    #[error("cannot start a {thread} thread: {}", plain(error))]
+    Thread {
+        /// What the thread does.
+        thread: &'static str,
+        /// Why the OS refused.
+        error: std::io::Error,
+    },
     /// A checkpoint cannot be written or used.
     #[error("checkpoint {}: {reason}", path.display())]
     Checkpoint {
@@ -71,7 +79,7 @@ pub enum Error {
     },
     /// Scoring a model on the test data failed.
     #[error("evaluation: {0}")]
-    Evaluation(String),
+    Evaluation(Box<Error>),
 }
 
 impl From<tch::TchError> for Error {

@@ -38,6 +38,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
+#![warn(unnameable_types)]
 #![warn(clippy::too_many_lines)]
 #![warn(clippy::missing_errors_doc)]
 

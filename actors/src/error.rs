@@ -50,12 +50,13 @@ pub enum Error {
     #[error("a checkpoint needs every trainer parked")]
     NotParked,
     /// A trainer failed (across processes this ends the job).
-    #[error("trainer {trainer}: {reason}")]
+    #[error("trainer {trainer}: {error}")]
     TrainerFailed {
         /// The trainer, numbered over the job.
         trainer: usize,
-        /// Its error.
-        reason: String,
+        /// Its error (shared with the [`Event::TrainerFailed`](crate::events::Event::TrainerFailed)
+        /// that told of it).
+        error: std::sync::Arc<Error>,
     },
     /// The group coordinator kept failing on a request.
     #[error("the group coordinator failed {attempts} times on trainer {trainer}'s request for round {round}")]
@@ -68,12 +69,12 @@ pub enum Error {
         attempts: usize,
     },
     /// An EASGD centre shard could not serve a request.
-    #[error("server shard {shard}: {reason}")]
+    #[error("server shard {shard}: {fault}")]
     ShardFailed {
         /// The shard.
         shard: usize,
         /// What went wrong.
-        reason: String,
+        fault: ShardFault,
     },
     /// A shard of a sharded embedding table could not serve a request, or
     /// gave no answer in time.
@@ -143,6 +144,31 @@ pub enum Error {
         rounds: u32,
         /// The last one's error.
         last: Box<Error>,
+    },
+}
+
+/// Why an EASGD centre shard could not serve ([`Error::ShardFailed`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardFault {
+    /// No process of the job serves the shard.
+    #[error("no process serves it")]
+    Unserved,
+    /// A request reached a process that does not host the shard.
+    #[error("not served by rank {rank}")]
+    NotHostedOn {
+        /// The process asked.
+        rank: usize,
+    },
+    /// Serving a round panicked; the centre stays as the step left it.
+    #[error("serving trainer {trainer}'s round {round}: {message}")]
+    Panicked {
+        /// The trainer served.
+        trainer: usize,
+        /// Its round.
+        round: u64,
+        /// The panic's message.
+        message: String,
     },
 }
 

@@ -51,14 +51,17 @@ pub trait Scorer: Send + 'static {
     fn combine(parts: Vec<Self::Part>) -> std::result::Result<Self::Score, Self::Error>;
 }
 
-/// One scored snapshot.
+/// One scored snapshot: a score of type `S`, or the scorer's error `E`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Evaluation<S> {
+pub struct Evaluation<S, E> {
     /// What the caller tagged the request with (for example examples seen).
     pub tag: u64,
     /// The score, or why there is none.
-    pub score: std::result::Result<S, String>,
+    pub score: std::result::Result<S, E>,
 }
+
+/// What an [`Evaluator`] of `S` hands back.
+pub type Scored<S> = Evaluation<<S as Scorer>::Score, <S as Scorer>::Error>;
 
 /// A snapshot to score: the request's number and the dense parameters.
 #[derive(Message)]
@@ -69,13 +72,17 @@ struct Evaluate {
 }
 
 /// What a scorer sends back: the request, the scorer, its part.
-type PartReply<P> = (u64, usize, std::result::Result<P, String>);
+type PartReply<S> = (
+    u64,
+    usize,
+    std::result::Result<<S as Scorer>::Part, <S as Scorer>::Error>,
+);
 
 /// The actor running one [`Scorer`].
 pub struct EvaluatorActor<S: Scorer> {
     scorer: S,
     index: usize,
-    parts: Sender<PartReply<S::Part>>,
+    parts: Sender<PartReply<S>>,
 }
 
 impl<S: Scorer + Unpin> Actor for EvaluatorActor<S> {
@@ -86,7 +93,7 @@ impl<S: Scorer + Unpin> Handler<Evaluate> for EvaluatorActor<S> {
     type Result = ();
 
     fn handle(&mut self, request: Evaluate, _: &mut Context<Self>) {
-        let part = self.scorer.score(&request.dense).map_err(|e| e.to_string());
+        let part = self.scorer.score(&request.dense);
         // The channel is unbounded, so a send never waits nor fails on a
         // full queue; it fails only once the handle is gone (shutting down),
         // and then nobody is left to tell.
@@ -95,10 +102,10 @@ impl<S: Scorer + Unpin> Handler<Evaluate> for EvaluatorActor<S> {
 }
 
 /// A request whose parts are coming in.
-struct Open<P> {
+struct Open<S: Scorer> {
     request: u64,
     tag: u64,
-    parts: Vec<Option<std::result::Result<P, String>>>,
+    parts: Vec<Option<std::result::Result<S::Part, S::Error>>>,
     missing: usize,
 }
 
@@ -106,11 +113,11 @@ struct Open<P> {
 #[must_use = "an Evaluator scores in the background: keep it to collect the scores"]
 pub struct Evaluator<S: Scorer + Unpin> {
     scorers: Vec<Addr<EvaluatorActor<S>>>,
-    parts: Receiver<PartReply<S::Part>>,
+    parts: Receiver<PartReply<S>>,
     system: System,
     thread: Option<JoinHandle<()>>,
     /// Requests not answered yet, oldest first.
-    open: VecDeque<Open<S::Part>>,
+    open: VecDeque<Open<S>>,
     next_request: u64,
 }
 
@@ -189,7 +196,7 @@ impl<S: Scorer + Unpin> Evaluator<S> {
     }
 
     /// The evaluations finished so far, in request order, without waiting.
-    pub fn finished(&mut self) -> Vec<Evaluation<S::Score>> {
+    pub fn finished(&mut self) -> Vec<Scored<S>> {
         while let Ok(part) = self.parts.try_recv() {
             self.file(part);
         }
@@ -202,7 +209,7 @@ impl<S: Scorer + Unpin> Evaluator<S> {
     ///
     /// The evaluator stopped ([`Error::Stopped`]); a failed scoring is an
     /// evaluation whose score is the error.
-    pub fn wait_all(&mut self) -> Result<Vec<Evaluation<S::Score>>> {
+    pub fn wait_all(&mut self) -> Result<Vec<Scored<S>>> {
         let mut done = Vec::with_capacity(self.open.len());
         loop {
             done.extend(self.complete());
@@ -220,37 +227,37 @@ impl<S: Scorer + Unpin> Evaluator<S> {
     ///
     /// As [`Evaluator::wait_all`]; [`Error::Internal`] if the answer to this request went
     /// missing.
-    pub fn score(&mut self, dense: Vec<f32>, tag: u64) -> Result<Evaluation<S::Score>> {
+    pub fn score(&mut self, dense: Vec<f32>, tag: u64) -> Result<Scored<S>> {
         self.request(dense, tag)?;
         self.wait_all()?
             .pop()
             .ok_or(Error::Internal("the evaluator lost a request"))
     }
 
-    /// Puts a scorer's part with its request.
-    fn file(&mut self, (request, index, part): PartReply<S::Part>) {
+    /// Puts a scorer's part with its request. A request's parts are all in
+    /// once `missing` is 0: it counts only parts filed into empty slots.
+    fn file(&mut self, (request, index, part): PartReply<S>) {
         let open = self.open.iter_mut().find(|o| o.request == request);
-        if let Some(slot) = open.and_then(|o| {
-            o.missing = o.missing.saturating_sub(1);
-            o.parts.get_mut(index)
-        }) {
-            *slot = Some(part);
+        if let Some((slot, missing)) =
+            open.and_then(|o| Some((o.parts.get_mut(index)?, &mut o.missing)))
+        {
+            if slot.replace(part).is_none() {
+                *missing -= 1;
+            }
         }
     }
 
     /// The oldest requests whose every part is in, combined.
-    fn complete(&mut self) -> Vec<Evaluation<S::Score>> {
+    fn complete(&mut self) -> Vec<Scored<S>> {
         let mut done = Vec::new();
         while self.open.front().is_some_and(|o| o.missing == 0) {
             let Some(open) = self.open.pop_front() else {
                 break;
             };
-            let parts: std::result::Result<Vec<S::Part>, String> = open
-                .parts
-                .into_iter()
-                .map(|p| p.unwrap_or_else(|| Err("a scorer's part went missing".into())))
-                .collect();
-            let score = parts.and_then(|p| S::combine(p).map_err(|e| e.to_string()));
+            let parts = open.parts.into_iter().flatten();
+            let score = parts
+                .collect::<std::result::Result<_, _>>()
+                .and_then(S::combine);
             done.push(Evaluation {
                 tag: open.tag,
                 score,
@@ -319,7 +326,7 @@ mod tests {
         assert_eq!(evaluator.pending(), 2);
         let done = evaluator.wait_all().unwrap();
         assert_eq!(done.len(), 2);
-        assert_eq!((done[0].tag, done[0].score.clone()), (10, Ok(3.0)));
+        assert_eq!((done[0].tag, done[0].score), (10, Ok(3.0)));
         assert_eq!(done[1].tag, 20);
         assert!(
             done[1].score.is_err(),
@@ -345,7 +352,7 @@ mod tests {
         assert_eq!(tags, (0..40).collect::<Vec<_>>());
         for evaluation in &done {
             let whole = evaluation.tag as f32 + 1.0;
-            let score = evaluation.score.clone().unwrap();
+            let score = evaluation.score.unwrap();
             assert!((score - whole).abs() < 1e-4, "{score} vs {whole}");
         }
         // One part failing fails the whole score, and only it.

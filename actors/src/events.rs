@@ -7,14 +7,16 @@
 //! also a `tracing` event (`RUST_LOG=shadowsync_actors=debug` shows the groups of
 //! each round and the trainers finishing, `trace` every sync).
 
+use crate::Error;
 use arc_swap::ArcSwap;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use serde::{Deserialize, Serialize};
+use serde::{Serialize, Serializer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Something that happened in the cluster.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Something that happened in the cluster. It serializes as a log record,
+/// a failure's error by its message.
+#[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub enum Event {
     /// A sync round's average was written back into `trainer`'s replica.
@@ -112,12 +114,14 @@ pub enum Event {
         /// The first round without it.
         round: u64,
     },
-    /// `trainer` failed; the message says why.
+    /// `trainer` failed; the error says why.
     TrainerFailed {
         /// The trainer.
         trainer: usize,
-        /// What went wrong.
-        error: String,
+        /// What went wrong (for a learner's own error,
+        /// [`Error::Learner`] holds it, to downcast).
+        #[serde(serialize_with = "as_message")]
+        error: Arc<Error>,
     },
     /// A live evaluation of the model finished (published by whoever
     /// evaluates: the CTR training run publishes each of its own).
@@ -253,6 +257,11 @@ impl EventBus {
     }
 }
 
+/// Serializes an error as its message.
+fn as_message<S: Serializer>(error: &Arc<Error>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(error)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,7 +284,11 @@ mod tests {
         drop(gone);
         bus.publish(synced(2));
         assert_eq!(bus.subscribers.load().len(), 1);
-        assert_eq!(kept.try_iter().collect::<Vec<_>>(), [synced(1), synced(2)]);
+        let rounds = kept.try_iter().map(|event| match event {
+            Event::Synced { round, .. } => Some(round),
+            _ => None,
+        });
+        assert_eq!(rounds.collect::<Vec<_>>(), [Some(1), Some(2)]);
         assert_eq!(bus.dropped(), 0);
     }
 

@@ -15,11 +15,11 @@
 //! [`monitor::Monitor`]; where trainers live (one process, MPI ranks) a
 //! [`sync::Fabric`].
 //!
-//! The public surface, all of it:
+//! The public surface, all of it, each name at one path:
 //!
 //! | where | what a user needs it for |
 //! |---|---|
-//! | crate root | [`Learner`] and [`FlatParams`] (what is trained), [`Cluster`], [`ClusterBuilder`], [`ClusterConfig`] (running it), [`ClusterOutcome`], [`ClusterReport`] (what comes back), [`ClusterState`], [`TrainerState`] (a checkpoint to resume from), [`Error`], [`Result`], [`ParamAlias`], [`with_shared`] and [`SharedValues`] (a tensor's memory, shared with other threads, seen from Rust) |
+//! | crate root | [`Learner`] and [`FlatParams`] (what is trained), [`Cluster`], [`ClusterBuilder`], [`ClusterConfig`] (running it), [`ClusterOutcome`], [`ClusterReport`] (what comes back), [`mean_replica`], [`consensus_distance`], [`spread_around`] (replicas compared), [`ClusterState`], [`TrainerState`] (a checkpoint to resume from), [`Error`], [`Result`], [`ParamAlias`], [`with_shared`] and [`SharedValues`] (a tensor's memory, shared with other threads, seen from Rust) |
 //! | [`sync`] | the algorithm ([`sync::Algorithm`], [`sync::SyncConfig`]); rules ([`sync::SyncRule`], [`sync::Rules`], the built-in ones and their math); schedules ([`sync::GroupSchedule`], [`sync::Schedule`], [`sync::Schedules`], [`sync::GroupPlan`]); where trainers live ([`sync::Fabric`], [`sync::InProcess`], `sync::mpi` with feature `mpi`) |
 //! | [`embedding`] | tables sharded over processes: their rows' rules ([`embedding::RowRule`]: SGD, Adagrad, FTRL), shards, server, clients, the push ledger |
 //! | [`monitor`], [`events`], [`stats`], [`evaluator`] | watching and steering a run, live evaluation |
@@ -77,10 +77,11 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(unnameable_types)]
 #![warn(clippy::too_many_lines)]
 #![warn(clippy::missing_errors_doc)]
 
-pub mod cluster;
+mod cluster;
 pub mod embedding;
 mod error;
 pub mod evaluator;
@@ -100,10 +101,10 @@ pub mod system;
 mod trainer;
 
 pub use cluster::{
-    Cluster, ClusterBuilder, ClusterConfig, ClusterOutcome, ClusterReport, ClusterState,
-    TrainerState,
+    consensus_distance, mean_replica, spread_around, Cluster, ClusterBuilder, ClusterConfig,
+    ClusterOutcome, ClusterReport, ClusterState, ConsensusPoint, TrainerState,
 };
-pub use error::{first_line, with_causes, Error, Result};
+pub use error::{first_line, with_causes, Error, Result, ShardFault};
 pub use hogwild::{with_shared, ParamAlias, SharedValues};
 pub use learner::{Learner, LearnerState, SharedGradients, StepOutcome};
 pub use named::{Named, Sections};

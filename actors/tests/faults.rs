@@ -5,7 +5,7 @@
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::faults::{Fault, FaultKind};
 use shadowsync_actors::sync::ShadowThreads;
-use shadowsync_actors::{Cluster, ClusterConfig, ClusterOutcome};
+use shadowsync_actors::{Cluster, ClusterConfig, ClusterOutcome, Error};
 use shadowsync_testkit::exclusive;
 use shadowsync_testkit::runtime::{config, learners, EventLog, LeastSquares};
 use std::time::{Duration, Instant};
@@ -423,10 +423,13 @@ fn a_trainer_that_keeps_failing_is_given_up_without_stalling_the_others() {
         let steps: Vec<u64> = report.trainer_stats.iter().map(|s| s.steps).collect();
         assert_eq!(steps, vec![300, 50, 300, 300], "{algorithm}");
         assert_eq!(report.trainer_stats[1].recoveries, 4, "{algorithm}");
+        // The event keeps the error typed: a subscriber can match on it.
         assert!(
-            events
-                .iter()
-                .any(|e| matches!(e, Event::TrainerFailed { trainer: 1, .. })),
+            events.iter().any(|e| matches!(
+                e,
+                Event::TrainerFailed { trainer: 1, error }
+                    if matches!(**error, Error::Faulty { trainer: 1, faults: 5, .. })
+            )),
             "{algorithm}: no failure event"
         );
     }

@@ -79,8 +79,8 @@ fn a_straggler_of_no_trainer_is_refused_naming_the_key() {
 /// waiting them out.
 #[test]
 fn a_stop_wakes_a_pausing_a_lagging_and_a_hung_trainer() {
-    use shadowsync_actors::cluster::Cluster;
     use shadowsync_actors::faults::{Fault, FaultKind};
+    use shadowsync_actors::Cluster;
     let _machine = exclusive();
     let mut ls = learners(3, None);
     ls.iter_mut().for_each(|l| l.step_delay = STEP);

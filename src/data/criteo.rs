@@ -48,7 +48,7 @@ pub enum BadLinePolicy {
 }
 
 /// Name of the 0-based field `i`: `label`, `I1`..`I13`, `C1`..`C26`.
-pub fn field_name(i: usize) -> String {
+pub(crate) fn field_name(i: usize) -> String {
     match i {
         0 => "label".into(),
         i if i <= NUM_DENSE => format!("I{i}"),
@@ -176,16 +176,16 @@ fn parse_hex(raw: &[u8]) -> Result<u32, &'static str> {
 /// The longest line read, in bytes. A Criteo line is under 1 KB; a longer
 /// line is malformed (a stray binary record, a line whose newlines were lost),
 /// and reading it whole could take all the memory there is.
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// How far past [`MAX_LINE_BYTES`] a line is read, looking for its end, before
 /// the input is taken for something that is not a data file at all
 /// (`/dev/zero`, a binary).
-pub const MAX_SKIPPED_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_SKIPPED_BYTES: u64 = 64 << 20;
 
 /// What [`read_line`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Line {
+pub(crate) enum Line {
     /// A line of this many bytes (with its `\n`, if any) appended.
     Read(usize),
     /// A line longer than [`MAX_LINE_BYTES`], read past to its end and not
@@ -204,7 +204,7 @@ pub enum Line {
 ///
 /// A line with no end within [`MAX_SKIPPED_BYTES`] past [`MAX_LINE_BYTES`], or a read that
 /// fails ([`Error::Io`]).
-pub fn read_line(
+pub(crate) fn read_line(
     input: &mut dyn BufRead,
     buf: &mut Vec<u8>,
     path: &Path,
@@ -249,7 +249,7 @@ pub fn read_line(
 
 /// The error of line `line`, found longer than [`MAX_LINE_BYTES`]: a malformed
 /// line, dropped under `data.bad_lines = "skip"` like any other.
-pub fn too_long(path: &Path, line: u64) -> Error {
+pub(crate) fn too_long(path: &Path, line: u64) -> Error {
     Error::data(
         path,
         format!(
@@ -260,7 +260,7 @@ pub fn too_long(path: &Path, line: u64) -> Error {
 }
 
 /// The path that names standard input.
-pub const STDIN: &str = "-";
+pub(crate) const STDIN: &str = "-";
 
 /// Whether `path` is a regular file that is not gzip: one that can be read
 /// many times over, cheaply (a pipe or standard input is read once; a gzip
@@ -269,7 +269,7 @@ pub const STDIN: &str = "-";
 /// # Errors
 ///
 /// A path that cannot be inspected ([`Error::Io`] naming it).
-pub fn rereadable(path: &Path) -> Result<bool> {
+pub(crate) fn rereadable(path: &Path) -> Result<bool> {
     if path == Path::new(STDIN) {
         return Ok(false);
     }
@@ -294,7 +294,7 @@ pub fn rereadable(path: &Path) -> Result<bool> {
 ///
 /// A file that cannot be opened or read, or a gzip header that is not one ([`Error::Io`]
 /// naming it).
-pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
+pub(crate) fn open(path: &Path) -> Result<Box<dyn BufRead + Send>> {
     let mut input: Box<dyn Read + Send> = if path == Path::new(STDIN) {
         Box::new(std::io::stdin())
     } else {
@@ -426,11 +426,13 @@ pub struct CriteoReader {
 }
 
 impl CriteoReader {
-    /// Opens `path` (plain or gzip).
+    /// Opens `path`: a regular file, a pipe or FIFO, or standard input (`-`),
+    /// plain or gzip (told by its first two bytes).
     ///
     /// # Errors
     ///
-    /// As [`open`].
+    /// A file that cannot be opened or read, or a gzip header that is not one
+    /// ([`Error::Io`] naming it).
     pub fn open(path: impl AsRef<Path>, policy: BadLinePolicy) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let input = open(&path)?;

@@ -294,7 +294,10 @@ impl Pipeline {
                     .spawn(move || {
                         read_chunks(&path, input, lines_per_chunk, &route, &stop, &lines)
                     })
-                    .map_err(|e| Error::Pipeline(format!("cannot start a reader thread: {e}")))?,
+                    .map_err(|error| Error::Thread {
+                        thread: "reader",
+                        error,
+                    })?,
             );
         }
         Ok(pipeline)
@@ -441,7 +444,7 @@ impl Pipeline {
         }
         stats.lines = self.lines.load(Ordering::Acquire);
         match died {
-            Some(what) => Err(Error::Pipeline(what.into())),
+            Some(what) => Err(Error::Pipeline(what)),
             None => Ok(stats),
         }
     }
@@ -545,7 +548,10 @@ fn spawn_parser(
     std::thread::Builder::new()
         .name(name)
         .spawn(move || worker.run(chunks, batches))
-        .map_err(|e| Error::Pipeline(format!("cannot start a parser thread: {e}")))
+        .map_err(|error| Error::Thread {
+            thread: "parser",
+            error,
+        })
 }
 
 /// A parser thread's state.

@@ -65,7 +65,7 @@ const TARGET_CTR: f64 = 0.25;
 
 /// The hidden model that labels synthetic rows.
 #[derive(Debug, Clone)]
-pub struct PlantedModel {
+struct PlantedModel {
     seed: u64,
     bias: f64,
     dense_weight: [f64; NUM_DENSE],
@@ -81,7 +81,7 @@ pub struct PlantedModel {
 /// One generated row: raw counts (None = missing), token ranks (0 = missing), and
 /// the true click probability.
 #[derive(Debug, Clone)]
-pub struct Row {
+struct Row {
     /// Counts as written to the file.
     pub counts: [Option<i64>; NUM_DENSE],
     /// Token rank per field (1-based), 0 when missing.
@@ -93,7 +93,7 @@ pub struct Row {
 impl PlantedModel {
     /// Draws a planted model from `seed`, its tokens from `profile`'s
     /// vocabularies, and calibrates its bias to a 25% CTR.
-    pub fn new(seed: u64, profile: Profile) -> Self {
+    fn new(seed: u64, profile: Profile) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut model = Self {
             seed,
@@ -180,14 +180,14 @@ impl PlantedModel {
     }
 
     /// Draws one row with its true click probability.
-    pub fn row(&self, rng: &mut ChaCha8Rng) -> Row {
+    fn row(&self, rng: &mut ChaCha8Rng) -> Row {
         let (mut row, z) = self.sample(rng);
         row.p = sigmoid(self.bias + z);
         row
     }
 
     /// The 8-hex-digit value written for token `rank` of field `field`.
-    pub fn token_value(&self, field: usize, rank: u64) -> u32 {
+    fn token_value(&self, field: usize, rank: u64) -> u32 {
         (mix(&[self.seed, 7_000 + field as u64, rank]) >> 32) as u32
     }
 
@@ -196,12 +196,7 @@ impl PlantedModel {
     /// # Errors
     ///
     /// A file that cannot be written ([`Error::Io`]).
-    pub fn write_tsv(
-        &self,
-        out: &mut impl Write,
-        rows: u64,
-        stream: u64,
-    ) -> std::io::Result<Oracle> {
+    fn write_tsv(&self, out: &mut impl Write, rows: u64, stream: u64) -> std::io::Result<Oracle> {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         rng.set_stream(stream);
         let mut oracle = OracleSum::default();

@@ -18,12 +18,12 @@ use crate::metrics::{evaluate, EvalPoint, Metrics};
 use crate::model::{AuditReport, CtrLearner, Models, Table};
 use crate::{Error, Registry, Result};
 use crossbeam_channel::Receiver;
-use shadowsync_actors::cluster::{mean_replica, spread_around};
 use shadowsync_actors::embedding::{Pushes, RowTraffic};
 use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::sync::{Algorithm, Fabric};
 use shadowsync_actors::Error as RuntimeError;
+use shadowsync_actors::{mean_replica, spread_around};
 use shadowsync_actors::{Cluster, ClusterBuilder, ClusterConfig, ClusterReport, Learner};
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -529,10 +529,9 @@ impl<'a> Session<'a> {
     /// and its exit ends the job.
     fn stop_on_failure(&mut self) -> Result<()> {
         let failed = self.events.try_iter().find_map(|e| match e {
-            Event::TrainerFailed { trainer, error } => Some(RuntimeError::TrainerFailed {
-                trainer,
-                reason: error,
-            }),
+            Event::TrainerFailed { trainer, error } => {
+                Some(RuntimeError::TrainerFailed { trainer, error })
+            }
             _ => None,
         });
         if let Some(failure) = failed {
@@ -561,7 +560,7 @@ impl<'a> Session<'a> {
     /// Hands finished live evaluations to the history and the observer.
     fn record_live(
         &mut self,
-        done: Vec<Evaluation<Metrics>>,
+        done: Vec<Evaluation<Metrics, Error>>,
         observer: &mut dyn Observer,
     ) -> Result<()> {
         for evaluation in done {
@@ -757,8 +756,8 @@ struct Final {
 }
 
 /// The metrics of a finished evaluation.
-fn metrics_of(evaluation: Evaluation<Metrics>) -> Result<Metrics> {
-    evaluation.score.map_err(Error::Evaluation)
+fn metrics_of(evaluation: Evaluation<Metrics, Error>) -> Result<Metrics> {
+    evaluation.score.map_err(|e| Error::Evaluation(Box::new(e)))
 }
 
 /// Notes a checkpoint written, or why it could not be: the run goes on, as a

@@ -236,6 +236,7 @@ impl Pacing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ShardFault;
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -244,10 +245,14 @@ mod tests {
         let panicked = catching_panics::<()>(|| panic!("a bad step"));
         assert!(matches!(&panicked, Err(Error::RoundPanicked(m)) if m == "a bad step"));
         let (events, mut failures) = (EventBus::default(), 0);
-        let fail = |reason: &str| {
+        let fail = |message: &str| {
             Err(Error::ShardFailed {
                 shard: 2,
-                reason: reason.into(),
+                fault: ShardFault::Panicked {
+                    trainer: 1,
+                    round: 0,
+                    message: message.into(),
+                },
             })
         };
         for round in 0..u64::from(MAX_CONSECUTIVE_FAILURES) {
@@ -264,7 +269,8 @@ mod tests {
         // Said once: the message has the cause, and no source repeats it.
         assert_eq!(
             with_causes(&ended),
-            "6 rounds failed in a row; the last: server shard 2: the last"
+            "6 rounds failed in a row; the last: server shard 2: \
+             serving trainer 1's round 0: the last"
         );
     }
 

@@ -606,13 +606,11 @@ mod tests {
             actor.coordinator.group_for(3, 1).assignment.unwrap().group,
             plan.group_of(3, 1)
         );
-        assert_eq!(
+        assert!(matches!(
             subscriber.try_recv().unwrap(),
-            Event::ServiceRecovered {
-                service: "group coordinator".into(),
-                cause: "a test: half-way".into()
-            }
-        );
+            Event::ServiceRecovered { service, cause }
+                if service == "group coordinator" && cause == "a test: half-way"
+        ));
     }
 
     #[test]
@@ -683,13 +681,10 @@ mod tests {
         }
         let announced: Vec<_> = subscriber.try_iter().collect();
         assert_eq!(announced.len(), 3);
-        assert_eq!(
-            announced[1],
-            Event::Regrouped {
-                round: 1,
-                groups: plan.groups(1)
-            }
-        );
+        assert!(matches!(
+            &announced[1],
+            Event::Regrouped { round: 1, groups } if *groups == plan.groups(1)
+        ));
         sys.stop();
         system.join().unwrap();
         // With the system gone, a request fails instead of hanging.

@@ -1,20 +1,25 @@
-//! Synchronization, in rooms from the bottom up: what a round computes
-//! ([`rules`]: the algorithm, the sync rules and their math) and who meets
-//! whom each round (`schedule`: DS-Sync's group schedules, [`GroupSchedule`]);
-//! how values travel ([`transport`]: in one process, to the EASGD server,
-//! across MPI ranks); the coordinator that hands out each round's groups
-//! (`coordinator`); on top, a trainer's side of a round (`peer`:
-//! `SyncPeer`), sync-sgd's exchange of shared gradients (`shared`), and the
-//! settings of it all (`config`: [`SyncConfig`]). A room uses only those
-//! below it (actors/tests/layers.rs checks it).
-
+//! Synchronization: every public name of it lives here, one path each.
+//!
+//! | concern | names |
+//! |---|---|
+//! | what a round computes | [`Algorithm`], [`SyncRule`] registered by name in [`Rules`] ([`ModelAveraging`], [`Elastic`], [`BlockMomentum`], [`Diloco`], [`Outer`]), their math as plain functions ([`mean_into`], [`elastic`], [`OuterStep`]), the [`Combined`] vector a round writes back from |
+//! | who meets whom | DS-Sync's [`GroupSchedule`]s, registered in [`Schedules`], and the [`GroupPlan`] each round follows |
+//! | how values travel | a [`Fabric`] ([`InProcess`]; `mpi`, feature `mpi`) and its [`Endpoint`]s, the [`mesh`] of one process, the simulated [`LinkModel`], EASGD's parameter server ([`ServerClient`], [`ServerShard`]), the [`Codec`]s that compress a round ([`Fp16`], [`Int8`], [`TopK`]) |
+//! | the settings | [`SyncConfig`] and its per-rule sections ([`EasgdSettings`], [`BmufSettings`]) |
+//!
+//! Inside, in rooms from the bottom up: `rules` (the algorithm, the rules
+//! and their math) and `schedule`; `transport` (in one process, to the
+//! EASGD server, across MPI ranks); the `coordinator` that hands out each
+//! round's groups; on top, a trainer's side of a round (`peer`), sync-sgd's
+//! exchange of shared gradients (`shared`), and `config`. A room uses only
+//! those below it (actors/tests/layers.rs checks it).
 mod config;
 pub(crate) mod coordinator;
 mod peer;
-pub mod rules;
+pub(crate) mod rules;
 mod schedule;
 mod shared;
-pub mod transport;
+pub(crate) mod transport;
 
 pub use config::{BmufSettings, EasgdSettings, ShadowThreads, SyncConfig};
 pub use peer::PeerState;

@@ -21,7 +21,7 @@ pub(crate) struct TrainerExit<L> {
     /// The learner, as trained.
     pub learner: L,
     /// Why it stopped early, if it did.
-    pub error: Option<String>,
+    pub error: Option<Arc<Error>>,
 }
 
 /// Control messages a trainer answers within one chunk of steps.
@@ -147,23 +147,22 @@ impl<L: Learner> TrainerActor<L> {
         }
     }
 
-    fn finish(&mut self, ctx: &mut Context<Self>, mut error: Option<String>) {
+    fn finish(&mut self, ctx: &mut Context<Self>, mut error: Option<Error>) {
         let Some(mut core) = self.core.take() else {
             return;
         };
         // Stopped mid-pass, its last pushes land before the end's checkpoint.
         if error.is_none() {
-            error = (core.learner_mut().settle())
-                .err()
-                .map(|e| Error::learner(e).to_string());
+            error = core.learner_mut().settle().err().map(Error::learner);
         }
         let last_worker = self.counters.finish();
         (self.on_finish)();
         let stats = self.counters.stats();
+        let error = error.map(Arc::new);
         match &error {
             Some(e) => self.events.publish(Event::TrainerFailed {
                 trainer: stats.trainer,
-                error: e.clone(),
+                error: Arc::clone(e),
             }),
             None if last_worker => self.events.publish(Event::TrainerFinished {
                 trainer: stats.trainer,
@@ -213,7 +212,7 @@ impl<L: Learner> Handler<Chunk> for TrainerActor<L> {
                         // checkpoint reads the tables they go to.
                         if let Err(e) = core.learner_mut().settle().map_err(Error::learner) {
                             drop(cpu);
-                            return self.finish(ctx, Some(e.to_string()));
+                            return self.finish(ctx, Some(e));
                         }
                         self.next_park = self.parking.next_after(steps);
                         self.parked = true;
@@ -243,7 +242,7 @@ impl<L: Learner> Handler<Chunk> for TrainerActor<L> {
                 }
                 Err(e) => {
                     drop(cpu);
-                    return self.finish(ctx, Some(e.to_string()));
+                    return self.finish(ctx, Some(e));
                 }
             }
         }

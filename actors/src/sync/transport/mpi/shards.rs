@@ -11,7 +11,7 @@ use super::wire::{ShardWire, ROWS_TAG, SERVER_TAG};
 use crate::embedding::{serve_rows, RemoteRows, RowRequest, RowServerActor};
 use crate::sync::{serve, Codec, RemoteShards, ServerShardActor, ShardRequest};
 use crate::system::ShardReply;
-use crate::{Error, Result};
+use crate::{Error, Result, ShardFault};
 use actix::Addr;
 use crossbeam_channel::{bounded, Sender};
 
@@ -211,7 +211,7 @@ impl PostOffice {
             Some(addr) => serve(addr, request, reply),
             None => Err(Error::ShardFailed {
                 shard,
-                reason: format!("not served by rank {}", self.rank),
+                fault: ShardFault::NotHostedOn { rank: self.rank },
             }),
         };
         match served {

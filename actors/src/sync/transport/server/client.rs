@@ -7,7 +7,7 @@ use crate::faults::{faults_at, Fault, FaultSite};
 use crate::stats::CpuAccount;
 use crate::sync::rules::TARGET_BLOCK;
 use crate::sync::{elastic_into, Combined, Fabric, LinkModel};
-use crate::{Error, Result};
+use crate::{Error, Result, ShardFault};
 use actix::prelude::*;
 use crossbeam_channel::{bounded, RecvTimeoutError};
 use std::ops::Range;
@@ -170,7 +170,7 @@ impl ServerClient {
                 }
                 let remote = remote.clone().ok_or_else(|| Error::ShardFailed {
                     shard: index,
-                    reason: "no process serves it".into(),
+                    fault: ShardFault::Unserved,
                 })?;
                 let process = shard_process(index, fabric.processes());
                 Ok((range, ShardAt::There { process, remote }))

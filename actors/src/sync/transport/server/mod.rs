@@ -47,7 +47,7 @@ use crate::recovery::unpanicked;
 use crate::stats::CpuAccount;
 use crate::sync::{elastic, elastic_pull};
 use crate::system::{deliver, ShardReply};
-use crate::{Error, Result};
+use crate::{Error, Result, ShardFault};
 use actix::prelude::*;
 use crossbeam_channel::Sender;
 use std::ops::Range;
@@ -238,14 +238,18 @@ impl HostedShard {
             step(shard)
         });
         attempt.unwrap_or_else(|panic| {
-            let cause = format!("serving trainer {trainer}'s round {round}: {panic}");
+            let fault = ShardFault::Panicked {
+                trainer,
+                round,
+                message: panic,
+            };
             self.events.publish(Event::ServiceRecovered {
                 service: format!("server shard {}", self.index),
-                cause: cause.clone(),
+                cause: fault.to_string(),
             });
             Err(Error::ShardFailed {
                 shard: self.index,
-                reason: cause,
+                fault,
             })
         })
     }
