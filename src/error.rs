@@ -61,14 +61,6 @@ pub enum Error {
     /// A worker thread of the data pipeline died.
     #[error("data pipeline: {0}")]
     Pipeline(&'static str),
-    /// A thread could not be started.
-    #[error("cannot start a {thread} thread: {}", plain(error))]
-    Thread {
-        /// What the thread does.
-        thread: &'static str,
-        /// Why the OS refused.
-        error: std::io::Error,
-    },
     /// A checkpoint cannot be written or used.
     #[error("checkpoint {}: {reason}", path.display())]
     Checkpoint {

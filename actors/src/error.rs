@@ -25,7 +25,7 @@ pub enum Error {
     /// A learner's step failed (its message with its causes).
     #[error("{}", with_causes(.0.as_ref()))]
     Learner(Box<dyn std::error::Error + Send + Sync>),
-    /// A thread of the runtime could not be started.
+    /// A thread could not be started (the runtime's, or the CTR data pipeline's).
     #[error("cannot start the {thread} thread: {error}")]
     Thread {
         /// What the thread runs.

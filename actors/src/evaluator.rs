@@ -237,12 +237,12 @@ impl<S: Scorer + Unpin> Evaluator<S> {
     /// Puts a scorer's part with its request. A request's parts are all in
     /// once `missing` is 0: it counts only parts filed into empty slots.
     fn file(&mut self, (request, index, part): PartReply<S>) {
-        let open = self.open.iter_mut().find(|o| o.request == request);
-        if let Some((slot, missing)) =
-            open.and_then(|o| Some((o.parts.get_mut(index)?, &mut o.missing)))
-        {
+        let Some(open) = self.open.iter_mut().find(|o| o.request == request) else {
+            return;
+        };
+        if let Some(slot) = open.parts.get_mut(index) {
             if slot.replace(part).is_none() {
-                *missing -= 1;
+                open.missing -= 1;
             }
         }
     }

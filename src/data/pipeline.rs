@@ -294,10 +294,7 @@ impl Pipeline {
                     .spawn(move || {
                         read_chunks(&path, input, lines_per_chunk, &route, &stop, &lines)
                     })
-                    .map_err(|error| Error::Thread {
-                        thread: "reader",
-                        error,
-                    })?,
+                    .map_err(|error| thread_refused("data reader", error))?,
             );
         }
         Ok(pipeline)
@@ -548,10 +545,13 @@ fn spawn_parser(
     std::thread::Builder::new()
         .name(name)
         .spawn(move || worker.run(chunks, batches))
-        .map_err(|error| Error::Thread {
-            thread: "parser",
-            error,
-        })
+        .map_err(|error| thread_refused("data parser", error))
+}
+
+/// A pipeline thread the OS would not start: the runtime's
+/// [`Thread`](shadowsync_actors::Error::Thread) error, which says the same of its own.
+fn thread_refused(thread: &'static str, error: std::io::Error) -> Error {
+    shadowsync_actors::Error::Thread { thread, error }.into()
 }
 
 /// A parser thread's state.

@@ -19,7 +19,7 @@ use crate::model::{AuditReport, CtrLearner, Models, Table};
 use crate::{Error, Registry, Result};
 use crossbeam_channel::Receiver;
 use shadowsync_actors::embedding::{Pushes, RowTraffic};
-use shadowsync_actors::evaluator::{Evaluation, Evaluator, Scorer};
+use shadowsync_actors::evaluator::{Evaluator, Scored, Scorer};
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::sync::{Algorithm, Fabric};
 use shadowsync_actors::Error as RuntimeError;
@@ -560,7 +560,7 @@ impl<'a> Session<'a> {
     /// Hands finished live evaluations to the history and the observer.
     fn record_live(
         &mut self,
-        done: Vec<Evaluation<Metrics, Error>>,
+        done: Vec<Scored<CtrScorer>>,
         observer: &mut dyn Observer,
     ) -> Result<()> {
         for evaluation in done {
@@ -756,7 +756,7 @@ struct Final {
 }
 
 /// The metrics of a finished evaluation.
-fn metrics_of(evaluation: Evaluation<Metrics, Error>) -> Result<Metrics> {
+fn metrics_of(evaluation: Scored<CtrScorer>) -> Result<Metrics> {
     evaluation.score.map_err(|e| Error::Evaluation(Box::new(e)))
 }
 
