@@ -132,8 +132,8 @@ fn healthy_error(algorithm: &str) -> anyhow::Result<f64> {
     config.sync.algorithm = algorithm.parse()?;
     config.sync.group_size = 4;
     config.sync.schedule = Schedule::Random;
-    config.sync.min_steps = 1;
-    config.sync.min_interval_ms = 1.0;
+    config.sync.shadow.min_steps = 1;
+    config.sync.shadow.min_interval_ms = 1.0;
     // The rule, by the name `sync.algorithm` gives it.
     config.rules = Rules::default().with("trimmed", |_| Ok(Box::new(TrimmedMean { trim: 1 })));
     let outcome = Cluster::start(config, learners)?.wait()?;

@@ -1083,12 +1083,14 @@ mod tests {
     fn the_documented_sync_section_parses() {
         let c = parse(
             "[train]\ntrainers = 4\n[sync]\nalgorithm = \"shadow-ma\"\ngroup_size = 2\n\
-             schedule = \"random\"\nseed = 0\nwrite_back = \"delta\"\nmin_interval_ms = 20.0\nmin_steps = 4\n\
-             max_cpu_share = 0.02\nshadow_threads = \"per-process\"\n\
-             link = { latency_us = 200.0, bandwidth_gbps = 1.0 }\n",
+             schedule = \"random\"\nseed = 0\n\
+             link = { latency_us = 200.0, bandwidth_gbps = 1.0 }\n\
+             [sync.shadow]\nwrite_back = \"delta\"\nmin_interval_ms = 20.0\nmin_steps = 4\n\
+             max_cpu_share = 0.02\nthreads = \"per-trainer\"\n",
         )
         .unwrap();
-        assert_eq!(c.sync.shadow_threads, ShadowThreads::PerProcess);
+        assert_eq!(c.sync.shadow.threads, ShadowThreads::PerTrainer);
+        assert_eq!(c.sync.shadow.max_cpu_share, 0.02);
         assert_eq!(c.sync.algorithm.to_string(), "shadow-ma");
         assert_eq!((c.sync.group_size, c.train.trainers), (2, 4));
         assert_eq!(
@@ -1099,11 +1101,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("schedule"), "{e}");
-        let e = parse("[sync]\nshadow_threads = \"per-core\"")
+        let e = parse("[sync.shadow]\nthreads = \"per-core\"")
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("shadow_threads") && e.contains("per-trainer"),
+            e.contains("sync.shadow.threads") && e.contains("per-trainer"),
             "{e}"
         );
     }

@@ -806,7 +806,7 @@ fn options_the_chosen_mode_would_ignore_are_refused_naming_it() {
                 "--min-steps",
                 "8",
             ],
-            &["sync.min_steps", "fr-ma:4", "shadow-*"],
+            &["sync.shadow", "fr-ma:4", "shadow-*"],
         ),
         (
             &["train", "--keep-checkpoints", "5"],

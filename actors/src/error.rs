@@ -115,11 +115,11 @@ pub enum Error {
         /// The last failure.
         last: String,
     },
-    /// A trainer held back by `sync.max_staleness` waited too long for an
+    /// A trainer held back by `sync.shadow.max_staleness` waited too long for an
     /// average.
     #[error(
-        "trainer {trainer} waited {:.0} s for an average under sync.max_staleness = {bound} \
-         and none landed (its group's rounds are held up: see sync.delay_ms, \
+        "trainer {trainer} waited {:.0} s for an average under sync.shadow.max_staleness = {bound} \
+         and none landed (its group's rounds are held up: see sync.shadow.delay_ms, \
          sync.peer_timeout_ms and sync.link)",
         waited.as_secs_f64()
     )]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 fn with_faults(algorithm: &str, faults: Vec<Fault>) -> ClusterConfig {
     let mut c = config(algorithm);
-    c.sync.min_interval_ms = 2.0;
+    c.sync.shadow.min_interval_ms = 2.0;
     c.faults = faults;
     c
 }
@@ -53,7 +53,7 @@ fn with_quick_timeouts(
     threads: ShadowThreads,
 ) -> Cluster<LeastSquares> {
     let mut c = with_faults(algorithm, faults);
-    c.sync.shadow_threads = threads;
+    c.sync.shadow.threads = threads;
     c.events = events.clone();
     c.sync.peer_timeout_ms = 200.0;
     let mut ls = learners(4, None);
@@ -455,7 +455,7 @@ fn a_coordinator_or_server_shard_failing_on_requests_is_contained() {
         // a clean-clone CI run under load saw one).
         let mut c = with_faults(algorithm, vec![fault(faulty, kind, 1, 2)]);
         c.sync.easgd.server_shards = Some(2);
-        c.sync.shadow_threads = threads;
+        c.sync.shadow.threads = threads;
         let algorithm = format!("{algorithm} ({threads:?})");
         // Steps of 1 ms: runs long enough for several rounds of every loop,
         // whose requests are all answered before the run ends.

@@ -1,9 +1,9 @@
-//! Staleness under control: `sync.delay_ms` makes shadow rounds land late on
-//! purpose, and `sync.max_staleness` bounds how far a trainer runs ahead of
+//! Staleness under control: `sync.shadow.delay_ms` makes shadow rounds land late on
+//! purpose, and `sync.shadow.max_staleness` bounds how far a trainer runs ahead of
 //! its newest average, for the per-process hub and per-trainer loops alike.
 
 use shadowsync_actors::stats::TrainerStats;
-use shadowsync_actors::sync::{ShadowThreads, SyncConfig};
+use shadowsync_actors::sync::{ShadowSettings, ShadowThreads};
 use shadowsync_testkit::exclusive;
 use shadowsync_testkit::runtime::{config, learners, run_to_the_end};
 use std::time::{Duration, Instant};
@@ -23,10 +23,10 @@ fn run_with(
     ls.iter_mut()
         .for_each(|l| l.step_delay = Duration::from_millis(1));
     let mut c = config("shadow-ma");
-    c.sync.delay_ms = delay_ms;
-    c.sync.max_staleness = max_staleness;
-    c.sync.shadow_threads = threads;
-    c.sync.max_cpu_share = max_cpu_share;
+    c.sync.shadow.delay_ms = delay_ms;
+    c.sync.shadow.max_staleness = max_staleness;
+    c.sync.shadow.threads = threads;
+    c.sync.shadow.max_cpu_share = max_cpu_share;
     run_to_the_end(c, ls).report.trainer_stats
 }
 
@@ -43,7 +43,7 @@ fn run(max_staleness: Option<u64>, threads: ShadowThreads) -> Vec<TrainerStats> 
 fn a_bound_of_zero_steps_at_the_rounds_pace_under_the_cpu_budget() {
     for threads in [ShadowThreads::PerProcess, ShadowThreads::PerTrainer] {
         let started = Instant::now();
-        let stats = run_with(Some(0), threads, 0.0, SyncConfig::DEFAULT_MAX_CPU_SHARE);
+        let stats = run_with(Some(0), threads, 0.0, ShadowSettings::DEFAULT_MAX_CPU_SHARE);
         let took = started.elapsed();
         assert!(stats.iter().all(|t| t.steps == STEPS), "{stats:?}");
         assert!(stats.iter().all(|t| t.max_staleness <= 1), "{stats:?}");

@@ -361,16 +361,16 @@ impl TrainArgs {
             workers => train.workers,
             group_size => sync.group_size,
             schedule => sync.schedule,
-            write_back => sync.write_back,
-            shadow_threads => sync.shadow_threads,
-            min_interval_ms => sync.min_interval_ms,
-            min_steps => sync.min_steps,
-            max_cpu_share => sync.max_cpu_share,
+            write_back => sync.shadow.write_back,
+            shadow_threads => sync.shadow.threads,
+            min_interval_ms => sync.shadow.min_interval_ms,
+            min_steps => sync.shadow.min_steps,
+            max_cpu_share => sync.shadow.max_cpu_share,
             peer_timeout_ms => sync.peer_timeout_ms,
             link_latency_us => sync.link.latency_us,
             link_gbps => sync.link.bandwidth_gbps,
             topk_ratio => sync.topk_ratio,
-            delay_ms => sync.delay_ms,
+            delay_ms => sync.shadow.delay_ms,
             checkpoint_every => checkpoint.every_steps,
             keep_checkpoints => checkpoint.keep,
         );
@@ -393,7 +393,7 @@ impl TrainArgs {
             c.sync.easgd.server_shards = self.server_shards;
         }
         if self.max_staleness.is_some() {
-            c.sync.max_staleness = self.max_staleness;
+            c.sync.shadow.max_staleness = self.max_staleness;
         }
         if let Some(compression) = &self.compression {
             c.sync.compression.clone_from(compression);

@@ -1,6 +1,9 @@
 //! Keys that moved, still read for one release: the flat EASGD and BMUF keys of
 //! `[sync]` (`alpha`, `server_shards`; `eta`, `zeta`, `nesterov`) now live in
-//! `[sync.easgd]` and `[sync.bmuf]`, and the flat MLP widths of `[model]`
+//! `[sync.easgd]` and `[sync.bmuf]`, the background loops' keys
+//! (`write_back`, `shadow_threads`, `min_interval_ms`, `min_steps`,
+//! `max_cpu_share`, `max_staleness`, `delay_ms`, `delay_jitter_ms`) in
+//! `[sync.shadow]` (`shadow_threads` as `threads`), and the flat MLP widths of `[model]`
 //! (`bottom_mlp`, `top_mlp`; `deep_mlp`) in `[model.dlrm]` and
 //! `[model.deepfm]`. A config file, a results file or a checkpoint that has
 //! them is read as if they were in their sections, with a warning naming the
@@ -27,6 +30,14 @@ const SYNC: Moves = Moves {
         ("eta", "bmuf", "eta"),
         ("zeta", "bmuf", "zeta"),
         ("nesterov", "bmuf", "nesterov"),
+        ("write_back", "shadow", "write_back"),
+        ("shadow_threads", "shadow", "threads"),
+        ("min_interval_ms", "shadow", "min_interval_ms"),
+        ("min_steps", "shadow", "min_steps"),
+        ("max_cpu_share", "shadow", "max_cpu_share"),
+        ("max_staleness", "shadow", "max_staleness"),
+        ("delay_ms", "shadow", "delay_ms"),
+        ("delay_jitter_ms", "shadow", "delay_jitter_ms"),
     ],
 };
 
@@ -115,6 +126,7 @@ fn move_keys<T: Serialize + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shadowsync_actors::sync::ShadowThreads;
 
     fn read(text: &str) -> Result<(SyncConfig, Vec<String>), String> {
         let mut table: Map<String, Value> = toml::from_str(text).map_err(|e| e.to_string())?;
@@ -137,13 +149,34 @@ mod tests {
             read("algorithm = \"shadow-easgd\"\n[easgd]\nalpha = 0.3\nserver_shards = 2\n[bmuf]\neta = 0.5")
                 .unwrap();
         assert_eq!((new, quiet.len()), (sync, 0));
+        // The background loops' keys, `shadow_threads` under its new name.
+        let (sync, warnings) = read(
+            "algorithm = \"shadow-ma\"\nmin_steps = 1\nshadow_threads = \"per-trainer\"\n\
+             max_staleness = 4\ndelay_ms = 30.0",
+        )
+        .unwrap();
+        let shadow = sync.shadow;
+        assert_eq!(
+            (shadow.min_steps, shadow.threads, shadow.max_staleness),
+            (1, ShadowThreads::PerTrainer, Some(4))
+        );
+        assert_eq!(shadow.delay_ms, 30.0);
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert!(
+            warnings[0]
+                .contains("use sync.shadow.threads ([sync.shadow] threads = \"per-trainer\")"),
+            "{warnings:?}"
+        );
     }
 
     #[test]
     fn a_results_files_defaults_move_silently_and_a_key_set_twice_is_refused() {
         // What results files and checkpoints of the release before hold.
         let old = r#"{"algorithm": "none", "alpha": null, "eta": null, "zeta": 1.0,
-                      "nesterov": false, "server_shards": null}"#;
+                      "nesterov": false, "server_shards": null, "write_back": "delta",
+                      "shadow_threads": "per-process", "min_interval_ms": 20.0,
+                      "min_steps": 4, "max_cpu_share": 0.027, "max_staleness": null,
+                      "delay_ms": 0.0, "delay_jitter_ms": 0.0}"#;
         let mut table: Map<String, Value> = serde_json::from_str(old).unwrap();
         let warnings = move_keys::<SyncConfig>(&mut table, &SYNC).unwrap();
         assert_eq!(warnings, Vec::<String>::new());

@@ -1,7 +1,7 @@
 //! Keys that only some runs read.
 //!
-//! Many keys belong to one mode: `[sync.easgd]` to EASGD, the pacing of
-//! the shadow loops to `shadow-*`, `[model.deepfm]` to DeepFM. A key set away
+//! Many keys belong to one mode: `[sync.easgd]` to EASGD, `[sync.shadow]`
+//! to `shadow-*`, `[model.deepfm]` to DeepFM. A key set away
 //! from its default in a run that would not read it is a mistake the user
 //! cannot see (the run goes on without it), so [`Config::validate_for`]
 //! refuses it, naming the key, the mode and what would read it.
@@ -226,14 +226,7 @@ fn sync_keys() -> Vec<Modal> {
             (c.sync.compression != "topk")
                 .then(|| "it is topk's share of values; sync.compression is not topk".into())
         })),
-        modal!("sync.write_back", sync.write_back, not_shadow),
-        modal!("sync.min_interval_ms", sync.min_interval_ms, not_shadow),
-        modal!("sync.min_steps", sync.min_steps, not_shadow),
-        modal!("sync.max_cpu_share", sync.max_cpu_share, not_shadow),
-        modal!("sync.shadow_threads", sync.shadow_threads, not_shadow),
-        modal!("sync.max_staleness", sync.max_staleness, not_shadow),
-        modal!("sync.delay_ms", sync.delay_ms, not_shadow),
-        modal!("sync.delay_jitter_ms", sync.delay_jitter_ms, not_shadow),
+        modal!("sync.shadow", sync.shadow, not_shadow),
         modal!("sync.easgd", sync.easgd, rule "easgd", "EASGD's settings"),
         modal!("sync.bmuf", sync.bmuf, rule "bmuf", "BMUF's settings"),
         modal!("sync.diloco", sync.diloco, rule "diloco", "DiLoCo's outer optimizer"),
@@ -341,7 +334,7 @@ mod tests {
         );
         let mut c = Config::default();
         c.sync.link.latency_us = 100.0;
-        c.sync.min_steps = 1;
+        c.sync.shadow.min_steps = 1;
         c.train.embedding_staleness = 4;
         c.train.table_sync_ms = 10;
         let why = c.ignored_keys(1);
@@ -352,7 +345,7 @@ mod tests {
                 "train.embedding_staleness",
                 "train.table_sync_ms",
                 "sync.link",
-                "sync.min_steps"
+                "sync.shadow"
             ]
         );
         assert!(why[2].1.contains("none"), "{why:?}");

@@ -32,7 +32,7 @@ pub(crate) fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     c.train.trainers = trainers;
     c.sync.algorithm = algorithm.parse().unwrap();
     if c.sync.algorithm.is_shadow() {
-        c.sync.min_interval_ms = 0.0;
+        c.sync.shadow.min_interval_ms = 0.0;
     }
     c
 }

@@ -45,6 +45,7 @@ impl<L: Learner> Actors<L> {
         (trainer_exits, shadow_exits): (Sender<TrainerExit<L>>, Sender<ShadowExit>),
     ) -> Self {
         let sync = &config.sync;
+        let shadow = &sync.shadow;
         Self {
             finish_ends_sync: matches!(
                 sync.algorithm,
@@ -53,17 +54,19 @@ impl<L: Learner> Actors<L> {
             chunk: Duration::from_millis(config.chunk_ms.max(1)),
             threads: config.intra_op_threads.max(1),
             pacing: Pacing {
-                min_interval: Duration::from_secs_f64(sync.min_interval_ms / 1000.0),
+                min_interval: Duration::from_secs_f64(shadow.min_interval_ms / 1000.0),
                 // A trainer waiting for a fresher average takes no more steps.
-                min_steps: sync.min_steps.min(sync.max_staleness.unwrap_or(u64::MAX)),
-                max_cpu_share: sync.max_cpu_share,
+                min_steps: shadow
+                    .min_steps
+                    .min(shadow.max_staleness.unwrap_or(u64::MAX)),
+                max_cpu_share: shadow.max_cpu_share,
                 delay: RoundDelay {
-                    fixed: Duration::from_secs_f64(sync.delay_ms / 1000.0),
-                    jitter: Duration::from_secs_f64(sync.delay_jitter_ms / 1000.0),
+                    fixed: Duration::from_secs_f64(shadow.delay_ms / 1000.0),
+                    jitter: Duration::from_secs_f64(shadow.delay_jitter_ms / 1000.0),
                 },
-                max_staleness: sync.max_staleness.filter(|_| sync.algorithm.is_shadow()),
+                max_staleness: shadow.max_staleness.filter(|_| sync.algorithm.is_shadow()),
             },
-            hub_link: (sync.shadow_threads == ShadowThreads::PerProcess
+            hub_link: (shadow.threads == ShadowThreads::PerProcess
                 && fabric.processes() == 1
                 && sync.compression == Codecs::NONE
                 && config.elastic_capacity == 0)

@@ -7,7 +7,7 @@
 //! * for `shadow-*`, one `ShadowHubActor` running every trainer's rounds on one
 //!   thread (a job of one process, a rule that averages a group), or else a
 //!   `ShadowActor` beside each trainer, on its own thread
-//!   (`sync.shadow_threads`);
+//!   (`sync.shadow.threads`);
 //! * for `*-easgd`, the parameter server: one actor per shard of the centre
 //!   ([`ServerClient`](crate::sync::ServerClient); across processes, each serves its share of the shards);
 //! * the `GroupCoordinator` that every sync peer asks for its group each round

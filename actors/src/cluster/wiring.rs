@@ -392,7 +392,7 @@ impl<L: Learner> Parts<L> {
     }
 
     /// The parts with their trainers held back while the newest average in
-    /// their replica is more than `sync.max_staleness` steps old (under
+    /// their replica is more than `sync.shadow.max_staleness` steps old (under
     /// shadow rounds only: foreground rounds are exact) until syncing ends
     /// (`stop`), and their sleeps ended once a stop is requested.
     pub(super) fn stopping_with(
@@ -401,12 +401,14 @@ impl<L: Learner> Parts<L> {
         (stop, stop_requested): (&Arc<AtomicBool>, &Arc<AtomicBool>),
     ) -> Self {
         let sync = &config.sync;
-        let bound = (sync.max_staleness.filter(|_| sync.algorithm.is_shadow())).map(|steps| {
-            StalenessBound {
-                steps,
-                patience: sync.staleness_patience(),
-                syncing_ended: Arc::clone(stop),
-            }
+        let bound = (sync
+            .shadow
+            .max_staleness
+            .filter(|_| sync.algorithm.is_shadow()))
+        .map(|steps| StalenessBound {
+            steps,
+            patience: sync.staleness_patience(),
+            syncing_ended: Arc::clone(stop),
         });
         self.cores = std::mem::take(&mut self.cores)
             .into_iter()
@@ -477,7 +479,7 @@ pub(super) fn build_parts<L: Learner>(
                     ShadowLoop::new(
                         replica,
                         peer,
-                        sync.write_back,
+                        sync.shadow.write_back,
                         Arc::clone(&counters),
                         Arc::clone(&recovery),
                     )

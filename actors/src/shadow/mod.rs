@@ -11,7 +11,7 @@
 //!   The default when the job is one process and the rule averages a group.
 //! * [`ShadowLoop`] on a [`ShadowActor`]: a thread per trainer, exchanging
 //!   with its group through the transport. Across processes, for EASGD's
-//!   server, and with `sync.shadow_threads = "per-trainer"`.
+//!   server, and with `sync.shadow.threads = "per-trainer"`.
 //!
 //! Either way a round starts only as [`Pacing`] allows; a snapshot that is not
 //! finite (the trainer diverged) sits the round out: it is left out of the
@@ -128,12 +128,12 @@ pub(crate) struct Pacing {
     /// Held back on purpose between each round's snapshot and its write-back.
     pub delay: RoundDelay,
     /// The most steps a trainer takes past its newest average
-    /// (`sync.max_staleness`; none: unbounded).
+    /// (`sync.shadow.max_staleness`; none: unbounded).
     pub max_staleness: Option<u64>,
 }
 
 /// A delay added on purpose to every shadow round between its snapshot and
-/// its write-back (`sync.delay_ms`, `sync.delay_jitter_ms`): staleness
+/// its write-back (`sync.shadow.delay_ms`, `sync.shadow.delay_jitter_ms`): staleness
 /// injected.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct RoundDelay {

@@ -1,6 +1,9 @@
 //! The settings of a cluster's synchronization (config section `[sync]`):
-//! the algorithm, the group schedule, the rules' parameters, the simulated
-//! link, the threads of the shadow rounds.
+//! the algorithm, the group schedule, the simulated link and the codec at
+//! the top; what only some algorithms read in a section of its own, so that
+//! its shape says who reads it: `[sync.shadow]` (the background loops),
+//! `[sync.easgd]`, `[sync.bmuf]` and `[sync.diloco]` (each rule's), and
+//! `[sync.NAME]` for a rule of one's own.
 
 use crate::sync::{Algorithm, BmufParams, DilocoParams, LinkModel, Schedule, WriteBack};
 use crate::{Error, Result, Sections};
@@ -24,8 +27,6 @@ pub struct SyncConfig {
     pub schedule: Schedule,
     /// Seed of the `random` schedule.
     pub seed: u64,
-    /// How an average is written into a replica that kept training.
-    pub write_back: WriteBack,
     /// EASGD's settings (`[sync.easgd]`: `alpha`, `server_shards`).
     pub easgd: EasgdSettings,
     /// BMUF's settings (`[sync.bmuf]`: `eta`, `zeta`, `nesterov`).
@@ -33,32 +34,8 @@ pub struct SyncConfig {
     /// DiLoCo's outer optimizer (`[sync.diloco]`: `outer_lr`, `momentum`,
     /// `nesterov`).
     pub diloco: DilocoParams,
-    /// Bounded staleness (`shadow-*`): a trainer takes a step only while the
-    /// newest average applied to its replica is at most this many of its
-    /// steps old, and waits for the next one otherwise (none: unbounded, the
-    /// default). An average then lands at most `max_staleness + 1` steps
-    /// after its snapshot (plus one a Hogwild worker beyond the first), and
-    /// a shadow round needs no more than `max_staleness` steps to start.
-    pub max_staleness: Option<u64>,
-    /// A delay added on purpose to every shadow round between its snapshot
-    /// and its write-back, in milliseconds: staleness injected.
-    pub delay_ms: f64,
-    /// Up to this many milliseconds more, drawn uniformly for each round.
-    pub delay_jitter_ms: f64,
-    /// Minimum time between two rounds of a shadow loop, in milliseconds. A
-    /// shadow loop must never spin: on one machine without a (simulated) network
-    /// to pace it, back-to-back rounds would take the trainers' CPU.
-    pub min_interval_ms: f64,
-    /// Minimum steps of its trainer between two rounds of a shadow loop: keeps
-    /// the sync work a bounded share of the training work when trainers share
-    /// cores (a round costs a few passes over the dense parameters).
-    pub min_steps: u64,
-    /// Most CPU time a shadow loop's rounds may take against its trainer's
-    /// steps ([`Self::DEFAULT_MAX_CPU_SHARE`] unless set; 0: no bound): on
-    /// shared cores every round's CPU is taken from the trainers, and how much
-    /// a round costs grows with the memory traffic of many trainers, which
-    /// `min_steps` alone does not follow.
-    pub max_cpu_share: f64,
+    /// The background loops' settings (`[sync.shadow]`), read by `shadow-*`.
+    pub shadow: ShadowSettings,
     /// How long a group member is waited for in a round, in milliseconds,
     /// before the round completes without it and the coordinator leaves it out
     /// of the groups until it asks again (0 = for ever).
@@ -73,8 +50,6 @@ pub struct SyncConfig {
     pub compression: String,
     /// The share of each message's values `topk` sends.
     pub topk_ratio: f64,
-    /// Which threads run the shadow rounds.
-    pub shadow_threads: ShadowThreads,
     /// The sections of registered rules, by name (`[sync.NAME]`), as read.
     #[serde(flatten)]
     pub registered: Sections,
@@ -117,7 +92,113 @@ impl Default for BmufSettings {
     }
 }
 
-/// Which threads run the shadow rounds (config key `sync.shadow_threads`).
+/// The background loops' settings (config section `[sync.shadow]`), read by
+/// `shadow-*` only: how an average is written back, which threads run the
+/// rounds, how often they may run, and how stale a replica may grow.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ShadowSettings {
+    /// How an average is written into a replica that kept training.
+    pub write_back: WriteBack,
+    /// Which threads run the shadow rounds.
+    pub threads: ShadowThreads,
+    /// Minimum time between two rounds of a shadow loop, in milliseconds. A
+    /// shadow loop must never spin: on one machine without a (simulated) network
+    /// to pace it, back-to-back rounds would take the trainers' CPU.
+    pub min_interval_ms: f64,
+    /// Minimum steps of its trainer between two rounds of a shadow loop: keeps
+    /// the sync work a bounded share of the training work when trainers share
+    /// cores (a round costs a few passes over the dense parameters).
+    pub min_steps: u64,
+    /// Most CPU time a shadow loop's rounds may take against its trainer's
+    /// steps ([`Self::DEFAULT_MAX_CPU_SHARE`] unless set; 0: no bound): on
+    /// shared cores every round's CPU is taken from the trainers, and how much
+    /// a round costs grows with the memory traffic of many trainers, which
+    /// `min_steps` alone does not follow.
+    pub max_cpu_share: f64,
+    /// Bounded staleness: a trainer takes a step only while the newest
+    /// average applied to its replica is at most this many of its steps old,
+    /// and waits for the next one otherwise (none: unbounded, the default).
+    /// An average then lands at most `max_staleness + 1` steps after its
+    /// snapshot (plus one a Hogwild worker beyond the first), and a shadow
+    /// round needs no more than `max_staleness` steps to start.
+    pub max_staleness: Option<u64>,
+    /// A delay added on purpose to every shadow round between its snapshot
+    /// and its write-back, in milliseconds: staleness injected.
+    pub delay_ms: f64,
+    /// Up to this many milliseconds more, drawn uniformly for each round.
+    pub delay_jitter_ms: f64,
+}
+
+impl Default for ShadowSettings {
+    fn default() -> Self {
+        Self {
+            write_back: WriteBack::Delta,
+            threads: ShadowThreads::PerProcess,
+            min_interval_ms: 20.0,
+            min_steps: 4,
+            max_cpu_share: Self::DEFAULT_MAX_CPU_SHARE,
+            max_staleness: None,
+            delay_ms: 0.0,
+            delay_jitter_ms: 0.0,
+        }
+    }
+}
+
+impl ShadowSettings {
+    /// The CPU budget of a shadow loop by default: 3% of its trainer's CPU
+    /// time, less the most a run was seen to overshoot its budget (0.13
+    /// points: the rounds a finished trainer's loop still makes, and pacing
+    /// that acts on the round after the one it charges). Rules that cost less
+    /// than that at `min_steps` (MA, EASGD on E1's setting) are not held back
+    /// by it; BMUF at N ≥ 8 is, by a fraction of a step.
+    pub const DEFAULT_MAX_CPU_SHARE: f64 = 0.027;
+
+    /// The longest injected delay (fixed plus jitter) under
+    /// `max_staleness`, in milliseconds: a bounded trainer stops that long
+    /// for each average.
+    pub const MAX_BOUNDED_DELAY_MS: f64 = 60_000.0;
+
+    /// Checks the ranges: the pacing, and the injected delays, each at most
+    /// a day and together at most [`Self::MAX_BOUNDED_DELAY_MS`] under
+    /// `max_staleness`.
+    fn validate(&self) -> Result<()> {
+        for (key, ms) in [
+            ("sync.shadow.delay_ms", self.delay_ms),
+            ("sync.shadow.delay_jitter_ms", self.delay_jitter_ms),
+        ] {
+            if !(0.0..=DAY_MS).contains(&ms) {
+                return bad(key, "must be in [0, 86400000] milliseconds (a day)");
+            }
+        }
+        if self.max_staleness.is_some()
+            && self.delay_ms + self.delay_jitter_ms > Self::MAX_BOUNDED_DELAY_MS
+        {
+            return bad(
+                "sync.shadow.delay_ms",
+                "with sync.shadow.delay_jitter_ms, must be at most 60000 ms (a minute) \
+                 under sync.shadow.max_staleness: every trainer would stop that long \
+                 for each average",
+            );
+        }
+        if !(0.0..=DAY_MS).contains(&self.min_interval_ms) {
+            return bad(
+                "sync.shadow.min_interval_ms",
+                "must be in [0, 86400000] (a day)",
+            );
+        }
+        if !(0.0..=1.0).contains(&self.max_cpu_share) {
+            return bad(
+                "sync.shadow.max_cpu_share",
+                "must be in [0, 1] (0 = no bound)",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Which threads run the shadow rounds (config key `sync.shadow.threads`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ShadowThreads {
@@ -138,21 +219,14 @@ impl Default for SyncConfig {
             group_size: 0,
             schedule: Schedule::Global,
             seed: 0,
-            write_back: WriteBack::Delta,
             easgd: EasgdSettings::default(),
             bmuf: BmufSettings::default(),
             diloco: DilocoParams::default(),
-            max_staleness: None,
-            delay_ms: 0.0,
-            delay_jitter_ms: 0.0,
-            min_interval_ms: 20.0,
-            min_steps: 4,
-            max_cpu_share: Self::DEFAULT_MAX_CPU_SHARE,
+            shadow: ShadowSettings::default(),
             peer_timeout_ms: 5000.0,
             link: LinkModel::default(),
             compression: "none".into(),
             topk_ratio: 0.1,
-            shadow_threads: ShadowThreads::PerProcess,
             registered: Sections::default(),
         }
     }
@@ -182,14 +256,6 @@ impl SyncConfig {
 
     /// The most shards an EASGD server may have (each is an actor thread).
     pub const MAX_SERVER_SHARDS: usize = 256;
-
-    /// The CPU budget of a shadow loop by default: 3% of its trainer's CPU
-    /// time, less the most a run was seen to overshoot its budget (0.13
-    /// points: the rounds a finished trainer's loop still makes, and pacing
-    /// that acts on the round after the one it charges). Rules that cost less
-    /// than that at `min_steps` (MA, EASGD on E1's setting) are not held back
-    /// by it; BMUF at N ≥ 8 is, by a fraction of a step.
-    pub const DEFAULT_MAX_CPU_SHARE: f64 = 0.027;
 
     /// The group size for `trainers` trainers (0: all of them).
     pub fn group_size_for(&self, trainers: usize) -> usize {
@@ -221,16 +287,12 @@ impl SyncConfig {
         })
     }
 
-    /// The longest injected delay (fixed plus jitter) under
-    /// `max_staleness`, in milliseconds: a bounded trainer stops that long
-    /// for each average.
-    pub const MAX_BOUNDED_DELAY_MS: f64 = 60_000.0;
-
     /// How long a trainer held back by `max_staleness` waits for an average
     /// before it fails: two minutes past the longest a round is held up on
     /// purpose (its delay) and waits for a member (the peer timeout).
     pub(crate) fn staleness_patience(&self) -> std::time::Duration {
-        let held_up = self.delay_ms + self.delay_jitter_ms + self.peer_timeout_ms;
+        let shadow = &self.shadow;
+        let held_up = shadow.delay_ms + shadow.delay_jitter_ms + self.peer_timeout_ms;
         std::time::Duration::from_secs(120) + std::time::Duration::from_secs_f64(held_up / 1000.0)
     }
 
@@ -281,30 +343,6 @@ impl SyncConfig {
         }
     }
 
-    /// Checks the injected delays: each at most a day, and together at most
-    /// [`Self::MAX_BOUNDED_DELAY_MS`] under `max_staleness`.
-    fn validate_delays(&self) -> Result<()> {
-        for (key, ms) in [
-            ("sync.delay_ms", self.delay_ms),
-            ("sync.delay_jitter_ms", self.delay_jitter_ms),
-        ] {
-            if !(0.0..=DAY_MS).contains(&ms) {
-                return bad(key, "must be in [0, 86400000] milliseconds (a day)");
-            }
-        }
-        if self.max_staleness.is_some()
-            && self.delay_ms + self.delay_jitter_ms > Self::MAX_BOUNDED_DELAY_MS
-        {
-            return bad(
-                "sync.delay_ms",
-                "with sync.delay_jitter_ms, must be at most 60000 ms (a minute) \
-                 under sync.max_staleness: every trainer would stop that long \
-                 for each average",
-            );
-        }
-        Ok(())
-    }
-
     /// Checks the ranges that do not depend on the number of trainers.
     ///
     /// # Errors
@@ -324,7 +362,7 @@ impl SyncConfig {
         if !(self.bmuf.zeta > 0.0 && self.bmuf.zeta.is_finite()) {
             return bad("sync.bmuf.zeta", "must be > 0");
         }
-        self.validate_delays()?;
+        self.shadow.validate()?;
         if !(self.topk_ratio > 0.0 && self.topk_ratio <= 1.0) {
             return bad("sync.topk_ratio", "must be a share of values in (0, 1]");
         }
@@ -346,12 +384,6 @@ impl SyncConfig {
                 "sync.peer_timeout_ms",
                 "must be in [0, 86400000] (a day; 0 = wait for ever)",
             );
-        }
-        if !(0.0..=DAY_MS).contains(&self.min_interval_ms) {
-            return bad("sync.min_interval_ms", "must be in [0, 86400000] (a day)");
-        }
-        if !(0.0..=1.0).contains(&self.max_cpu_share) {
-            return bad("sync.max_cpu_share", "must be in [0, 1] (0 = no bound)");
         }
         let link = &self.link;
         if !(0.0..=DAY_MS * 1e3).contains(&link.latency_us)
@@ -375,17 +407,20 @@ mod tests {
     #[test]
     fn injected_delays_are_bounded_at_a_day() {
         let with = |delay_ms, delay_jitter_ms| SyncConfig {
-            delay_ms,
-            delay_jitter_ms,
+            shadow: ShadowSettings {
+                delay_ms,
+                delay_jitter_ms,
+                ..ShadowSettings::default()
+            },
             ..SyncConfig::default()
         };
         assert!(with(86_400_000.0, 500.0).validate().is_ok());
         for (delay, jitter, key) in [
-            (1e300, 0.0, "sync.delay_ms"),
-            (1e12, 0.0, "sync.delay_ms"),
-            (-1.0, 0.0, "sync.delay_ms"),
-            (f64::NAN, 0.0, "sync.delay_ms"),
-            (0.0, 1e300, "sync.delay_jitter_ms"),
+            (1e300, 0.0, "sync.shadow.delay_ms"),
+            (1e12, 0.0, "sync.shadow.delay_ms"),
+            (-1.0, 0.0, "sync.shadow.delay_ms"),
+            (f64::NAN, 0.0, "sync.shadow.delay_ms"),
+            (0.0, 1e300, "sync.shadow.delay_jitter_ms"),
         ] {
             let e = with(delay, jitter).validate().unwrap_err().to_string();
             assert!(
@@ -397,19 +432,20 @@ mod tests {
 
     #[test]
     fn a_bounded_run_refuses_a_delay_that_would_stop_it_for_minutes() {
-        let bounded = |delay_ms, delay_jitter_ms| SyncConfig {
+        let bounded = |delay_ms, delay_jitter_ms| ShadowSettings {
             max_staleness: Some(4),
             delay_ms,
             delay_jitter_ms,
-            ..SyncConfig::default()
+            ..ShadowSettings::default()
         };
         assert!(bounded(50_000.0, 10_000.0).validate().is_ok());
         let e = bounded(50_000.0, 10_001.0).validate().unwrap_err();
         assert!(
-            e.to_string().contains("sync.delay_ms") && e.to_string().contains("max_staleness"),
+            e.to_string().contains("sync.shadow.delay_ms")
+                && e.to_string().contains("max_staleness"),
             "{e}"
         );
-        let unbounded = SyncConfig {
+        let unbounded = ShadowSettings {
             max_staleness: None,
             ..bounded(1e9, 0.0)
         };
@@ -497,10 +533,13 @@ mod tests {
             (easgd_with(None, Some(0)), "sync.easgd.server_shards"),
             (
                 SyncConfig {
-                    max_cpu_share: 1.5,
+                    shadow: ShadowSettings {
+                        max_cpu_share: 1.5,
+                        ..ShadowSettings::default()
+                    },
                     ..SyncConfig::default()
                 },
-                "sync.max_cpu_share",
+                "sync.shadow.max_cpu_share",
             ),
         ] {
             assert!(c.validate().unwrap_err().to_string().contains(key));

@@ -5,7 +5,7 @@
 //! | what a round computes | [`Algorithm`], [`SyncRule`] registered by name in [`Rules`] ([`ModelAveraging`], [`Elastic`], [`BlockMomentum`], [`Diloco`], [`Outer`]), their math as plain functions ([`mean_into`], [`elastic`], [`OuterStep`]), the [`Combined`] vector a round writes back from |
 //! | who meets whom | DS-Sync's [`GroupSchedule`]s, registered in [`Schedules`], and the [`GroupPlan`] each round follows |
 //! | how values travel | a [`Fabric`] ([`InProcess`]; `mpi`, feature `mpi`) and its [`Endpoint`]s, the [`mesh`] of one process, the simulated [`LinkModel`], EASGD's parameter server ([`ServerClient`], [`ServerShard`]), the [`Codec`]s that compress a round ([`Fp16`], [`Int8`], [`TopK`]) |
-//! | the settings | [`SyncConfig`] and its per-rule sections ([`EasgdSettings`], [`BmufSettings`]) |
+//! | the settings | [`SyncConfig`], the background loops' section ([`ShadowSettings`], [`ShadowThreads`]) and the per-rule sections ([`EasgdSettings`], [`BmufSettings`]) |
 //!
 //! Inside, in rooms from the bottom up: `rules` (the algorithm, the rules
 //! and their math) and `schedule`; `transport` (in one process, to the
@@ -21,7 +21,7 @@ mod schedule;
 mod shared;
 pub(crate) mod transport;
 
-pub use config::{BmufSettings, EasgdSettings, ShadowThreads, SyncConfig};
+pub use config::{BmufSettings, EasgdSettings, ShadowSettings, ShadowThreads, SyncConfig};
 pub use peer::PeerState;
 pub(crate) use peer::SharedPeer;
 pub(crate) use peer::SyncPeer;

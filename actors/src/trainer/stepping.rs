@@ -28,7 +28,7 @@ pub(crate) enum Foreground {
 }
 
 /// How far a trainer may run past the newest average applied to its replica
-/// (`sync.max_staleness`), and how long it waits for the next one.
+/// (`sync.shadow.max_staleness`), and how long it waits for the next one.
 #[derive(Debug, Clone)]
 pub(crate) struct StalenessBound {
     /// The most steps past the newest average.
@@ -74,7 +74,7 @@ pub(crate) enum Stepped {
     /// The data is exhausted.
     Exhausted,
     /// No step was taken: the newest average applied to the replica is more
-    /// than `sync.max_staleness` steps old, and the next one is awaited.
+    /// than `sync.shadow.max_staleness` steps old, and the next one is awaited.
     Waiting,
     /// The step failed or diverged; the replica was reloaded from its recovery
     /// point.
@@ -502,7 +502,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(15));
         let e = bound.holds(1, 5, &mut since).unwrap_err().to_string();
         assert!(e.starts_with("trainer 1 waited 0 s"), "{e}");
-        assert!(e.contains("sync.max_staleness = 4"), "{e}");
+        assert!(e.contains("sync.shadow.max_staleness = 4"), "{e}");
         // Once syncing has ended, nothing holds it.
         bound.syncing_ended.store(true, Ordering::Relaxed);
         assert!(!bound.holds(1, 99, &mut since).unwrap());
