@@ -4,6 +4,7 @@ mod common;
 
 use common::{exclusive, sample};
 use shadowsync::config::{Config, ElasticStep, EmbeddingsMode, OptimizerKind};
+use shadowsync::data::Dealing;
 use shadowsync::train::{Run, TrainReport};
 use std::path::Path;
 
@@ -257,7 +258,9 @@ fn a_bad_line_mid_run_keeps_what_was_computed() {
 /// Every replica is scored as it is, whatever the algorithm: independent
 /// replicas end apart; replicas averaged after every step end close (a
 /// trainer with one batch more than the other takes it alone) and score
-/// about as the final model, their mean, does.
+/// about as the final model, their mean, does. Static shares: under shared
+/// dealing a trainer starved of CPU (a loaded CI machine) may take few of the
+/// batches, and its replica then ends near where it started, not apart.
 #[test]
 fn every_replica_is_scored_on_its_own_with_the_distance_between_them() {
     let _serial = exclusive();
@@ -265,6 +268,7 @@ fn every_replica_is_scored_on_its_own_with_the_distance_between_them() {
     let mut c = synthetic_config(dir.path(), 20_000);
     lr_adagrad(&mut c);
     c.train.trainers = 2;
+    c.data.dealing = Some(Dealing::Static);
     c.train.eval_every = 0;
     let run = |c: &mut Config, sync: &str| {
         c.sync.algorithm = sync.parse().unwrap();
