@@ -64,7 +64,7 @@ impl<L: Learner> Actors<L> {
                     fixed: Duration::from_secs_f64(shadow.delay_ms / 1000.0),
                     jitter: Duration::from_secs_f64(shadow.delay_jitter_ms / 1000.0),
                 },
-                max_staleness: shadow.max_staleness.filter(|_| sync.algorithm.is_shadow()),
+                max_staleness: sync.staleness_bound(),
             },
             hub_link: (shadow.threads == ShadowThreads::PerProcess
                 && fabric.processes() == 1

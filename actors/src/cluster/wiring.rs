@@ -401,11 +401,7 @@ impl<L: Learner> Parts<L> {
         (stop, stop_requested): (&Arc<AtomicBool>, &Arc<AtomicBool>),
     ) -> Self {
         let sync = &config.sync;
-        let bound = (sync
-            .shadow
-            .max_staleness
-            .filter(|_| sync.algorithm.is_shadow()))
-        .map(|steps| StalenessBound {
+        let bound = sync.staleness_bound().map(|steps| StalenessBound {
             steps,
             patience: sync.staleness_patience(),
             syncing_ended: Arc::clone(stop),

@@ -296,6 +296,14 @@ impl SyncConfig {
         std::time::Duration::from_secs(120) + std::time::Duration::from_secs_f64(held_up / 1000.0)
     }
 
+    /// The staleness bound where it applies: `sync.shadow.max_staleness`
+    /// under `shadow-*` (foreground rounds are exact), else none.
+    pub(crate) fn staleness_bound(&self) -> Option<u64> {
+        self.shadow
+            .max_staleness
+            .filter(|_| self.algorithm.is_shadow())
+    }
+
     /// How long a group member is waited for; `None` = for ever.
     pub fn peer_timeout(&self) -> Option<std::time::Duration> {
         (self.peer_timeout_ms > 0.0)
