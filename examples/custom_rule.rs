@@ -132,8 +132,10 @@ fn healthy_error(algorithm: &str) -> anyhow::Result<f64> {
     config.sync.algorithm = algorithm.parse()?;
     config.sync.group_size = 4;
     config.sync.schedule = Schedule::Random;
-    config.sync.shadow.min_steps = 1;
-    config.sync.shadow.min_interval_ms = 1.0;
+    if let Some(loops) = config.sync.algorithm.loops_mut() {
+        loops.min_steps = 1;
+        loops.min_interval_ms = 1.0;
+    }
     // The rule, by the name `sync.algorithm` gives it.
     config.rules = Rules::default().with("trimmed", |_| Ok(Box::new(TrimmedMean { trim: 1 })));
     let outcome = Cluster::start(config, learners)?.wait()?;

@@ -21,7 +21,7 @@ mod deprecated;
 mod elastic;
 mod ignored;
 pub use elastic::ElasticStep;
-pub use ignored::clear_ignored_in_grid;
+pub use ignored::{clear_ignored_in_grid, clear_unread_sections_in_grid};
 
 /// Everything a training run needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -672,8 +672,8 @@ impl Config {
         }
         // A group of one averages a trainer with itself (EASGD's replicas
         // meet the centre instead, whatever their groups).
-        let in_groups =
-            self.sync.algorithm != Algorithm::None && self.sync.algorithm.rule() != Some("easgd");
+        let in_groups = self.sync.algorithm != Algorithm::None
+            && self.sync.algorithm.rule_name() != Some("easgd");
         if self.sync.group_size == 1 && n > 1 && in_groups {
             return Err(Error::config(
                 "sync.group_size",
@@ -684,9 +684,9 @@ impl Config {
                 ),
             ));
         }
-        let outer_lr = self.sync.diloco.outer_lr;
+        let outer_lr = self.sync.diloco().outer_lr;
         let group_size = self.sync.group_size_for(n);
-        if self.sync.algorithm.rule() == Some("diloco") && outer_lr > group_size as f64 {
+        if self.sync.algorithm.rule_name() == Some("diloco") && outer_lr > group_size as f64 {
             return Err(Error::config(
                 "sync.diloco.outer_lr",
                 format!(
@@ -1089,8 +1089,9 @@ mod tests {
              max_cpu_share = 0.02\nthreads = \"per-trainer\"\n",
         )
         .unwrap();
-        assert_eq!(c.sync.shadow.threads, ShadowThreads::PerTrainer);
-        assert_eq!(c.sync.shadow.max_cpu_share, 0.02);
+        let loops = c.sync.algorithm.loops().unwrap();
+        assert_eq!(loops.threads, ShadowThreads::PerTrainer);
+        assert_eq!(loops.max_cpu_share, 0.02);
         assert_eq!(c.sync.algorithm.to_string(), "shadow-ma");
         assert_eq!((c.sync.group_size, c.train.trainers), (2, 4));
         assert_eq!(
@@ -1159,7 +1160,10 @@ mod tests {
                 "[train]\ntrainers = 4\n[sync]\ngroup_size = 3\nschedule = \"fixed\"",
                 "sync.group_size",
             ),
-            ("[sync]\nalpha = 2.0", "sync.easgd.alpha"),
+            (
+                "[sync]\nalgorithm = \"shadow-easgd\"\nalpha = 2.0",
+                "sync.easgd.alpha",
+            ),
             ("[sync]\nalgorithm = \"fr-ma:0\"", "sync.algorithm"),
             (
                 "[train]\ntrainers = 2\n[sync]\ngroup_size = 4",

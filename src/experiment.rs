@@ -33,7 +33,7 @@
 //! The experiments of the project's results documents are built in
 //! ([`Experiment::named`]).
 
-use crate::config::{clear_ignored_in_grid, Config};
+use crate::config::{clear_ignored_in_grid, clear_unread_sections_in_grid, Config};
 use crate::train::{self, Observer, TrainReport};
 use crate::{output, Error, Registry, Result};
 use serde::{Deserialize, Serialize};
@@ -320,24 +320,28 @@ fn runs_of(
     axes: &[(String, Vec<Value>)],
     origin: &str,
 ) -> Result<(Vec<Run>, Vec<Skipped>)> {
-    let (mut cells, mut configs, mut own_keys) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cells, mut tables, mut own_keys) = (Vec::new(), Vec::new(), Vec::new());
     for settings in combinations(axes) {
-        let id = run_id(&settings);
         let mut table = base.clone();
         for (key, value) in &settings {
             set_key(&mut table, key, value.clone())
                 .map_err(|reason| Error::config(format!("{origin}: grid.{key}"), reason))?;
         }
-        let config: Config = Value::Table(table)
-            .try_into()
-            .map_err(|e| Error::config(format!("{origin}: run {id}"), e.to_string()))?;
         let own: Vec<_> = (settings.iter())
             .flat_map(|(key, value)| leaf_keys(key, value))
             .collect();
         own_keys.push(own);
-        cells.push((id, settings));
-        configs.push(config);
+        cells.push((run_id(&settings), settings));
+        tables.push(table);
     }
+    clear_unread_sections_in_grid(&mut tables, &own_keys);
+    let mut configs = (cells.iter().zip(tables))
+        .map(|((id, _), table)| {
+            Value::Table(table)
+                .try_into()
+                .map_err(|e| Error::config(format!("{origin}: run {id}"), e.to_string()))
+        })
+        .collect::<Result<Vec<Config>>>()?;
     clear_ignored_in_grid(&mut configs, &own_keys);
     let (mut runs, mut skipped) = (Vec::new(), Vec::new());
     for ((id, settings), config) in cells.into_iter().zip(configs) {

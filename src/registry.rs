@@ -182,7 +182,7 @@ impl Registry {
     /// A name registered nowhere (naming its key and the known names), or a
     /// factory's error.
     pub fn check(&self, config: &Config) -> Result<RowShape> {
-        if let Some(rule) = config.sync.algorithm.rule() {
+        if let Some(rule) = config.sync.algorithm.rule_name() {
             self.rules.check(rule)?;
         }
         self.rules.check_sections(&config.sync)?;

@@ -217,6 +217,22 @@ fn diloco_and_a_straggler_run_from_the_config_and_learn() {
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(stderr.contains("sync.diloco"), "{stderr}");
+    // So would a flag of the background loops under a foreground rule.
+    let out = common::run(&[
+        "train",
+        "--config",
+        config,
+        "--sync",
+        "fr-diloco:4",
+        "--min-steps",
+        "2",
+    ]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("sync.shadow") && stderr.contains("fr-diloco:4"),
+        "{stderr}"
+    );
     // A straggler of no trainer is refused, named.
     let out = common::run(&["train", "--config", config, "--trainers", "2"]);
     assert!(!out.status.success());

@@ -90,12 +90,12 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
         );
     for (name, threads) in runs {
         let mut c = config(name);
-        c.sync.shadow.threads = threads;
+        c.sync.algorithm.loops_mut().unwrap().threads = threads;
         c.sync.group_size = 2;
         c.sync.schedule = Schedule::Random;
         // Shadow rounds span blocks of ~10 local steps, as BMUF's block momentum
         // assumes (unpaced rounds would apply it to blocks of 0–1 steps).
-        c.sync.shadow.min_interval_ms = 2.0;
+        c.sync.algorithm.loops_mut().unwrap().min_interval_ms = 2.0;
         let mut ls = learners(4, Some(400));
         ls.iter_mut()
             .for_each(|l| l.step_delay = Duration::from_micros(200));
@@ -283,7 +283,7 @@ fn hogwild_workers_step_one_replica_that_the_shadow_loop_syncs() {
     }
     let mut config = config("shadow-ma");
     config.workers = 2;
-    config.sync.shadow.min_interval_ms = 2.0;
+    config.sync.algorithm.loops_mut().unwrap().min_interval_ms = 2.0;
     let log = EventLog::of(&config.events);
     let cluster = Cluster::start(config, learners).unwrap();
     let outcome = cluster.wait().unwrap();

@@ -4,7 +4,7 @@
 
 use shadowsync_actors::events::{Event, EventBus};
 use shadowsync_actors::faults::{Fault, FaultKind};
-use shadowsync_actors::sync::ShadowThreads;
+use shadowsync_actors::sync::{Rule, ShadowThreads};
 use shadowsync_actors::{Cluster, ClusterConfig, ClusterOutcome, Error};
 use shadowsync_testkit::exclusive;
 use shadowsync_testkit::runtime::{config, learners, EventLog, LeastSquares};
@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 fn with_faults(algorithm: &str, faults: Vec<Fault>) -> ClusterConfig {
     let mut c = config(algorithm);
-    c.sync.shadow.min_interval_ms = 2.0;
+    if let Some(loops) = c.sync.algorithm.loops_mut() {
+        loops.min_interval_ms = 2.0;
+    }
     c.faults = faults;
     c
 }
@@ -53,7 +55,9 @@ fn with_quick_timeouts(
     threads: ShadowThreads,
 ) -> Cluster<LeastSquares> {
     let mut c = with_faults(algorithm, faults);
-    c.sync.shadow.threads = threads;
+    if let Some(loops) = c.sync.algorithm.loops_mut() {
+        loops.threads = threads;
+    }
     c.events = events.clone();
     c.sync.peer_timeout_ms = 200.0;
     let mut ls = learners(4, None);
@@ -454,8 +458,12 @@ fn a_coordinator_or_server_shard_failing_on_requests_is_contained() {
         // shadow loop few rounds in the run (with every fifth from the third,
         // a clean-clone CI run under load saw one).
         let mut c = with_faults(algorithm, vec![fault(faulty, kind, 1, 2)]);
-        c.sync.easgd.server_shards = Some(2);
-        c.sync.shadow.threads = threads;
+        if let Some(Rule::Easgd(easgd)) = c.sync.algorithm.rule_mut() {
+            easgd.server_shards = Some(2);
+        }
+        if let Some(loops) = c.sync.algorithm.loops_mut() {
+            loops.threads = threads;
+        }
         let algorithm = format!("{algorithm} ({threads:?})");
         // Steps of 1 ms: runs long enough for several rounds of every loop,
         // whose requests are all answered before the run ends.

@@ -23,10 +23,11 @@ fn run_with(
     ls.iter_mut()
         .for_each(|l| l.step_delay = Duration::from_millis(1));
     let mut c = config("shadow-ma");
-    c.sync.shadow.delay_ms = delay_ms;
-    c.sync.shadow.max_staleness = max_staleness;
-    c.sync.shadow.threads = threads;
-    c.sync.shadow.max_cpu_share = max_cpu_share;
+    let loops = c.sync.algorithm.loops_mut().unwrap();
+    loops.delay_ms = delay_ms;
+    loops.max_staleness = max_staleness;
+    loops.threads = threads;
+    loops.max_cpu_share = max_cpu_share;
     run_to_the_end(c, ls).report.trainer_stats
 }
 

@@ -4,7 +4,8 @@
 use crate::config::{Config, OptimPreset, OptimizerKind};
 use crate::data::{BadLinePolicy, Dealing, Profile};
 use crate::runtime::sync::{
-    launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, WriteBack,
+    launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, SyncConfig,
+    SyncFile, WriteBack,
 };
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -307,7 +308,7 @@ impl TrainArgs {
             None => Config::default(),
         };
         self.apply_data(&mut c)?;
-        self.apply(&mut c);
+        self.apply(&mut c)?;
         c.validate_for(processes)?;
         Ok(c)
     }
@@ -327,10 +328,11 @@ impl TrainArgs {
     }
 
     /// Every other flag given, over the file's value.
-    fn apply(&self, c: &mut Config) {
+    fn apply(&self, c: &mut Config) -> Result<()> {
+        /// `$target.FIELD = flag` for each flag given.
         macro_rules! set {
-            ($($flag:ident => $($field:ident).+),* $(,)?) => {
-                $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
+            ($target:ident; $($flag:ident => $($field:ident).+),* $(,)?) => {
+                $(if let Some(v) = self.$flag.clone() { $target.$($field).+ = v; })*
             };
         }
         if self.table_size.is_some() {
@@ -343,7 +345,7 @@ impl TrainArgs {
         if self.sparse_lr.is_some() {
             c.optim.sparse_lr = self.sparse_lr;
         }
-        set!(
+        set!(c;
             model => model.kind,
             batch_size => train.batch_size,
             optimizer => optim.dense,
@@ -359,18 +361,6 @@ impl TrainArgs {
             test_rows => data.synthetic.test_rows,
             trainers => train.trainers,
             workers => train.workers,
-            group_size => sync.group_size,
-            schedule => sync.schedule,
-            write_back => sync.shadow.write_back,
-            shadow_threads => sync.shadow.threads,
-            min_interval_ms => sync.shadow.min_interval_ms,
-            min_steps => sync.shadow.min_steps,
-            max_cpu_share => sync.shadow.max_cpu_share,
-            peer_timeout_ms => sync.peer_timeout_ms,
-            link_latency_us => sync.link.latency_us,
-            link_gbps => sync.link.bandwidth_gbps,
-            topk_ratio => sync.topk_ratio,
-            delay_ms => sync.shadow.delay_ms,
             checkpoint_every => checkpoint.every_steps,
             keep_checkpoints => checkpoint.keep,
         );
@@ -383,20 +373,36 @@ impl TrainArgs {
         if self.no_replica_scores {
             c.train.score_replicas = false;
         }
-        if let Some(algorithm) = &self.sync {
-            c.sync.algorithm = algorithm.clone();
-        }
+        // The sync flags edit the file's form of `[sync]`, where every mode's
+        // section can be written: the algorithm then takes its own sections,
+        // and a flag (or the file) setting another's is refused by its key.
+        let mut s = SyncFile::from(std::mem::take(&mut c.sync));
+        set!(s;
+            sync => algorithm,
+            group_size => group_size,
+            schedule => schedule,
+            write_back => shadow.write_back,
+            shadow_threads => shadow.threads,
+            min_interval_ms => shadow.min_interval_ms,
+            min_steps => shadow.min_steps,
+            max_cpu_share => shadow.max_cpu_share,
+            delay_ms => shadow.delay_ms,
+            peer_timeout_ms => peer_timeout_ms,
+            link_latency_us => link.latency_us,
+            link_gbps => link.bandwidth_gbps,
+            topk_ratio => topk_ratio,
+            compression => compression,
+        );
         if self.alpha.is_some() {
-            c.sync.easgd.alpha = self.alpha;
+            s.easgd.alpha = self.alpha;
         }
         if self.server_shards.is_some() {
-            c.sync.easgd.server_shards = self.server_shards;
+            s.easgd.server_shards = self.server_shards;
         }
         if self.max_staleness.is_some() {
-            c.sync.shadow.max_staleness = self.max_staleness;
+            s.shadow.max_staleness = self.max_staleness;
         }
-        if let Some(compression) = &self.compression {
-            c.sync.compression.clone_from(compression);
-        }
+        c.sync = SyncConfig::try_from(s)?;
+        Ok(())
     }
 }

@@ -137,25 +137,27 @@ mod tests {
     #[test]
     fn flat_keys_are_read_into_their_sections_with_a_warning_naming_the_new_key() {
         let (sync, warnings) =
-            read("algorithm = \"shadow-easgd\"\nalpha = 0.3\nserver_shards = 2\neta = 0.5")
-                .unwrap();
-        assert_eq!(sync.easgd.alpha, Some(0.3));
-        assert_eq!(sync.easgd.server_shards, Some(2));
-        assert_eq!(sync.bmuf.eta, Some(0.5));
-        assert_eq!(warnings.len(), 3, "{warnings:?}");
+            read("algorithm = \"shadow-easgd\"\nalpha = 0.3\nserver_shards = 2").unwrap();
+        assert_eq!(sync.alpha_for(4), 0.3);
+        assert_eq!(sync.server_shards_for(16, 1), 2);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].contains("use sync.easgd.alpha"), "{warnings:?}");
         // The new form reads the same, without a word.
         let (new, quiet) =
-            read("algorithm = \"shadow-easgd\"\n[easgd]\nalpha = 0.3\nserver_shards = 2\n[bmuf]\neta = 0.5")
-                .unwrap();
+            read("algorithm = \"shadow-easgd\"\n[easgd]\nalpha = 0.3\nserver_shards = 2").unwrap();
         assert_eq!((new, quiet.len()), (sync, 0));
+        let (bmuf, warnings) = read("algorithm = \"fr-bmuf:4\"\neta = 0.5").unwrap();
+        assert_eq!((bmuf.bmuf_for(4).eta, warnings.len()), (0.5, 1));
+        // Moved into a section the algorithm would not read: refused by it.
+        let e = read("algorithm = \"shadow-easgd\"\neta = 0.5").unwrap_err();
+        assert!(e.contains("sync.bmuf") && e.contains("ignore"), "{e}");
         // The background loops' keys, `shadow_threads` under its new name.
         let (sync, warnings) = read(
             "algorithm = \"shadow-ma\"\nmin_steps = 1\nshadow_threads = \"per-trainer\"\n\
              max_staleness = 4\ndelay_ms = 30.0",
         )
         .unwrap();
-        let shadow = sync.shadow;
+        let shadow = *sync.algorithm.loops().unwrap();
         assert_eq!(
             (shadow.min_steps, shadow.threads, shadow.max_staleness),
             (1, ShadowThreads::PerTrainer, Some(4))

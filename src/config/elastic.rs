@@ -85,7 +85,7 @@ impl Config {
                     sync.algorithm
                 ))
             }
-            a if a.rule().is_some_and(|r| r == "easgd") => {
+            a if a.rule_name() == Some("easgd") => {
                 return refuse(format!(
                     "{a} meets a centre sized for the trainers it starts with; use a rule that averages groups"
                 ))

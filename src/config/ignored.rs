@@ -1,20 +1,25 @@
-//! Keys that only some runs read.
+//! Keys that only some runs read, where no shape of the settings can say so.
 //!
-//! Many keys belong to one mode: `[sync.easgd]` to EASGD, `[sync.shadow]`
-//! to `shadow-*`, `[model.deepfm]` to DeepFM. A key set away
-//! from its default in a run that would not read it is a mistake the user
-//! cannot see (the run goes on without it), so [`Config::validate_for`]
+//! A mode's section of `[sync]` (`[sync.shadow]`, `[sync.easgd]`, …) lives
+//! inside the [`Algorithm`] that reads it, so the types refuse another
+//! mode's ([`SyncFile::unread`]). What is left here depends on another
+//! key's value or on the process count: `[model.deepfm]` under DLRM, a
+//! link under `none`, a sharded table's bounds in one process. A key set
+//! away from its default in a run that would not read it is a mistake the
+//! user cannot see (the run goes on without it), so [`Config::validate_for`]
 //! refuses it, naming the key, the mode and what would read it.
 //!
 //! An experiment's grid is the exception: its base may set a key for the
 //! cells that read it (a link for the shadow runs beside a `none` baseline).
-//! [`clear_ignored_in_grid`] takes such keys back to their defaults in the
-//! other cells; a key no cell reads, or one a cell's own values set, is still
-//! refused (that cell is skipped).
+//! [`clear_unread_sections_in_grid`] (before the cells are read) and
+//! [`clear_ignored_in_grid`] (after) take such keys back to their defaults
+//! in the other cells; a key no cell reads, or one a cell's own values set,
+//! is still refused (that cell is skipped, or the grid fails naming it).
 
 use super::{Config, EmbeddingsMode};
 use shadowsync_actors::faults::{Fault, FaultSite};
-use shadowsync_actors::sync::{Algorithm, Schedule};
+use shadowsync_actors::sync::{Algorithm, Schedule, SyncFile};
+use toml::{Table, Value};
 
 /// A key that some runs ignore.
 struct Modal {
@@ -29,12 +34,8 @@ struct Modal {
 }
 
 /// A [`Modal`] for the field at `path` of [`Config`], compared with and
-/// cleared to [`Config::default`]'s; `rule "R", "WHAT"`: read by the rule R
-/// only, WHAT to it.
+/// cleared to [`Config::default`]'s.
 macro_rules! modal {
-    ($key:literal, $($field:ident).+, rule $rule:literal, $what:literal) => {
-        modal!($key, $($field).+, |c, _| not_rule(c, $rule, $what))
-    };
     ($key:literal, $($field:ident).+, $ignored:expr) => {
         Modal {
             key: $key,
@@ -51,16 +52,6 @@ fn unsynced(c: &Config, _: usize) -> Option<String> {
         .then(|| "sync.algorithm is none: no trainer syncs".to_string())
 }
 
-/// Read by the background loops of `shadow-*` only.
-fn not_shadow(c: &Config, _: usize) -> Option<String> {
-    (!c.sync.algorithm.is_shadow()).then(|| {
-        format!(
-            "it paces the background loops of shadow-*; {} has none",
-            c.sync.algorithm
-        )
-    })
-}
-
 /// Read by the sync rounds (a group's, or EASGD's against its centre, which
 /// refuses a codec with memory of a link): not without sync; but across
 /// processes the tables' traffic reads a codec without memory (not `topk`)
@@ -70,16 +61,6 @@ fn uncompressed(c: &Config, p: usize) -> Option<String> {
         return None;
     }
     unsynced(c, p)
-}
-
-/// Read by the rule called `rule` only (`what` it is to that rule).
-fn not_rule(c: &Config, rule: &str, what: &str) -> Option<String> {
-    (c.sync.algorithm.rule() != Some(rule)).then(|| {
-        format!(
-            "it is {what}; {} has none (use shadow-{rule} or fr-{rule}:K)",
-            c.sync.algorithm
-        )
-    })
 }
 
 /// Read by a table sharded over the job's processes.
@@ -124,7 +105,7 @@ fn fault_ignored(fault: &Fault, algorithm: &Algorithm) -> Option<String> {
         FaultSite::Step => true,
         FaultSite::SyncLoop => algorithm.is_shadow(),
         FaultSite::Coordinator => *algorithm != Algorithm::None,
-        FaultSite::Server => algorithm.rule() == Some("easgd"),
+        FaultSite::Server => algorithm.rule_name() == Some("easgd"),
     };
     (!runs).then(|| {
         format!(
@@ -226,10 +207,6 @@ fn sync_keys() -> Vec<Modal> {
             (c.sync.compression != "topk")
                 .then(|| "it is topk's share of values; sync.compression is not topk".into())
         })),
-        modal!("sync.shadow", sync.shadow, not_shadow),
-        modal!("sync.easgd", sync.easgd, rule "easgd", "EASGD's settings"),
-        modal!("sync.bmuf", sync.bmuf, rule "bmuf", "BMUF's settings"),
-        modal!("sync.diloco", sync.diloco, rule "diloco", "DiLoCo's outer optimizer"),
     ]
 }
 
@@ -293,6 +270,47 @@ pub fn clear_ignored_in_grid(cells: &mut [Config], own_keys: &[Vec<String>]) {
     }
 }
 
+/// The mode sections of `[sync]` (`sync.shadow`, …) set in `cell` that its
+/// algorithm would not read (none where `[sync]` does not read: the cell's
+/// own reading names that).
+fn unread_sections(cell: &Table) -> Vec<&'static str> {
+    let sync = cell.get("sync").cloned();
+    let sync = sync.unwrap_or_else(|| Value::Table(Table::new()));
+    sync.try_into::<SyncFile>()
+        .map(|file| file.unread().into_iter().map(|(key, _)| key).collect())
+        .unwrap_or_default()
+}
+
+/// [`clear_ignored_in_grid`] for the mode sections of `[sync]`, on the
+/// cells' tables before they are read (a cell whose algorithm does not read
+/// a section cannot hold it): such a section the base sets, that some cell
+/// reads, is removed from the cells that would not.
+pub fn clear_unread_sections_in_grid(cells: &mut [Table], own_keys: &[Vec<String>]) {
+    let unread: Vec<_> = cells.iter().map(unread_sections).collect();
+    for section in SyncFile::MODE_SECTIONS {
+        let key = format!("sync.{section}");
+        let set = |cell: &Table| {
+            cell.get("sync")
+                .and_then(|sync| sync.get(section))
+                .is_some()
+        };
+        let read_somewhere = (cells.iter().zip(&unread))
+            .any(|(cell, unread)| set(cell) && !unread.contains(&key.as_str()));
+        if !read_somewhere {
+            continue;
+        }
+        let within = format!("{key}.");
+        for ((cell, unread), own) in cells.iter_mut().zip(&unread).zip(own_keys) {
+            let own = own.iter().any(|k| *k == key || k.starts_with(&within));
+            if !own && unread.contains(&key.as_str()) {
+                if let Some(Value::Table(sync)) = cell.get_mut("sync") {
+                    sync.remove(section);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,19 +340,13 @@ mod tests {
     #[test]
     fn each_mode_names_the_keys_it_would_ignore() {
         let mut c = shadow_ma();
-        c.sync.easgd.server_shards = Some(2);
-        c.sync.bmuf.eta = Some(0.5);
         c.model.kind = "lr".into();
         c.model.deepfm.deep_mlp = vec![8];
         c.checkpoint.keep = 5;
         let keys: Vec<&str> = c.ignored_keys(1).into_iter().map(|(k, _)| k).collect();
-        assert_eq!(
-            keys,
-            ["model.deepfm", "sync.easgd", "sync.bmuf", "checkpoint.keep"]
-        );
+        assert_eq!(keys, ["model.deepfm", "checkpoint.keep"]);
         let mut c = Config::default();
         c.sync.link.latency_us = 100.0;
-        c.sync.shadow.min_steps = 1;
         c.train.embedding_staleness = 4;
         c.train.table_sync_ms = 10;
         let why = c.ignored_keys(1);
@@ -344,8 +356,7 @@ mod tests {
             [
                 "train.embedding_staleness",
                 "train.table_sync_ms",
-                "sync.link",
-                "sync.shadow"
+                "sync.link"
             ]
         );
         assert!(why[2].1.contains("none"), "{why:?}");
@@ -387,17 +398,17 @@ mod tests {
     fn a_grid_clears_a_key_only_in_the_cells_that_ignore_it() {
         let mut none = Config::default();
         none.sync.link.latency_us = 100.0;
-        none.sync.bmuf.eta = Some(0.5);
+        none.model.deepfm.deep_mlp = vec![8];
         let mut shadow = shadow_ma();
         shadow.sync.link.latency_us = 100.0;
-        shadow.sync.bmuf.eta = Some(0.5);
+        shadow.model.deepfm.deep_mlp = vec![8];
         let mut cells = [none, shadow];
         clear_ignored_in_grid(&mut cells, &[vec![], vec![]]);
         assert_eq!(cells[0].sync.link, Config::default().sync.link);
         assert_eq!(cells[1].sync.link.latency_us, 100.0);
         // Read by no cell: left, to be refused.
-        assert_eq!(cells[0].sync.bmuf.eta, Some(0.5));
-        assert_eq!(cells[1].ignored_keys(1)[0].0, "sync.bmuf");
+        assert_eq!(cells[0].model.deepfm.deep_mlp, [8]);
+        assert_eq!(cells[1].ignored_keys(1)[0].0, "model.deepfm");
         // A fault of the shadow loop is dropped from the `none` cell only.
         let fault = Fault {
             trainer: 0,
@@ -419,5 +430,42 @@ mod tests {
         let own = vec!["sync.link.latency_us".to_string()];
         clear_ignored_in_grid(&mut cells, &[own, vec![]]);
         assert_eq!(cells[0].ignored_keys(1)[0].0, "sync.link");
+    }
+
+    #[test]
+    fn a_grid_removes_a_modes_section_from_the_cells_whose_algorithm_has_none() {
+        let cell = |algorithm: &str| -> Table {
+            toml::from_str(&format!(
+                "[sync]\nalgorithm = \"{algorithm}\"\n[sync.shadow]\nmin_steps = 8\n\
+                 [sync.bmuf]\neta = 0.5\n"
+            ))
+            .unwrap()
+        };
+        let section = |cell: &Table, name: &str| cell["sync"].get(name).is_some();
+        let mut cells = [cell("none"), cell("shadow-bmuf"), cell("fr-bmuf:4")];
+        let none = vec![vec![]; 3];
+        clear_unread_sections_in_grid(&mut cells, &none);
+        let shadow: Vec<bool> = cells.iter().map(|c| section(c, "shadow")).collect();
+        let bmuf: Vec<bool> = cells.iter().map(|c| section(c, "bmuf")).collect();
+        assert_eq!(
+            (shadow, bmuf),
+            (vec![false, true, false], vec![false, true, true])
+        );
+        for cell in cells {
+            assert!(Value::Table(cell).try_into::<Config>().is_ok());
+        }
+        // Read by no cell, or set by the cell's own values: left, to be
+        // refused by the cell's reading.
+        let mut cells = [cell("none"), cell("fr-ma:4")];
+        clear_unread_sections_in_grid(&mut cells, &none[..2]);
+        assert!(section(&cells[1], "shadow") && section(&cells[1], "bmuf"));
+        let mut cells = [cell("none"), cell("shadow-bmuf")];
+        let own = [vec!["sync.shadow.min_steps".to_string()], vec![]];
+        clear_unread_sections_in_grid(&mut cells, &own);
+        assert!(section(&cells[0], "shadow") && !section(&cells[0], "bmuf"));
+        let e = Value::Table(cells[0].clone())
+            .try_into::<Config>()
+            .unwrap_err();
+        assert!(e.to_string().contains("sync.shadow"), "{e}");
     }
 }

@@ -31,8 +31,8 @@ pub(crate) fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     c.train.eval_every = 0;
     c.train.trainers = trainers;
     c.sync.algorithm = algorithm.parse().unwrap();
-    if c.sync.algorithm.is_shadow() {
-        c.sync.shadow.min_interval_ms = 0.0;
+    if let Some(loops) = c.sync.algorithm.loops_mut() {
+        loops.min_interval_ms = 0.0;
     }
     c
 }

@@ -45,7 +45,8 @@ impl<L: Learner> Actors<L> {
         (trainer_exits, shadow_exits): (Sender<TrainerExit<L>>, Sender<ShadowExit>),
     ) -> Self {
         let sync = &config.sync;
-        let shadow = &sync.shadow;
+        // The pacing of shadow loops (at their defaults, unread, otherwise).
+        let shadow = sync.algorithm.loops().copied().unwrap_or_default();
         Self {
             finish_ends_sync: matches!(
                 sync.algorithm,

@@ -280,7 +280,7 @@ pub(super) fn make_rules(
     config.rules.check_sections(&config.sync)?;
     endpoints
         .iter()
-        .map(|endpoint| match config.sync.algorithm.rule() {
+        .map(|endpoint| match config.sync.algorithm.rule_name() {
             Some(name) => config.rules.make(
                 name,
                 &RuleContext {
@@ -469,13 +469,13 @@ pub(super) fn build_parts<L: Learner>(
             Algorithm::None => Foreground::Nothing,
             Algorithm::SyncSgd => Foreground::SyncSgd(peer),
             Algorithm::Foreground { every, .. } => Foreground::Every { every, peer },
-            Algorithm::Shadow { .. } => {
+            Algorithm::Shadow { loops, .. } => {
                 let replica = ParamAlias::new(learner.dense_params())?;
                 parts.shadows.push(
                     ShadowLoop::new(
                         replica,
                         peer,
-                        sync.shadow.write_back,
+                        loops.write_back,
                         Arc::clone(&counters),
                         Arc::clone(&recovery),
                     )

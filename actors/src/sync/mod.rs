@@ -5,7 +5,7 @@
 //! | what a round computes | [`Algorithm`], [`SyncRule`] registered by name in [`Rules`] ([`ModelAveraging`], [`Elastic`], [`BlockMomentum`], [`Diloco`], [`Outer`]), their math as plain functions ([`mean_into`], [`elastic`], [`OuterStep`]), the [`Combined`] vector a round writes back from |
 //! | who meets whom | DS-Sync's [`GroupSchedule`]s, registered in [`Schedules`], and the [`GroupPlan`] each round follows |
 //! | how values travel | a [`Fabric`] ([`InProcess`]; `mpi`, feature `mpi`) and its [`Endpoint`]s, the [`mesh`] of one process, the simulated [`LinkModel`], EASGD's parameter server ([`ServerClient`], [`ServerShard`]), the [`Codec`]s that compress a round ([`Fp16`], [`Int8`], [`TopK`]) |
-//! | the settings | [`SyncConfig`], the background loops' section ([`ShadowSettings`], [`ShadowThreads`]) and the per-rule sections ([`EasgdSettings`], [`BmufSettings`]) |
+//! | the settings | [`SyncConfig`], whose [`Algorithm`] holds the settings only it reads: the background loops' section ([`ShadowSettings`], [`ShadowThreads`]) and the rule's ([`Rule`]: [`EasgdSettings`], [`BmufSettings`], [`DilocoParams`]); the file's flat form [`SyncFile`] |
 //!
 //! Inside, in rooms from the bottom up: `rules` (the algorithm, the rules
 //! and their math) and `schedule`; `transport` (in one process, to the
@@ -21,14 +21,16 @@ mod schedule;
 mod shared;
 pub(crate) mod transport;
 
-pub use config::{BmufSettings, EasgdSettings, ShadowSettings, ShadowThreads, SyncConfig};
+pub use config::{
+    BmufSettings, EasgdSettings, ShadowSettings, ShadowThreads, SyncConfig, SyncFile,
+};
 pub use peer::PeerState;
 pub(crate) use peer::SharedPeer;
 pub(crate) use peer::SyncPeer;
 pub use rules::{
     elastic, mean_into, Algorithm, BlockMomentum, BmufParams, Combined, Diloco, DilocoParams,
-    Elastic, Exchange, ModelAveraging, Outer, OuterState, OuterStep, RuleContext, RuleFactory,
-    RuleState, Rules, SyncRule, WriteBack,
+    Elastic, Exchange, ModelAveraging, Outer, OuterState, OuterStep, Rule, RuleContext,
+    RuleFactory, RuleState, Rules, SyncRule, WriteBack,
 };
 pub(crate) use rules::{elastic_into, elastic_pull, resident_zeros, SharedSlice};
 pub use schedule::{

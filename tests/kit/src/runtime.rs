@@ -176,7 +176,9 @@ impl Learner for LeastSquares {
 pub fn config(algorithm: &str) -> ClusterConfig {
     let mut config = ClusterConfig::default();
     config.sync.algorithm = algorithm.parse().unwrap();
-    config.sync.shadow.max_cpu_share = 0.0;
+    if let Some(loops) = config.sync.algorithm.loops_mut() {
+        loops.max_cpu_share = 0.0;
+    }
     config.chunk_ms = 5;
     config.consensus_every_ms = 50;
     config

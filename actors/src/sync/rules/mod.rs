@@ -10,7 +10,7 @@ mod math;
 mod rule;
 
 pub use crate::hogwild::WriteBack;
-pub use algorithm::Algorithm;
+pub use algorithm::{Algorithm, Rule};
 pub use combined::Combined;
 pub(crate) use combined::{SharedSlice, TARGET_BLOCK};
 pub use math::{elastic, mean_into, BmufParams, DilocoParams, OuterState, OuterStep};

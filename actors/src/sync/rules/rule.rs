@@ -20,7 +20,9 @@
 //! then names it like a built-in one. Its memory is checkpointed as named
 //! arrays ([`RuleState`]) and given back on resume.
 
-use crate::sync::{mean_into, BmufParams, DilocoParams, OuterState, OuterStep, SyncConfig};
+use crate::sync::{
+    mean_into, BmufParams, DilocoParams, OuterState, OuterStep, Rule, SyncConfig, SyncFile,
+};
 use crate::{Error, Named, Result};
 use std::fmt;
 use std::sync::Arc;
@@ -164,7 +166,7 @@ impl Default for Rules {
             })
             .with("diloco", |c| {
                 Ok(Box::new(Diloco {
-                    params: c.config.diloco,
+                    params: c.config.diloco(),
                     state: OuterState::new(c.initial),
                 }))
             })
@@ -198,14 +200,27 @@ impl Rules {
 
     /// An error unless every section of `config.registered` is that of the
     /// rule `config.algorithm` names: a misspelt key of `[sync]`, or the
-    /// section of another rule, is refused naming it.
+    /// section of another rule, is refused naming it; so is a rule of one's
+    /// own named after a key of `[sync]` (`shadow`, `link`: its section would
+    /// be that key).
     ///
     /// # Errors
     ///
     /// [`Error::Config`](crate::Error::Config) naming the section's key.
     pub fn check_sections(&self, config: &SyncConfig) -> Result<()> {
+        if let Some(Rule::Own(name)) = config.algorithm.rule() {
+            if SyncFile::KEYS.contains(&name.as_str()) {
+                return Err(Error::Config {
+                    key: "sync.algorithm".into(),
+                    reason: format!(
+                        "a rule of one's own cannot be called {name}: sync.{name} is a key of \
+                         [sync], not the rule's section; register it under another name"
+                    ),
+                });
+            }
+        }
         let choice = format!("sync.algorithm is {}", config.algorithm);
-        let chosen = config.algorithm.rule();
+        let chosen = config.algorithm.rule_name();
         self.0.check_sections(&config.registered, chosen, &choice)
     }
 
@@ -303,6 +318,7 @@ impl OuterState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::{Algorithm, ShadowSettings};
 
     fn context(config: &SyncConfig) -> RuleContext<'_> {
         RuleContext {
@@ -312,6 +328,18 @@ mod tests {
             initial: &[1.0, 2.0],
             config,
         }
+    }
+
+    #[test]
+    fn a_rule_of_ones_own_named_after_a_key_of_sync_is_refused() {
+        let rules = Rules::default().with("shadow", |_| Ok(Box::new(ModelAveraging)));
+        let named = |algorithm: &str| SyncConfig {
+            algorithm: algorithm.parse().unwrap(),
+            ..SyncConfig::default()
+        };
+        let e = rules.check_sections(&named("shadow-shadow")).unwrap_err();
+        assert!(e.to_string().contains("cannot be called shadow"), "{e}");
+        assert!(rules.check_sections(&named("shadow-ma")).is_ok());
     }
 
     #[test]
@@ -356,10 +384,13 @@ mod tests {
     #[test]
     fn diloco_steps_from_the_configured_params_and_its_memory_round_trips() {
         let config = SyncConfig {
-            diloco: DilocoParams {
-                outer_lr: 0.5,
-                momentum: 0.0,
-                nesterov: false,
+            algorithm: Algorithm::Shadow {
+                rule: Rule::Diloco(DilocoParams {
+                    outer_lr: 0.5,
+                    momentum: 0.0,
+                    nesterov: false,
+                }),
+                loops: ShadowSettings::default(),
             },
             ..SyncConfig::default()
         };
