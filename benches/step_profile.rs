@@ -53,16 +53,17 @@ fn phase_flops(config: &Config, batch: f64) -> [f64; 7] {
     };
     let m = &config.model;
     let dim = m.embedding_dim;
-    let mut bottom_widths = m.dlrm.bottom_mlp.clone();
+    let dlrm = m.dlrm();
+    let mut bottom_widths = dlrm.bottom_mlp.clone();
     bottom_widths.push(dim);
     let vectors = 27;
     let pairs = vectors * (vectors - 1) / 2;
-    let mut top_widths = m.dlrm.top_mlp.clone();
+    let mut top_widths = dlrm.top_mlp.clone();
     top_widths.push(1);
     let bottom = 2.0 * batch * mlp(NUM_DENSE as i64, &bottom_widths);
     let interaction = 2.0 * batch * (vectors * vectors * dim) as f64;
     let top = 2.0 * batch * mlp(dim + pairs, &top_widths);
-    let first_layer = 2.0 * batch * (NUM_DENSE as i64 * m.dlrm.bottom_mlp[0]) as f64;
+    let first_layer = 2.0 * batch * (NUM_DENSE as i64 * dlrm.bottom_mlp[0]) as f64;
     let backward = 2.0 * (bottom + interaction + top) - first_layer;
     [0.0, bottom, interaction, top, backward, 0.0, 0.0]
 }

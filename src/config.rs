@@ -8,20 +8,20 @@
 
 use crate::data::{BadLinePolicy, Dealing, Profile, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::embedding::RowRule;
 use shadowsync_actors::faults::Fault;
 use shadowsync_actors::stragglers::Straggler;
 use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig};
-use shadowsync_actors::Sections;
 use std::path::{Path, PathBuf};
 
 mod deprecated;
 mod elastic;
 mod ignored;
+mod model;
 pub use elastic::ElasticStep;
 pub use ignored::{clear_ignored_in_grid, clear_unread_sections_in_grid};
+pub use model::{DeepFmSettings, DlrmSettings, ModelConfig, ModelFile, ModelKind};
 
 /// Everything a training run needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -177,98 +177,6 @@ impl SyntheticConfig {
             "synthetic-seed{}-{}-{}{profile}",
             self.seed, self.train_rows, self.test_rows
         ))
-    }
-}
-
-/// Model architecture and sizes: the model, its embeddings' width, and a
-/// section of settings for each model that has any (`[model.dlrm]`,
-/// `[model.deepfm]`, and one's own registered model's `[model.NAME]`). A
-/// section of a model other than `kind` is refused (see `ignored.rs`). The
-/// flat `bottom_mlp`, `top_mlp` and `deep_mlp` of the release before are
-/// still read into their sections, with a warning.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct ModelConfig {
-    /// The model, by its name in [`Models`](crate::model::Models): `lr`
-    /// (logistic regression), `dlrm` (DLRM, dot interactions), `deepfm`, or
-    /// one registered with [`Registry::model`](crate::Registry::model).
-    pub kind: String,
-    /// Embedding dimension (DLRM, DeepFM, and models of one's own that read it).
-    pub embedding_dim: i64,
-    /// DLRM's MLPs (`[model.dlrm]`).
-    pub dlrm: DlrmSettings,
-    /// DeepFM's deep MLP (`[model.deepfm]`).
-    pub deepfm: DeepFmSettings,
-    /// The sections of registered models, by name (`[model.NAME]`), as read:
-    /// a model's factory reads its own with [`ModelConfig::section`].
-    /// [`Registry::check`](crate::Registry::check) refuses a key here that
-    /// names no registered model.
-    #[serde(flatten)]
-    pub registered: Sections,
-}
-
-/// DLRM's settings (`[model.dlrm]`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct DlrmSettings {
-    /// Bottom MLP hidden widths (its output width is `model.embedding_dim`).
-    pub bottom_mlp: Vec<i64>,
-    /// Top MLP hidden widths (its output is the logit).
-    pub top_mlp: Vec<i64>,
-}
-
-impl Default for DlrmSettings {
-    /// DLRM's Criteo Kaggle shape: 13-512-256-64-dim, then 512-256-1.
-    fn default() -> Self {
-        Self {
-            bottom_mlp: vec![512, 256, 64],
-            top_mlp: vec![512, 256],
-        }
-    }
-}
-
-/// DeepFM's settings (`[model.deepfm]`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct DeepFmSettings {
-    /// Deep MLP hidden widths (its output is added to the logit).
-    pub deep_mlp: Vec<i64>,
-}
-
-impl Default for DeepFmSettings {
-    /// The DeepFM paper's 400-400-400.
-    fn default() -> Self {
-        Self {
-            deep_mlp: vec![400, 400, 400],
-        }
-    }
-}
-
-impl Default for ModelConfig {
-    /// DLRM's Criteo Kaggle shape.
-    fn default() -> Self {
-        Self {
-            kind: "dlrm".into(),
-            embedding_dim: 16,
-            dlrm: DlrmSettings::default(),
-            deepfm: DeepFmSettings::default(),
-            registered: Sections::default(),
-        }
-    }
-}
-
-impl ModelConfig {
-    /// The section `[model.NAME]` of a registered model, as its type `T`;
-    /// `T::default()` when the config has none.
-    ///
-    /// # Errors
-    ///
-    /// A section `T` cannot read, naming it (`model.NAME`) and the key.
-    pub fn section<T: DeserializeOwned + Default>(&self, name: &str) -> Result<T> {
-        Ok(self.registered.get("model", name)?)
     }
 }
 
@@ -728,10 +636,11 @@ impl Config {
         if self.model.embedding_dim < 1 {
             return Err(Error::config("model.embedding_dim", "must be at least 1"));
         }
+        let (dlrm, deepfm) = (self.model.dlrm(), self.model.deepfm());
         for (key, widths) in [
-            ("model.dlrm.bottom_mlp", &self.model.dlrm.bottom_mlp),
-            ("model.dlrm.top_mlp", &self.model.dlrm.top_mlp),
-            ("model.deepfm.deep_mlp", &self.model.deepfm.deep_mlp),
+            ("model.dlrm.bottom_mlp", &dlrm.bottom_mlp),
+            ("model.dlrm.top_mlp", &dlrm.top_mlp),
+            ("model.deepfm.deep_mlp", &deepfm.deep_mlp),
         ] {
             if widths.iter().any(|&w| w < 1) {
                 return Err(Error::config(key, "every layer width must be at least 1"));
@@ -1023,7 +932,7 @@ mod tests {
     fn defaults_are_dlrm_kaggle_with_adagrad() {
         let c = parse("").unwrap();
         assert_eq!(c.model.kind, "dlrm");
-        assert_eq!(c.model.dlrm.bottom_mlp, vec![512, 256, 64]);
+        assert_eq!(c.model.dlrm().bottom_mlp, vec![512, 256, 64]);
         assert_eq!(c.train.batch_size, 128);
         assert_eq!(c.optim, OptimConfig::from(OptimPreset::Default));
         assert_eq!(c.optim.dense, OptimizerKind::Adagrad);

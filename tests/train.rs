@@ -3,7 +3,9 @@
 mod common;
 
 use common::{exclusive, sample};
-use shadowsync::config::{Config, ElasticStep, EmbeddingsMode, OptimizerKind};
+use shadowsync::config::{
+    Config, DlrmSettings, ElasticStep, EmbeddingsMode, ModelKind, OptimizerKind,
+};
 use shadowsync::data::Dealing;
 use shadowsync::train::{Run, TrainReport};
 use std::path::Path;
@@ -310,10 +312,11 @@ fn sync_sgd_over_two_trainers_is_one_trainer_with_twice_the_batch() {
     ] {
         // 80 batches of 256 rows: every trainer's chunks whole.
         let mut c = synthetic_config(dir.path(), 20_480);
-        c.model.kind = "dlrm".into();
+        let mut dlrm = DlrmSettings::default();
+        dlrm.bottom_mlp = vec![8];
+        dlrm.top_mlp = vec![8];
+        c.model.kind = ModelKind::Dlrm(dlrm);
         c.model.embedding_dim = 4;
-        c.model.dlrm.bottom_mlp = vec![8];
-        c.model.dlrm.top_mlp = vec![8];
         c.data.table_size = 50;
         c.optim.dense = optimizer;
         c.optim.sparse = rows.into();

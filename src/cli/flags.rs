@@ -1,7 +1,7 @@
 //! The command line: subcommands, their flags, and a run's configuration from
 //! a config file and the flags that override it.
 
-use crate::config::{Config, OptimPreset, OptimizerKind};
+use crate::config::{Config, ModelFile, OptimPreset, OptimizerKind};
 use crate::data::{BadLinePolicy, Dealing, Profile};
 use crate::runtime::sync::{
     launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, SyncConfig,
@@ -345,8 +345,14 @@ impl TrainArgs {
         if self.sparse_lr.is_some() {
             c.optim.sparse_lr = self.sparse_lr;
         }
+        if let Some(model) = &self.model {
+            // Through the file's form: a section of the file's model that
+            // the flag's would not read is refused by its key.
+            let mut file = ModelFile::from(std::mem::take(&mut c.model));
+            file.kind = model.as_str().into();
+            c.model = file.try_into()?;
+        }
         set!(c;
-            model => model.kind,
             batch_size => train.batch_size,
             optimizer => optim.dense,
             lr => optim.dense_lr,

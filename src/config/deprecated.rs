@@ -205,8 +205,8 @@ mod tests {
         let mut table: Map<String, Value> = toml::from_str(text).unwrap();
         let warnings = move_keys::<ModelConfig>(&mut table, &MODEL).unwrap();
         let model: ModelConfig = section_from(table, &MODEL).unwrap();
-        assert_eq!(model.deepfm.deep_mlp, [64]);
-        assert_eq!(model.dlrm, super::super::DlrmSettings::default());
+        assert_eq!(model.deepfm().deep_mlp, [64]);
+        assert_eq!(model.kind, "deepfm");
         // Only the width set away from its default is worth a warning.
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(

@@ -1,13 +1,15 @@
 //! Keys that only some runs read, where no shape of the settings can say so.
 //!
-//! A mode's section of `[sync]` (`[sync.shadow]`, `[sync.easgd]`, …) lives
-//! inside the [`Algorithm`] that reads it, so the types refuse another
-//! mode's ([`SyncFile::unread`]). What is left here depends on another
-//! key's value or on the process count: `[model.deepfm]` under DLRM, a
-//! link under `none`, a sharded table's bounds in one process. A key set
-//! away from its default in a run that would not read it is a mistake the
-//! user cannot see (the run goes on without it), so [`Config::validate_for`]
-//! refuses it, naming the key, the mode and what would read it.
+//! A mode's section (`[sync.shadow]`, `[sync.easgd]`, `[model.deepfm]`, …)
+//! lives inside the [`Algorithm`] or the [`ModelKind`] that reads it, so the
+//! types refuse another mode's ([`SyncFile::unread`],
+//! [`ModelFile::unread`](super::ModelFile::unread)). What is left here
+//! depends on another key's value or on the process count: the embeddings'
+//! width under `lr`, a link under `none`, a sharded table's bounds in one
+//! process. A key set away from its default in a run that would not read it
+//! is a mistake the user cannot see (the run goes on without it), so
+//! [`Config::validate_for`] refuses it, naming the key, the mode and what
+//! would read it.
 //!
 //! An experiment's grid is the exception: its base may set a key for the
 //! cells that read it (a link for the shadow runs beside a `none` baseline).
@@ -16,7 +18,8 @@
 //! in the other cells; a key no cell reads, or one a cell's own values set,
 //! is still refused (that cell is skipped, or the grid fails naming it).
 
-use super::{Config, EmbeddingsMode};
+use super::{Config, EmbeddingsMode, ModelFile, ModelKind};
+use serde::de::DeserializeOwned;
 use shadowsync_actors::faults::{Fault, FaultSite};
 use shadowsync_actors::sync::{Algorithm, Schedule, SyncFile};
 use toml::{Table, Value};
@@ -72,14 +75,11 @@ fn not_sharded(c: &Config, processes: usize) -> Option<String> {
     })
 }
 
-/// The built-in models; a model of one's own may read any `[model]` key.
-const BUILT_IN_MODELS: [&str; 3] = ["lr", "dlrm", "deepfm"];
-
-/// Read by the built-in models `kinds` only.
-fn not_model(c: &Config, kinds: &[&str], what: &str) -> Option<String> {
-    let kind = c.model.kind.as_str();
-    (BUILT_IN_MODELS.contains(&kind) && !kinds.contains(&kind))
-        .then(|| format!("it sizes {what}; model.kind {kind} has none"))
+/// Read by every model with embeddings: not logistic regression (a model
+/// of one's own may read it).
+fn no_embeddings(c: &Config, _: usize) -> Option<String> {
+    (c.model.kind == ModelKind::Lr)
+        .then(|| "it sizes the embeddings of DLRM and DeepFM; model.kind lr has none".into())
 }
 
 /// Read by FTRL only (or a row optimizer of one's own).
@@ -150,21 +150,7 @@ fn data_and_model_keys() -> Vec<Modal> {
             .is_some()
             .then(|| "data.table_sizes sizes each table instead".into())),
         // The model.
-        modal!(
-            "model.embedding_dim",
-            model.embedding_dim,
-            |c, _| not_model(c, &["dlrm", "deepfm"], "the embeddings of DLRM and DeepFM")
-        ),
-        modal!("model.dlrm", model.dlrm, |c, _| not_model(
-            c,
-            &["dlrm"],
-            "DLRM's MLPs"
-        )),
-        modal!("model.deepfm", model.deepfm, |c, _| not_model(
-            c,
-            &["deepfm"],
-            "DeepFM's deep MLP"
-        )),
+        modal!("model.embedding_dim", model.embedding_dim, no_embeddings),
         modal!("optim.ftrl", optim.ftrl, not_ftrl),
         // Tables across processes.
         modal!(
@@ -270,30 +256,47 @@ pub fn clear_ignored_in_grid(cells: &mut [Config], own_keys: &[Vec<String>]) {
     }
 }
 
-/// The mode sections of `[sync]` (`sync.shadow`, …) set in `cell` that its
-/// algorithm would not read (none where `[sync]` does not read: the cell's
-/// own reading names that).
+/// The mode sections of `[sync]` and `[model]` (`sync.shadow`,
+/// `model.deepfm`, …), each as its table and its name there.
+const MODE_SECTIONS: [(&str, &str); 6] = [
+    ("sync", "shadow"),
+    ("sync", "easgd"),
+    ("sync", "bmuf"),
+    ("sync", "diloco"),
+    ("model", "dlrm"),
+    ("model", "deepfm"),
+];
+
+/// The mode sections set in `cell` that its algorithm or model would not
+/// read (none of a table that does not read: the cell's own reading names
+/// that).
 fn unread_sections(cell: &Table) -> Vec<&'static str> {
-    let sync = cell.get("sync").cloned();
-    let sync = sync.unwrap_or_else(|| Value::Table(Table::new()));
-    sync.try_into::<SyncFile>()
-        .map(|file| file.unread().into_iter().map(|(key, _)| key).collect())
-        .unwrap_or_default()
+    fn unread<T: DeserializeOwned>(
+        cell: &Table,
+        table: &str,
+        unread: fn(&T) -> Vec<(&'static str, String)>,
+    ) -> Vec<&'static str> {
+        let section = cell.get(table).cloned();
+        let section = section.unwrap_or_else(|| Value::Table(Table::new()));
+        section
+            .try_into::<T>()
+            .map(|file| unread(&file).into_iter().map(|(key, _)| key).collect())
+            .unwrap_or_default()
+    }
+    let mut keys = unread(cell, "sync", SyncFile::unread);
+    keys.extend(unread(cell, "model", ModelFile::unread));
+    keys
 }
 
-/// [`clear_ignored_in_grid`] for the mode sections of `[sync]`, on the
-/// cells' tables before they are read (a cell whose algorithm does not read
-/// a section cannot hold it): such a section the base sets, that some cell
-/// reads, is removed from the cells that would not.
+/// [`clear_ignored_in_grid`] for the mode sections (`[sync.shadow]`,
+/// `[model.deepfm]`, …), on the cells' tables before they are read (a cell
+/// whose mode does not read a section cannot hold it): such a section the
+/// base sets, that some cell reads, is removed from the cells that would not.
 pub fn clear_unread_sections_in_grid(cells: &mut [Table], own_keys: &[Vec<String>]) {
     let unread: Vec<_> = cells.iter().map(unread_sections).collect();
-    for section in SyncFile::MODE_SECTIONS {
-        let key = format!("sync.{section}");
-        let set = |cell: &Table| {
-            cell.get("sync")
-                .and_then(|sync| sync.get(section))
-                .is_some()
-        };
+    for (table, section) in MODE_SECTIONS {
+        let key = format!("{table}.{section}");
+        let set = |cell: &Table| cell.get(table).and_then(|t| t.get(section)).is_some();
         let read_somewhere = (cells.iter().zip(&unread))
             .any(|(cell, unread)| set(cell) && !unread.contains(&key.as_str()));
         if !read_somewhere {
@@ -303,8 +306,8 @@ pub fn clear_unread_sections_in_grid(cells: &mut [Table], own_keys: &[Vec<String
         for ((cell, unread), own) in cells.iter_mut().zip(&unread).zip(own_keys) {
             let own = own.iter().any(|k| *k == key || k.starts_with(&within));
             if !own && unread.contains(&key.as_str()) {
-                if let Some(Value::Table(sync)) = cell.get_mut("sync") {
-                    sync.remove(section);
+                if let Some(Value::Table(t)) = cell.get_mut(table) {
+                    t.remove(section);
                 }
             }
         }
@@ -326,7 +329,7 @@ mod tests {
     #[test]
     fn the_defaults_set_nothing_that_any_mode_ignores() {
         for algorithm in ["none", "sync-sgd", "fr-ma:4", "shadow-easgd", "shadow-bmuf"] {
-            for kind in BUILT_IN_MODELS {
+            for kind in ["lr", "dlrm", "deepfm"] {
                 let mut c = Config::default();
                 c.sync.algorithm = algorithm.parse().unwrap();
                 c.model.kind = kind.into();
@@ -341,10 +344,10 @@ mod tests {
     fn each_mode_names_the_keys_it_would_ignore() {
         let mut c = shadow_ma();
         c.model.kind = "lr".into();
-        c.model.deepfm.deep_mlp = vec![8];
+        c.model.embedding_dim = 8;
         c.checkpoint.keep = 5;
         let keys: Vec<&str> = c.ignored_keys(1).into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, ["model.deepfm", "checkpoint.keep"]);
+        assert_eq!(keys, ["model.embedding_dim", "checkpoint.keep"]);
         let mut c = Config::default();
         c.sync.link.latency_us = 100.0;
         c.train.embedding_staleness = 4;
@@ -398,17 +401,17 @@ mod tests {
     fn a_grid_clears_a_key_only_in_the_cells_that_ignore_it() {
         let mut none = Config::default();
         none.sync.link.latency_us = 100.0;
-        none.model.deepfm.deep_mlp = vec![8];
+        none.checkpoint.keep = 5;
         let mut shadow = shadow_ma();
         shadow.sync.link.latency_us = 100.0;
-        shadow.model.deepfm.deep_mlp = vec![8];
+        shadow.checkpoint.keep = 5;
         let mut cells = [none, shadow];
         clear_ignored_in_grid(&mut cells, &[vec![], vec![]]);
         assert_eq!(cells[0].sync.link, Config::default().sync.link);
         assert_eq!(cells[1].sync.link.latency_us, 100.0);
         // Read by no cell: left, to be refused.
-        assert_eq!(cells[0].model.deepfm.deep_mlp, [8]);
-        assert_eq!(cells[1].ignored_keys(1)[0].0, "model.deepfm");
+        assert_eq!(cells[0].checkpoint.keep, 5);
+        assert_eq!(cells[1].ignored_keys(1)[0].0, "checkpoint.keep");
         // A fault of the shadow loop is dropped from the `none` cell only.
         let fault = Fault {
             trainer: 0,
@@ -467,5 +470,16 @@ mod tests {
             .try_into::<Config>()
             .unwrap_err();
         assert!(e.to_string().contains("sync.shadow"), "{e}");
+        // A model's section the same way.
+        let model = |kind: &str| -> Table {
+            toml::from_str(&format!(
+                "[model]\nkind = \"{kind}\"\n[model.deepfm]\ndeep_mlp = [8]\n"
+            ))
+            .unwrap()
+        };
+        let deepfm = |cell: &Table| cell["model"].get("deepfm").is_some();
+        let mut cells = [model("lr"), model("deepfm")];
+        clear_unread_sections_in_grid(&mut cells, &none[..2]);
+        assert!(!deepfm(&cells[0]) && deepfm(&cells[1]));
     }
 }

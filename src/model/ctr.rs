@@ -134,13 +134,14 @@ impl Dlrm {
     /// Widths that cannot make the model, or a tensor libtorch cannot make.
     pub fn new(root: &nn::Path, config: &ModelConfig) -> Result<Self> {
         let dim = config.embedding_dim;
-        let mut bottom_widths = config.dlrm.bottom_mlp.clone();
+        let dlrm = config.dlrm();
+        let mut bottom_widths = dlrm.bottom_mlp;
         bottom_widths.push(dim);
         let vectors = 1 + NUM_SPARSE as i64;
         let tril = Tensor::f_tril_indices(vectors, vectors, -1, (Kind::Int64, tch::Device::Cpu))?;
         let pairs = tril.get(0).f_mul_scalar(vectors)?.f_add(&tril.get(1))?;
         let top_input = dim + pairs.size()[0];
-        let mut top_widths = config.dlrm.top_mlp.clone();
+        let mut top_widths = dlrm.top_mlp;
         top_widths.push(1);
         Ok(Self {
             dim,
@@ -215,7 +216,7 @@ impl DeepFm {
     /// DeepFM with `config`'s embedding dimension and deep MLP widths.
     pub fn new(root: &nn::Path, config: &ModelConfig) -> Self {
         let dim = config.embedding_dim;
-        let mut widths = config.deepfm.deep_mlp.clone();
+        let mut widths = config.deepfm().deep_mlp;
         widths.push(1);
         Self {
             dim,
@@ -261,18 +262,23 @@ impl CtrModel for DeepFm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{DeepFmSettings, DlrmSettings, ModelKind};
     use tch::Device;
 
     fn config(kind: &str) -> ModelConfig {
-        let mut config = ModelConfig {
-            kind: kind.into(),
+        let kind = match kind {
+            "dlrm" => ModelKind::Dlrm(DlrmSettings {
+                bottom_mlp: vec![8],
+                top_mlp: vec![6],
+            }),
+            "deepfm" => ModelKind::DeepFm(DeepFmSettings { deep_mlp: vec![5] }),
+            other => other.into(),
+        };
+        ModelConfig {
+            kind,
             embedding_dim: 4,
             ..ModelConfig::default()
-        };
-        config.dlrm.bottom_mlp = vec![8];
-        config.dlrm.top_mlp = vec![6];
-        config.deepfm.deep_mlp = vec![5];
-        config
+        }
     }
 
     #[test]

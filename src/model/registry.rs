@@ -57,7 +57,7 @@ impl Models {
     /// An unknown name (naming `model.kind` and the known ones), or the
     /// model's own.
     pub fn build(&self, config: &ModelConfig, root: &nn::Path) -> Result<Box<dyn CtrModel>> {
-        let make = self.0.get(&config.kind)?;
+        let make = self.0.get(config.kind.name())?;
         make(config, root)
     }
 
@@ -70,7 +70,7 @@ impl Models {
     /// [`Error::Config`](crate::Error::Config) naming the key.
     pub fn check_sections(&self, config: &ModelConfig) -> Result<()> {
         let choice = format!("model.kind is {}", config.kind);
-        let chosen = Some(config.kind.as_str());
+        let chosen = Some(config.kind.name());
         Ok(self.0.check_sections(&config.registered, chosen, &choice)?)
     }
 

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use shadowsync::config::{Config, OptimizerKind};
+use shadowsync::config::{Config, DeepFmSettings, ModelKind, OptimizerKind};
 use shadowsync::train::{Run, TrainReport};
 use std::path::Path;
 
@@ -21,9 +21,10 @@ pub(crate) fn config(dir: &Path, trainers: usize, algorithm: &str) -> Config {
     c.data.synthetic.seed = 3;
     c.data.synthetic.dir = Some(dir.to_path_buf());
     c.data.table_size = 20_000;
-    c.model.kind = "deepfm".into();
+    let mut deepfm = DeepFmSettings::default();
+    deepfm.deep_mlp = vec![64, 64];
+    c.model.kind = ModelKind::DeepFm(deepfm);
     c.model.embedding_dim = 8;
-    c.model.deepfm.deep_mlp = vec![64, 64];
     c.optim.dense = OptimizerKind::Adagrad;
     c.optim.dense_lr = 0.02;
     c.optim.sparse = "adagrad".into();
