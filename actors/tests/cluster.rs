@@ -90,12 +90,15 @@ fn every_algorithm_trains_to_the_truth_and_pulls_replicas_together() {
         );
     for (name, threads) in runs {
         let mut c = config(name);
-        c.sync.algorithm.loops_mut().unwrap().threads = threads;
         c.sync.group_size = 2;
         c.sync.schedule = Schedule::Random;
-        // Shadow rounds span blocks of ~10 local steps, as BMUF's block momentum
-        // assumes (unpaced rounds would apply it to blocks of 0–1 steps).
-        c.sync.algorithm.loops_mut().unwrap().min_interval_ms = 2.0;
+        if let Some(loops) = c.sync.algorithm.loops_mut() {
+            loops.threads = threads;
+            // Shadow rounds span blocks of ~10 local steps, as BMUF's block
+            // momentum assumes (unpaced rounds would apply it to blocks of
+            // 0–1 steps).
+            loops.min_interval_ms = 2.0;
+        }
         let mut ls = learners(4, Some(400));
         ls.iter_mut()
             .for_each(|l| l.step_delay = Duration::from_micros(200));
