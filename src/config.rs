@@ -19,9 +19,11 @@ mod deprecated;
 mod elastic;
 mod ignored;
 mod model;
+mod optim;
 pub use elastic::ElasticStep;
 pub use ignored::{clear_ignored_in_grid, clear_unread_sections_in_grid};
 pub use model::{DeepFmSettings, DlrmSettings, ModelConfig, ModelFile, ModelKind};
+pub use optim::{FtrlConfig, OptimConfig, OptimFile, OptimPreset, OptimizerKind, RowOptimizer};
 
 /// Everything a training run needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -177,108 +179,6 @@ impl SyntheticConfig {
             "synthetic-seed{}-{}-{}{profile}",
             self.seed, self.train_rows, self.test_rows
         ))
-    }
-}
-
-/// Optimizers of the dense parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
-#[serde(rename_all = "lowercase")]
-pub enum OptimizerKind {
-    /// Plain SGD.
-    Sgd,
-    /// Adagrad.
-    Adagrad,
-    /// Adam.
-    Adam,
-}
-
-/// Optimizers of the dense parameters and of the embeddings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct OptimConfig {
-    /// Dense optimizer.
-    pub dense: OptimizerKind,
-    /// Dense learning rate.
-    pub dense_lr: f64,
-    /// The embeddings' row optimizer, by its name in
-    /// [`RowRules`](crate::model::RowRules): `sgd`, `adagrad`, `ftrl`, or
-    /// one registered with [`Registry::row_rule`](crate::Registry::row_rule).
-    pub sparse: String,
-    /// Embedding learning rate (FTRL's α); unset, the row optimizer's own
-    /// default ([`RowRule::default_lr`]: 0.05 for `sgd` and `adagrad`, 0.1
-    /// for `ftrl`).
-    pub sparse_lr: Option<f64>,
-    /// FTRL-Proximal's settings (with `sparse = "ftrl"`).
-    pub ftrl: FtrlConfig,
-}
-
-/// FTRL-Proximal's settings besides its learning rate α
-/// (`optim.sparse_lr`); see [`Ftrl`](shadowsync_actors::embedding::Ftrl).
-/// All three are per example, as the paper gives them: the rule is given
-/// each divided by `train.batch_size`, since a row's gradient is the batch's
-/// mean ([`Ftrl::per_example`](shadowsync_actors::embedding::Ftrl::per_example)).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct FtrlConfig {
-    /// β, the learning rate's smoothing.
-    pub beta: f32,
-    /// λ₁: above 0, a value whose gradients' sum stays within it is exactly 0.
-    pub l1: f32,
-    /// λ₂, the L2 strength.
-    pub l2: f32,
-}
-
-impl Default for FtrlConfig {
-    /// The paper's β = 1, no regularization (tune λ₁ and λ₂ for sparsity).
-    fn default() -> Self {
-        Self {
-            beta: 1.0,
-            l1: 0.0,
-            l2: 0.0,
-        }
-    }
-}
-
-impl Default for OptimConfig {
-    /// Adagrad, dense 0.01 and embeddings at the row optimizer's own rate
-    /// (Adagrad's 0.05): the best test NE per second of a grid on the
-    /// built-in data (docs/results/foundation.md).
-    fn default() -> Self {
-        Self {
-            dense: OptimizerKind::Adagrad,
-            dense_lr: 0.01,
-            sparse: "adagrad".into(),
-            sparse_lr: None,
-            ftrl: FtrlConfig::default(),
-        }
-    }
-}
-
-/// Named optimizer settings (`--optim-preset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
-pub enum OptimPreset {
-    /// The default: Adagrad, dense 0.01, embeddings 0.05.
-    Default,
-    /// DLRM's Kaggle reference: plain SGD at 0.1 for both.
-    DlrmReference,
-}
-
-impl From<OptimPreset> for OptimConfig {
-    fn from(preset: OptimPreset) -> Self {
-        match preset {
-            OptimPreset::Default => Self::default(),
-            OptimPreset::DlrmReference => Self {
-                dense: OptimizerKind::Sgd,
-                dense_lr: 0.1,
-                sparse: "sgd".into(),
-                sparse_lr: Some(0.1),
-                ftrl: FtrlConfig::default(),
-            },
-        }
     }
 }
 
@@ -464,20 +364,10 @@ impl Config {
         if let Some(lr) = self.optim.sparse_lr {
             positive_lr("optim.sparse_lr", lr)?;
         }
-        let ftrl = &self.optim.ftrl;
-        for (key, value) in [
-            ("optim.ftrl.beta", ftrl.beta),
-            ("optim.ftrl.l1", ftrl.l1),
-            ("optim.ftrl.l2", ftrl.l2),
-        ] {
-            if !(value.is_finite() && value >= 0.0) {
-                return Err(Error::config(
-                    key,
-                    format!("{value} must be finite and ≥ 0"),
-                ));
-            }
+        match &self.optim.sparse {
+            RowOptimizer::Ftrl(ftrl) => ftrl.validate(),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn validate_train(&self) -> Result<()> {
@@ -984,7 +874,9 @@ mod tests {
         // which moves keys of the release before, the line is the section's.
         let e = parse("[model]\nkind = 7\n").unwrap_err().to_string();
         assert!(e.contains("model.kind") && e.contains("line 1"), "{e}");
-        let e = parse("[optim.ftrl]\nl1 = -1.0\n").unwrap_err().to_string();
+        let e = parse("[optim]\nsparse = \"ftrl\"\n[optim.ftrl]\nl1 = -1.0\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("optim.ftrl.l1"), "{e}");
     }
 

@@ -189,6 +189,7 @@ impl Registry {
         self.schedules.check(&config.sync.schedule)?;
         self.codecs.check(&config.sync.compression)?;
         self.models.check_sections(&config.model)?;
+        self.row_rules.check_sections(&config.optim)?;
         let width = self.models.embedding_width(&config.model)?;
         let rule = self.row_rules.build(config)?;
         check_rule(&*rule)?;

@@ -830,8 +830,9 @@ fn options_the_chosen_mode_would_ignore_are_refused_naming_it() {
         &run(&["train", "--config", path(&lr)]),
         &["model.deepfm", "lr"],
     );
-    // [model] and [sync] take sections of registered models and rules, so
-    // a typo is caught by name once the registry is known.
+    // [model], [sync] and [optim] take sections of registered models, rules
+    // and row optimizers, so a typo is caught by name once the registry is
+    // known.
     let typo = config("typo.toml", "[model]\nembeding_dim = 8\n");
     fails_saying(
         &run(&["train", "--config", path(&typo)]),
@@ -841,6 +842,11 @@ fn options_the_chosen_mode_would_ignore_are_refused_naming_it() {
     fails_saying(
         &run(&["train", "--config", path(&typo)]),
         &["sync.grup_size", "unknown key"],
+    );
+    let typo = config("optim-typo.toml", "[optim]\nsparse_rl = 0.1\n");
+    fails_saying(
+        &run(&["train", "--config", path(&typo)]),
+        &["optim.sparse_rl", "unknown key"],
     );
     let sharded = config("sharded.toml", "[train]\nembedding_staleness = 4\n");
     fails_saying(

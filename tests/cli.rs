@@ -188,7 +188,15 @@ fn ftrl_rows_learn_and_an_unknown_row_optimizer_is_named_with_the_known_ones() {
     assert_eq!(json["config"]["optim"]["sparse"], "ftrl");
     let ne = json["final_metrics"]["ne"].as_f64().unwrap();
     assert!(ne < 0.95, "FTRL's rows did not learn: NE {ne}");
-    let out = common::run(&["train", "--config", config, "--sparse-optimizer", "adam"]);
+    // FTRL's section under another row optimizer would be ignored: refused.
+    let out = common::run(&["train", "--config", config, "--sparse-optimizer", "adagrad"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("optim.ftrl") && stderr.contains("adagrad"),
+        "{stderr}"
+    );
+    let out = common::run(&["train", "--sparse-optimizer", "adam", "--model", "lr"]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(

@@ -1,7 +1,7 @@
 //! The command line: subcommands, their flags, and a run's configuration from
 //! a config file and the flags that override it.
 
-use crate::config::{Config, ModelFile, OptimPreset, OptimizerKind};
+use crate::config::{Config, ModelFile, OptimFile, OptimPreset, OptimizerKind};
 use crate::data::{BadLinePolicy, Dealing, Profile};
 use crate::runtime::sync::{
     launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, SyncConfig,
@@ -345,6 +345,12 @@ impl TrainArgs {
         if self.sparse_lr.is_some() {
             c.optim.sparse_lr = self.sparse_lr;
         }
+        if let Some(sparse) = &self.sparse_optimizer {
+            // Through the file's form, as the model below.
+            let mut file = OptimFile::from(std::mem::take(&mut c.optim));
+            file.sparse = sparse.as_str().into();
+            c.optim = file.try_into()?;
+        }
         if let Some(model) = &self.model {
             // Through the file's form: a section of the file's model that
             // the flag's would not read is refused by its key.
@@ -356,7 +362,6 @@ impl TrainArgs {
             batch_size => train.batch_size,
             optimizer => optim.dense,
             lr => optim.dense_lr,
-            sparse_optimizer => optim.sparse,
             table_size => data.table_size,
             bad_lines => data.bad_lines,
             eval_every => train.eval_every,

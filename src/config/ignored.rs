@@ -18,7 +18,7 @@
 //! in the other cells; a key no cell reads, or one a cell's own values set,
 //! is still refused (that cell is skipped, or the grid fails naming it).
 
-use super::{Config, EmbeddingsMode, ModelFile, ModelKind};
+use super::{Config, EmbeddingsMode, ModelFile, ModelKind, OptimFile};
 use serde::de::DeserializeOwned;
 use shadowsync_actors::faults::{Fault, FaultSite};
 use shadowsync_actors::sync::{Algorithm, Schedule, SyncFile};
@@ -82,14 +82,6 @@ fn no_embeddings(c: &Config, _: usize) -> Option<String> {
         .then(|| "it sizes the embeddings of DLRM and DeepFM; model.kind lr has none".into())
 }
 
-/// Read by FTRL only (or a row optimizer of one's own).
-fn not_ftrl(c: &Config, _: usize) -> Option<String> {
-    let sparse = c.optim.sparse.as_str();
-    ["sgd", "adagrad"]
-        .contains(&sparse)
-        .then(|| format!("it sets FTRL's β, λ₁ and λ₂; optim.sparse is {sparse}"))
-}
-
 /// Read when checkpoints are saved.
 fn no_checkpoints(c: &Config, _: usize) -> Option<String> {
     c.checkpoint
@@ -125,7 +117,7 @@ fn modal_keys() -> Vec<Modal> {
     keys
 }
 
-/// The keys of `[data]`, `[model]`, `[optim]` and `[train]` some runs ignore.
+/// The keys of `[data]`, `[model]` and `[train]` some runs ignore.
 fn data_and_model_keys() -> Vec<Modal> {
     vec![
         // The data.
@@ -151,7 +143,6 @@ fn data_and_model_keys() -> Vec<Modal> {
             .then(|| "data.table_sizes sizes each table instead".into())),
         // The model.
         modal!("model.embedding_dim", model.embedding_dim, no_embeddings),
-        modal!("optim.ftrl", optim.ftrl, not_ftrl),
         // Tables across processes.
         modal!(
             "train.embedding_staleness",
@@ -256,15 +247,12 @@ pub fn clear_ignored_in_grid(cells: &mut [Config], own_keys: &[Vec<String>]) {
     }
 }
 
-/// The mode sections of `[sync]` and `[model]` (`sync.shadow`,
-/// `model.deepfm`, …), each as its table and its name there.
-const MODE_SECTIONS: [(&str, &str); 6] = [
-    ("sync", "shadow"),
-    ("sync", "easgd"),
-    ("sync", "bmuf"),
-    ("sync", "diloco"),
-    ("model", "dlrm"),
-    ("model", "deepfm"),
+/// The tables with mode sections, and their sections (`sync.shadow`,
+/// `model.deepfm`, `optim.ftrl`, …).
+const MODE_SECTIONS: [(&str, &[&str]); 3] = [
+    ("sync", &SyncFile::MODE_SECTIONS),
+    ("model", &ModelFile::MODE_SECTIONS),
+    ("optim", &OptimFile::MODE_SECTIONS),
 ];
 
 /// The mode sections set in `cell` that its algorithm or model would not
@@ -285,6 +273,7 @@ fn unread_sections(cell: &Table) -> Vec<&'static str> {
     }
     let mut keys = unread(cell, "sync", SyncFile::unread);
     keys.extend(unread(cell, "model", ModelFile::unread));
+    keys.extend(unread(cell, "optim", OptimFile::unread));
     keys
 }
 
@@ -294,7 +283,10 @@ fn unread_sections(cell: &Table) -> Vec<&'static str> {
 /// base sets, that some cell reads, is removed from the cells that would not.
 pub fn clear_unread_sections_in_grid(cells: &mut [Table], own_keys: &[Vec<String>]) {
     let unread: Vec<_> = cells.iter().map(unread_sections).collect();
-    for (table, section) in MODE_SECTIONS {
+    let sections = MODE_SECTIONS
+        .into_iter()
+        .flat_map(|(table, sections)| sections.iter().map(move |section| (table, *section)));
+    for (table, section) in sections {
         let key = format!("{table}.{section}");
         let set = |cell: &Table| cell.get(table).and_then(|t| t.get(section)).is_some();
         let read_somewhere = (cells.iter().zip(&unread))

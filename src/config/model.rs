@@ -208,6 +208,9 @@ pub struct ModelFile {
 }
 
 impl ModelFile {
+    /// The sections of models (`dlrm`, `deepfm`).
+    pub const MODE_SECTIONS: [&'static str; 2] = ["dlrm", "deepfm"];
+
     /// The sections set away from their defaults that the model would not
     /// read, each with why (`model.deepfm` under `lr`, say).
     pub fn unread(&self) -> Vec<(&'static str, String)> {

@@ -4,7 +4,7 @@
 
 use super::ctr::{DeepFm, Dlrm, LogisticRegression};
 use super::CtrModel;
-use crate::config::{Config, ModelConfig};
+use crate::config::{Config, FtrlConfig, ModelConfig, OptimConfig, RowOptimizer};
 use crate::Result;
 use shadowsync_actors::embedding::{Adagrad, Ftrl, RowRule, Sgd};
 use shadowsync_actors::Named;
@@ -97,7 +97,10 @@ impl Default for RowRules {
             .with("sgd", |_| Ok(Box::new(Sgd)))
             .with("adagrad", |_| Ok(Box::new(Adagrad::default())))
             .with("ftrl", |config| {
-                let f = &config.optim.ftrl;
+                let f = match &config.optim.sparse {
+                    RowOptimizer::Ftrl(ftrl) => *ftrl,
+                    _ => FtrlConfig::default(),
+                };
                 let batch = config.train.batch_size;
                 Ok(Box::new(Ftrl::per_example(f.beta, f.l1, f.l2, batch)))
             })
@@ -123,8 +126,22 @@ impl RowRules {
     /// An unknown name (naming `optim.sparse` and the known ones), or the
     /// rule's own.
     pub fn build(&self, config: &Config) -> Result<Box<dyn RowRule>> {
-        let make = self.0.get(&config.optim.sparse)?;
+        let make = self.0.get(config.optim.sparse.name())?;
         make(config)
+    }
+
+    /// An error unless every key of `optim.registered` is the section of a
+    /// registered row optimizer, and of the one `optim.sparse` names: a
+    /// typo, or a section the run would ignore, is refused before anything
+    /// runs.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`](crate::Error::Config) naming the key.
+    pub fn check_sections(&self, optim: &OptimConfig) -> Result<()> {
+        let choice = format!("optim.sparse is {}", optim.sparse);
+        let chosen = Some(optim.sparse.name());
+        Ok(self.0.check_sections(&optim.registered, chosen, &choice)?)
     }
 }
 
@@ -186,8 +203,10 @@ mod tests {
     #[test]
     fn ftrl_takes_its_settings_per_example_and_its_own_learning_rate() {
         let mut config = Config::default();
-        config.optim.sparse = "ftrl".into();
-        config.optim.ftrl.l1 = 2.0;
+        config.optim.sparse = RowOptimizer::Ftrl(FtrlConfig {
+            l1: 2.0,
+            ..FtrlConfig::default()
+        });
         config.train.batch_size = 64;
         let rule = RowRules::default().build(&config).unwrap();
         let expected = Ftrl {
