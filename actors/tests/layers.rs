@@ -38,6 +38,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sync::rules::algorithm",
             "sync::rules::combined",
             "sync::rules::math",
+            "sync::rules::settings",
             "sync::schedule",
             "sync::transport::link",
         ],

@@ -21,16 +21,15 @@ mod schedule;
 mod shared;
 pub(crate) mod transport;
 
-pub use config::{
-    BmufSettings, EasgdSettings, ShadowSettings, ShadowThreads, SyncConfig, SyncFile,
-};
+pub use config::{SyncConfig, SyncFile};
 pub use peer::PeerState;
 pub(crate) use peer::SharedPeer;
 pub(crate) use peer::SyncPeer;
 pub use rules::{
-    elastic, mean_into, Algorithm, BlockMomentum, BmufParams, Combined, Diloco, DilocoParams,
-    Elastic, Exchange, ModelAveraging, Outer, OuterState, OuterStep, Rule, RuleContext,
-    RuleFactory, RuleState, Rules, SyncRule, WriteBack,
+    elastic, mean_into, Algorithm, BlockMomentum, BmufParams, BmufSettings, Combined, Diloco,
+    DilocoParams, EasgdSettings, Elastic, Exchange, ModelAveraging, Outer, OuterState, OuterStep,
+    Rule, RuleContext, RuleFactory, RuleState, Rules, ShadowSettings, ShadowThreads, SyncRule,
+    WriteBack,
 };
 pub(crate) use rules::{elastic_into, elastic_pull, resident_zeros, SharedSlice};
 pub use schedule::{

@@ -18,7 +18,8 @@
 //! the config file, where any section can be written, is
 //! [`SyncFile`](crate::sync::SyncFile).
 
-use crate::sync::{BmufSettings, DilocoParams, EasgdSettings, ShadowSettings};
+use crate::sync::rules::settings::{BmufSettings, EasgdSettings, ShadowSettings};
+use crate::sync::DilocoParams;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -8,6 +8,7 @@ mod algorithm;
 mod combined;
 mod math;
 mod rule;
+mod settings;
 
 pub use crate::hogwild::WriteBack;
 pub use algorithm::{Algorithm, Rule};
@@ -19,3 +20,5 @@ pub use rule::{
     BlockMomentum, Diloco, Elastic, Exchange, ModelAveraging, Outer, RuleContext, RuleFactory,
     RuleState, Rules, SyncRule,
 };
+pub(crate) use settings::{bad, validate_diloco, DAY_MS};
+pub use settings::{BmufSettings, EasgdSettings, ShadowSettings, ShadowThreads};
