@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use shadowsync_actors::embedding::RowRule;
 use shadowsync_actors::faults::Fault;
 use shadowsync_actors::stragglers::Straggler;
-use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig};
+use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig, SyncFile};
 use std::path::{Path, PathBuf};
 
 mod deprecated;
@@ -25,24 +25,21 @@ pub use ignored::{clear_ignored_in_grid, clear_unread_sections_in_grid};
 pub use model::{DeepFmSettings, DlrmSettings, ModelConfig, ModelFile, ModelKind};
 pub use optim::{FtrlConfig, OptimConfig, OptimFile, OptimPreset, OptimizerKind, RowOptimizer};
 
-/// Everything a training run needs.
+/// Everything a training run needs. Read through [`ConfigFile`], the file's
+/// form.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(try_from = "ConfigFile")]
 #[non_exhaustive]
 pub struct Config {
     /// Input data.
     pub data: DataConfig,
-    /// Model architecture; the flat MLP widths of the release before are
-    /// still read.
-    #[serde(deserialize_with = "deprecated::model")]
+    /// Model architecture.
     pub model: ModelConfig,
     /// Optimizers.
     pub optim: OptimConfig,
     /// Training loop.
     pub train: TrainConfig,
-    /// Synchronization between trainers (see `shadowsync_actors::sync`); the
-    /// flat EASGD and BMUF keys of the release before are still read.
-    #[serde(deserialize_with = "deprecated::sync")]
+    /// Synchronization between trainers (see `shadowsync_actors::sync`).
     pub sync: SyncConfig,
     /// Checkpoints to resume from.
     pub checkpoint: CheckpointConfig,
@@ -53,6 +50,79 @@ pub struct Config {
     pub stragglers: Vec<Straggler>,
     /// Trainers that join and leave while the run trains (`[[elastic]]`).
     pub elastic: Vec<ElasticStep>,
+}
+
+/// A [`Config`] as a file writes it: `[sync]`, `[model]` and `[optim]` in
+/// their flat forms ([`SyncFile`], [`ModelFile`], [`OptimFile`]), where a
+/// mode's section can be written whatever the mode, and the keys of the
+/// release before that moved into sections still read (with a warning).
+/// Command-line flags edit a config in this form: `--sync` then gives the
+/// file's sections to the algorithm it names. [`Config::try_from`] gives
+/// each mode its sections and refuses another's set away from its defaults.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ConfigFile {
+    /// See [`Config::data`].
+    pub data: DataConfig,
+    /// See [`Config::model`]; the flat MLP widths of the release before
+    /// are still read.
+    #[serde(deserialize_with = "deprecated::model")]
+    pub model: ModelFile,
+    /// See [`Config::optim`].
+    pub optim: OptimFile,
+    /// See [`Config::train`].
+    pub train: TrainConfig,
+    /// See [`Config::sync`]; the flat keys of the release before are still
+    /// read.
+    #[serde(deserialize_with = "deprecated::sync")]
+    pub sync: SyncFile,
+    /// See [`Config::checkpoint`].
+    pub checkpoint: CheckpointConfig,
+    /// See [`Config::faults`].
+    pub faults: Vec<Fault>,
+    /// See [`Config::stragglers`].
+    pub stragglers: Vec<Straggler>,
+    /// See [`Config::elastic`].
+    pub elastic: Vec<ElasticStep>,
+}
+
+impl ConfigFile {
+    /// Reads a TOML file (unknown keys and wrong types are errors, naming
+    /// the file, the line and the key).
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be read, or an unknown key or a value of the
+    /// wrong type.
+    pub fn read(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        toml::from_str(&text).map_err(|e| Error::config(path.display().to_string(), e.to_string()))
+    }
+}
+
+impl TryFrom<ConfigFile> for Config {
+    type Error = Error;
+
+    /// Each mode with its sections.
+    ///
+    /// # Errors
+    ///
+    /// A section a mode would not read, set away from its defaults (naming
+    /// it).
+    fn try_from(file: ConfigFile) -> Result<Self> {
+        Ok(Config {
+            data: file.data,
+            model: file.model.try_into()?,
+            optim: file.optim.try_into()?,
+            train: file.train,
+            sync: file.sync.try_into()?,
+            checkpoint: file.checkpoint,
+            faults: file.faults,
+            stragglers: file.stragglers,
+            elastic: file.elastic,
+        })
+    }
 }
 
 /// What each embedding row holds: its values, and beside them the row
@@ -290,23 +360,14 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// As [`Config::read_file`] and [`Config::validate`].
+    /// As [`ConfigFile::read`], a section a mode would not read, and
+    /// [`Config::validate`]'s.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let config = Self::read_file(path)?;
+        let config: Self = ConfigFile::read(path)?
+            .try_into()
+            .map_err(|e: Error| Error::config(path.display().to_string(), e.to_string()))?;
         config.validate()?;
         Ok(config)
-    }
-
-    /// Reads a TOML file (unknown keys and wrong types are errors) to be
-    /// completed, by command-line flags say, before it is validated.
-    ///
-    /// # Errors
-    ///
-    /// A file that cannot be read, or an unknown key or a value of the
-    /// wrong type (naming the file, the line and the key).
-    pub fn read_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        toml::from_str(&text).map_err(|e| Error::config(path.display().to_string(), e.to_string()))
     }
 
     /// Checks every value against its allowed range.

@@ -1,11 +1,12 @@
 //! The command line: subcommands, their flags, and a run's configuration from
 //! a config file and the flags that override it.
 
-use crate::config::{Config, ModelFile, OptimFile, OptimPreset, OptimizerKind};
+#[cfg(test)]
+use crate::config::RowOptimizer;
+use crate::config::{Config, ConfigFile, OptimConfig, OptimPreset, OptimizerKind};
 use crate::data::{BadLinePolicy, Dealing, Profile};
 use crate::runtime::sync::{
-    launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, SyncConfig,
-    SyncFile, WriteBack,
+    launched_by_mpirun, Algorithm, Fabric, InProcess, Schedule, ShadowThreads, WriteBack,
 };
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -302,19 +303,21 @@ impl TrainArgs {
     /// The run's config: the file's (or the defaults), the flags applied,
     /// validated for a job of `processes` processes.
     pub(crate) fn config(&self, processes: usize) -> Result<Config> {
-        let mut c = match &self.config {
-            // Validated below, with the flags applied.
-            Some(path) => Config::read_file(path)?,
-            None => Config::default(),
+        let mut file = match &self.config {
+            Some(path) => ConfigFile::read(path)?,
+            None => ConfigFile::default(),
         };
-        self.apply_data(&mut c)?;
-        self.apply(&mut c)?;
+        self.apply_data(&mut file)?;
+        self.apply(&mut file);
+        // The modes take their sections once every flag is in: a section
+        // set for a mode the flags replaced is refused by its key.
+        let c = Config::try_from(file)?;
         c.validate_for(processes)?;
         Ok(c)
     }
 
     /// The data flags: files in place of the built-in set, or its sizes.
-    fn apply_data(&self, c: &mut Config) -> Result<()> {
+    fn apply_data(&self, c: &mut ConfigFile) -> Result<()> {
         if self.train.is_some() {
             c.data.train.clone_from(&self.train);
             c.data.test.clone_from(&self.test);
@@ -328,11 +331,11 @@ impl TrainArgs {
     }
 
     /// Every other flag given, over the file's value.
-    fn apply(&self, c: &mut Config) -> Result<()> {
-        /// `$target.FIELD = flag` for each flag given.
+    fn apply(&self, c: &mut ConfigFile) {
+        /// `c.FIELD = flag` for each flag given.
         macro_rules! set {
-            ($target:ident; $($flag:ident => $($field:ident).+),* $(,)?) => {
-                $(if let Some(v) = self.$flag.clone() { $target.$($field).+ = v; })*
+            ($($flag:ident => $($field:ident).+),* $(,)?) => {
+                $(if let Some(v) = &self.$flag { c.$($field).+ = v.clone().into(); })*
             };
         }
         if self.table_size.is_some() {
@@ -340,25 +343,18 @@ impl TrainArgs {
             c.data.table_sizes = None;
         }
         if let Some(preset) = self.optim_preset {
-            c.optim = preset.into();
+            c.optim = OptimConfig::from(preset).into();
+        }
+        if let Some(model) = &self.model {
+            c.model.kind = model.as_str().into();
+        }
+        if let Some(sparse) = &self.sparse_optimizer {
+            c.optim.sparse = sparse.as_str().into();
         }
         if self.sparse_lr.is_some() {
             c.optim.sparse_lr = self.sparse_lr;
         }
-        if let Some(sparse) = &self.sparse_optimizer {
-            // Through the file's form, as the model below.
-            let mut file = OptimFile::from(std::mem::take(&mut c.optim));
-            file.sparse = sparse.as_str().into();
-            c.optim = file.try_into()?;
-        }
-        if let Some(model) = &self.model {
-            // Through the file's form: a section of the file's model that
-            // the flag's would not read is refused by its key.
-            let mut file = ModelFile::from(std::mem::take(&mut c.model));
-            file.kind = model.as_str().into();
-            c.model = file.try_into()?;
-        }
-        set!(c;
+        set!(
             batch_size => train.batch_size,
             optimizer => optim.dense,
             lr => optim.dense_lr,
@@ -374,6 +370,20 @@ impl TrainArgs {
             workers => train.workers,
             checkpoint_every => checkpoint.every_steps,
             keep_checkpoints => checkpoint.keep,
+            sync => sync.algorithm,
+            group_size => sync.group_size,
+            schedule => sync.schedule,
+            write_back => sync.shadow.write_back,
+            shadow_threads => sync.shadow.threads,
+            min_interval_ms => sync.shadow.min_interval_ms,
+            min_steps => sync.shadow.min_steps,
+            max_cpu_share => sync.shadow.max_cpu_share,
+            delay_ms => sync.shadow.delay_ms,
+            peer_timeout_ms => sync.peer_timeout_ms,
+            link_latency_us => sync.link.latency_us,
+            link_gbps => sync.link.bandwidth_gbps,
+            topk_ratio => sync.topk_ratio,
+            compression => sync.compression,
         );
         if self.checkpoint_dir.is_some() {
             c.checkpoint.dir.clone_from(&self.checkpoint_dir);
@@ -384,36 +394,62 @@ impl TrainArgs {
         if self.no_replica_scores {
             c.train.score_replicas = false;
         }
-        // The sync flags edit the file's form of `[sync]`, where every mode's
-        // section can be written: the algorithm then takes its own sections,
-        // and a flag (or the file) setting another's is refused by its key.
-        let mut s = SyncFile::from(std::mem::take(&mut c.sync));
-        set!(s;
-            sync => algorithm,
-            group_size => group_size,
-            schedule => schedule,
-            write_back => shadow.write_back,
-            shadow_threads => shadow.threads,
-            min_interval_ms => shadow.min_interval_ms,
-            min_steps => shadow.min_steps,
-            max_cpu_share => shadow.max_cpu_share,
-            delay_ms => shadow.delay_ms,
-            peer_timeout_ms => peer_timeout_ms,
-            link_latency_us => link.latency_us,
-            link_gbps => link.bandwidth_gbps,
-            topk_ratio => topk_ratio,
-            compression => compression,
-        );
         if self.alpha.is_some() {
-            s.easgd.alpha = self.alpha;
+            c.sync.easgd.alpha = self.alpha;
         }
         if self.server_shards.is_some() {
-            s.easgd.server_shards = self.server_shards;
+            c.sync.easgd.server_shards = self.server_shards;
         }
         if self.max_staleness.is_some() {
-            s.shadow.max_staleness = self.max_staleness;
+            c.sync.shadow.max_staleness = self.max_staleness;
         }
-        c.sync = SyncConfig::try_from(s)?;
-        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The config of `shadowsync train ARGS` over the file `toml`.
+    fn config(toml: &str, args: &[&str]) -> Result<Config> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("run.toml");
+        std::fs::write(&path, toml)?;
+        let path = path.display().to_string();
+        let mut argv = vec!["shadowsync", "train", "--config", path.as_str()];
+        argv.extend(args);
+        let Command::Train(args) = Cli::try_parse_from(argv)?.command else {
+            anyhow::bail!("not a train command");
+        };
+        args.config(1)
+    }
+
+    #[test]
+    fn the_modes_flags_choose_take_the_files_sections() {
+        let file = "[train]\ntrainers = 4\n[sync.shadow]\nmin_steps = 8\n\
+                    [sync.easgd]\nserver_shards = 2\n[optim.ftrl]\nl1 = 0.5\n";
+        let c = config(
+            file,
+            &["--sync", "shadow-easgd", "--sparse-optimizer", "ftrl"],
+        )
+        .unwrap();
+        assert_eq!(c.sync.algorithm.loops().map(|l| l.min_steps), Some(8));
+        assert_eq!(c.sync.server_shards_for(4, 1), 2);
+        assert!(matches!(c.optim.sparse, RowOptimizer::Ftrl(f) if f.l1 == 0.5));
+        // A section no chosen mode reads is refused, by its key.
+        let e = config(
+            file,
+            &["--sync", "fr-easgd:4", "--sparse-optimizer", "ftrl"],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sync.shadow") && e.contains("fr-easgd:4"), "{e}");
+        let e = config("", &["--min-steps", "2"]).unwrap_err().to_string();
+        assert!(e.contains("sync.shadow") && e.contains("none"), "{e}");
+        // A flag over a file's mode keeps the file's section for it.
+        let file = "[model]\nkind = \"deepfm\"\n[model.deepfm]\ndeep_mlp = [8]\n";
+        assert_eq!(config(file, &[]).unwrap().model.deepfm().deep_mlp, [8]);
+        let e = config(file, &["--model", "dlrm"]).unwrap_err().to_string();
+        assert!(e.contains("model.deepfm"), "{e}");
     }
 }

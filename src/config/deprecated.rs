@@ -9,11 +9,11 @@
 //! them is read as if they were in their sections, with a warning naming the
 //! new key; one that sets a key both ways is refused.
 
-use super::ModelConfig;
+use super::ModelFile;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
-use shadowsync_actors::sync::SyncConfig;
+use shadowsync_actors::sync::SyncFile;
 
 /// A section whose keys moved: its name, and each moved key's old name, its
 /// new section and its name there.
@@ -51,12 +51,12 @@ const MODEL: Moves = Moves {
 };
 
 /// `[sync]`, its moved keys taken into their sections (see the module doc).
-pub(super) fn sync<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SyncConfig, D::Error> {
+pub(super) fn sync<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SyncFile, D::Error> {
     read(deserializer, &SYNC)
 }
 
 /// `[model]`, its moved keys taken into their sections (see the module doc).
-pub(super) fn model<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ModelConfig, D::Error> {
+pub(super) fn model<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ModelFile, D::Error> {
     read(deserializer, &MODEL)
 }
 
@@ -126,7 +126,8 @@ fn move_keys<T: Serialize + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shadowsync_actors::sync::ShadowThreads;
+    use crate::config::ModelConfig;
+    use shadowsync_actors::sync::{ShadowThreads, SyncConfig};
 
     fn read(text: &str) -> Result<(SyncConfig, Vec<String>), String> {
         let mut table: Map<String, Value> = toml::from_str(text).map_err(|e| e.to_string())?;

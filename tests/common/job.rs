@@ -135,15 +135,11 @@ pub(crate) fn train_with(
     let config = dir.join("mpi.toml");
     // EASGD's centre in 2 shards, one per rank.
     let shards = if sync.contains("easgd") {
-        "server_shards = 2"
+        "[sync.easgd]\nserver_shards = 2\n"
     } else {
         ""
     };
-    std::fs::write(
-        &config,
-        format!("[train]\n{train_keys}\n[sync]\n{shards}\n"),
-    )
-    .unwrap();
+    std::fs::write(&config, format!("[train]\n{train_keys}\n{shards}")).unwrap();
     let seed = seed.to_string();
     let more: Vec<&str> = ["--seed", seed.as_str()]
         .into_iter()
