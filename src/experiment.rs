@@ -88,6 +88,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../experiments/e12-sgd-n16.toml"),
     ),
     (
+        "e14-sgd-hybrid",
+        include_str!("../experiments/e14-sgd-hybrid.toml"),
+    ),
+    (
         "d1-schedules",
         include_str!("../experiments/d1-schedules.toml"),
     ),
