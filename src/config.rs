@@ -5,6 +5,15 @@
 //!
 //! An unknown key or a value of the wrong type is rejected with the file, line
 //! and key; an out-of-range value with the key and the allowed range.
+//!
+//! A mode's settings live inside the mode that reads them: the sync
+//! algorithm's in [`Algorithm`], the model's in [`ModelKind`], the row
+//! optimizer's in [`RowOptimizer`]. A file is read as a [`ConfigFile`],
+//! where any section can be written; flags edit it, then
+//! [`Config::try_from`] gives each mode its sections and refuses another
+//! mode's set away from its defaults. What only some runs read and no shape
+//! can say (a link under `none`, a sharded table's bounds in one process)
+//! is refused by `ignored.rs`.
 
 use crate::data::{BadLinePolicy, Dealing, Profile, SyntheticSpec, TableLayout, NUM_SPARSE};
 use crate::{Error, Result};
@@ -14,6 +23,48 @@ use shadowsync_actors::faults::Fault;
 use shadowsync_actors::stragglers::Straggler;
 use shadowsync_actors::sync::{Algorithm, GroupPlan, Schedule, SyncConfig, SyncFile};
 use std::path::{Path, PathBuf};
+
+/// For an enum of modes chosen by name (`named`, `name`), each with the
+/// settings only it reads: `From<&str>` (its settings at their defaults),
+/// comparison with a name, and `Display` and serde as the name alone.
+macro_rules! chosen_by_name {
+    ($mode:ty) => {
+        impl From<&str> for $mode {
+            fn from(name: &str) -> Self {
+                Self::named(name)
+            }
+        }
+
+        impl PartialEq<&str> for $mode {
+            fn eq(&self, name: &&str) -> bool {
+                self.name() == *name
+            }
+        }
+
+        impl std::fmt::Display for $mode {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl serde::Serialize for $mode {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                s: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $mode {
+            fn deserialize<D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> std::result::Result<Self, D::Error> {
+                Ok(Self::named(&String::deserialize(d)?))
+            }
+        }
+    };
+}
 
 mod deprecated;
 mod elastic;
@@ -123,6 +174,20 @@ impl TryFrom<ConfigFile> for Config {
             elastic: file.elastic,
         })
     }
+}
+
+/// Reads `T` through its file form `F` ([`TryFrom`]): a section its mode
+/// would not read is refused as `KEY is set, but …`.
+fn through_file<'de, D, F, T>(d: D) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    F: Deserialize<'de>,
+    T: TryFrom<F, Error = Error>,
+{
+    T::try_from(F::deserialize(d)?).map_err(|e| match e {
+        Error::Config { key, reason } => serde::de::Error::custom(format!("{key} {reason}")),
+        other => serde::de::Error::custom(other),
+    })
 }
 
 /// What each embedding row holds: its values, and beside them the row

@@ -419,8 +419,9 @@ mod tests {
             s.training_cpu_seconds
         );
         assert!(s.sync_cpu_seconds < 0.001, "{}", s.sync_cpu_seconds);
-        // Within any budget: nothing owed.
-        assert_eq!(c.sync_cpu_debt(0.01), Duration::ZERO);
+        // Within its budget (here as much CPU as the training's, which the
+        // bounds above keep it under however loaded the machine): nothing owed.
+        assert_eq!(c.sync_cpu_debt(1.0), Duration::ZERO);
     }
 
     #[test]

@@ -14,7 +14,6 @@ use crate::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::Sections;
-use std::fmt;
 
 /// Model architecture and sizes (config section `[model]`): the model with
 /// its own settings, and its embeddings' width.
@@ -77,35 +76,7 @@ impl ModelKind {
     }
 }
 
-impl From<&str> for ModelKind {
-    fn from(name: &str) -> Self {
-        Self::named(name)
-    }
-}
-
-impl PartialEq<&str> for ModelKind {
-    fn eq(&self, name: &&str) -> bool {
-        self.name() == *name
-    }
-}
-
-impl fmt::Display for ModelKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Serialize for ModelKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for ModelKind {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        Ok(Self::named(&String::deserialize(d)?))
-    }
-}
+chosen_by_name!(ModelKind);
 
 /// DLRM's settings (`[model.dlrm]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -257,13 +228,9 @@ impl TryFrom<ModelFile> for ModelConfig {
 }
 
 impl<'de> Deserialize<'de> for ModelConfig {
-    /// Through [`ModelFile`]; another model's section is refused as
-    /// `KEY is set, but …`.
+    /// Through [`ModelFile`] (see the module's doc).
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        ModelConfig::try_from(ModelFile::deserialize(d)?).map_err(|e| match e {
-            Error::Config { key, reason } => serde::de::Error::custom(format!("{key} {reason}")),
-            other => serde::de::Error::custom(other),
-        })
+        super::through_file::<D, ModelFile, Self>(d)
     }
 }
 

@@ -12,7 +12,6 @@ use crate::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use shadowsync_actors::Sections;
-use std::fmt;
 
 /// Optimizers of the dense parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,35 +89,7 @@ impl RowOptimizer {
     }
 }
 
-impl From<&str> for RowOptimizer {
-    fn from(name: &str) -> Self {
-        Self::named(name)
-    }
-}
-
-impl PartialEq<&str> for RowOptimizer {
-    fn eq(&self, name: &&str) -> bool {
-        self.name() == *name
-    }
-}
-
-impl fmt::Display for RowOptimizer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Serialize for RowOptimizer {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for RowOptimizer {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        Ok(Self::named(&String::deserialize(d)?))
-    }
-}
+chosen_by_name!(RowOptimizer);
 
 /// FTRL-Proximal's settings besides its learning rate α
 /// (`optim.sparse_lr`); see [`Ftrl`](shadowsync_actors::embedding::Ftrl).
@@ -299,13 +270,9 @@ impl TryFrom<OptimFile> for OptimConfig {
 }
 
 impl<'de> Deserialize<'de> for OptimConfig {
-    /// Through [`OptimFile`]; `[optim.ftrl]` under another row optimizer is
-    /// refused as `optim.ftrl is set, but …`.
+    /// Through [`OptimFile`] (see the module's doc).
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        OptimConfig::try_from(OptimFile::deserialize(d)?).map_err(|e| match e {
-            Error::Config { key, reason } => serde::de::Error::custom(format!("{key} {reason}")),
-            other => serde::de::Error::custom(other),
-        })
+        super::through_file::<D, OptimFile, Self>(d)
     }
 }
 
