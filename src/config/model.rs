@@ -69,11 +69,6 @@ impl ModelKind {
             ModelKind::Own(name) => name,
         }
     }
-
-    /// Whether this is one of the built-in models.
-    pub fn is_built_in(&self) -> bool {
-        !matches!(self, ModelKind::Own(_))
-    }
 }
 
 chosen_by_name!(ModelKind);
