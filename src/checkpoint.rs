@@ -816,7 +816,7 @@ mod tests {
             },
             dealt: Some(ChunkSet {
                 below: 40,
-                above: vec![42, 45],
+                above: vec![[42, 43], [45, 48]],
             }),
             train_seconds: 12.5,
             history: vec![EvalPoint {

@@ -33,6 +33,7 @@
 //! Under `none` a run's result is every replica's evaluation:
 //! [`every_process_metrics`] brings all processes' to each.
 
+use crate::data::ChunkDealer;
 use crate::metrics::Metrics;
 use crate::model::EmbeddingTable;
 use crate::{Error, Result};
@@ -40,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use shadowsync_actors::sync::{packed, unpacked, Codec, Fabric};
 use shadowsync_actors::Error as RuntimeError;
 use std::collections::BTreeSet;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -365,6 +367,17 @@ pub fn every_process_metrics(fabric: &dyn Fabric, mine: Vec<Metrics>) -> Result<
         all.extend(fields.chunks(METRIC_FIELDS).map(metrics_of_fields));
     }
     Ok(all)
+}
+
+/// Deals a shared pass's chunks among the job's processes through the
+/// fabric: rank 0 deals them ([`Fabric::deal`]).
+#[derive(Debug)]
+pub struct FabricDealer(pub Arc<dyn Fabric>);
+
+impl ChunkDealer for FabricDealer {
+    fn deal(&self, from: u64, count: u64) -> Result<Range<u64>> {
+        Ok(self.0.deal(from, count)?)
+    }
 }
 
 /// Every process's `mine`, in process order: a collective, as

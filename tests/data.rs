@@ -7,13 +7,14 @@ use common::sample;
 use crossbeam_channel::RecvTimeoutError;
 use flate2::{write::GzEncoder, Compression};
 use shadowsync::data::{
-    BadLinePolicy, Batch, Batches, ChunkSet, CriteoReader, Dealing, Example, Pipeline,
+    BadLinePolicy, Batch, Batches, ChunkDealer, ChunkSet, CriteoReader, Dealing, Example, Pipeline,
     PipelineConfig, Resume, SyntheticData, SyntheticSpec, TableLayout,
 };
 use shadowsync::Error;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 fn read_all(path: &Path) -> Vec<Example> {
@@ -303,6 +304,99 @@ fn shared_dealing_gives_each_chunk_once_to_whoever_asks_and_resumes_past_what_wa
     all.sort_unstable();
     assert_eq!(all, (0..63).collect::<Vec<_>>(), "each chunk trained once");
     assert_eq!(ChunkSet::default().count_below(63), 0);
+}
+
+/// A job's dealer in one process: chunks in rising order to whoever asks.
+#[derive(Debug, Default)]
+struct Counter(std::sync::Mutex<u64>);
+
+impl ChunkDealer for Counter {
+    fn deal(&self, from: u64, count: u64) -> shadowsync::Result<std::ops::Range<u64>> {
+        let mut undealt = self.0.lock().unwrap();
+        let first = (*undealt).max(from);
+        *undealt = first + count;
+        Ok(first..first + count)
+    }
+}
+
+/// Two pipelines as two processes of a job, their chunks dealt by one
+/// dealer, one consumer each, one of them slow: what each trained, the
+/// union of their ledgers, the lines each read.
+fn two_processes(
+    train: &Path,
+    config: &PipelineConfig,
+    done: &ChunkSet,
+    slow: Duration,
+    stop_after: usize,
+) -> (Vec<Vec<u64>>, ChunkSet, Vec<u64>) {
+    let dealer: Arc<dyn ChunkDealer> = Arc::new(Counter::default());
+    let mut config = config.clone();
+    config.dealer = Some(dealer);
+    config.resume = Resume::Past(done.clone());
+    let layout = TableLayout::uniform(1000).unwrap();
+    let mut pipelines: Vec<Pipeline> = (0..2)
+        .map(|_| Pipeline::spawn(train, layout.clone(), &config).unwrap())
+        .collect();
+    let ledgers: Vec<_> = pipelines
+        .iter()
+        .map(|p| p.ledger().unwrap().clone())
+        .collect();
+    let consumers = pipelines
+        .iter_mut()
+        .flat_map(Pipeline::take_shards)
+        .collect();
+    let trained = train_shared(consumers, slow, stop_after);
+    let sets: Vec<ChunkSet> = ledgers.iter().map(|l| l.snapshot()).collect();
+    let lines = pipelines
+        .into_iter()
+        .map(|p| p.finish().unwrap().lines)
+        .collect();
+    (trained, ChunkSet::union(&sets), lines)
+}
+
+/// Across processes, a dealer gives each chunk to one process, the slow one
+/// fewer; each process's ledger holds exactly what its consumers trained, so
+/// their union resumes the job past exactly the chunks trained.
+#[test]
+fn chunks_dealt_across_processes_go_once_each_to_whichever_asks_and_resume_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic(dir.path(), 1000, 9);
+    // 63 chunks of 16 lines (the last of 8).
+    let mut config = PipelineConfig::default();
+    config.batch_size = 16;
+    config.capacity = 1;
+    let (first, done, _) = two_processes(
+        &data.train,
+        &config,
+        &ChunkSet::default(),
+        Duration::from_millis(20),
+        30,
+    );
+    let trained: Vec<u64> = first.concat();
+    assert_eq!(trained.len(), 30);
+    assert!(
+        first[0].len() < first[1].len(),
+        "the slow process trained {} of 30",
+        first[0].len()
+    );
+    for k in 0..63 {
+        assert_eq!(done.contains(k), trained.contains(&k), "chunk {k}");
+    }
+    let (rest, all_done, lines) =
+        two_processes(&data.train, &config, &done, Duration::ZERO, usize::MAX);
+    assert_eq!(
+        lines,
+        [1000, 1000],
+        "each process reads the whole file, once"
+    );
+    let mut all: Vec<u64> = trained
+        .iter()
+        .chain(rest.iter().flatten())
+        .copied()
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..63).collect::<Vec<_>>(), "each chunk trained once");
+    assert_eq!(all_done.count_below(63), 63);
 }
 
 /// More shards than readers (16): they share them, and still get each of

@@ -6,7 +6,8 @@
 //! every push applied once, every row ends at its initial values minus every
 //! step pushed to it (4 × 8 and 2 × 16 sharded, 4 × 4 replicated, 2 × 4
 //! replicated and merged in int8) and a push lost on its way to rank 1
-//! fails the job's audit, one rank
+//! fails the job's audit, a slow rank takes fewer of the chunks rank 0
+//! deals, one rank
 //! behaves like one process, and a rank that fails ends the job within
 //! seconds, named.
 //! Whether such jobs learn *as well as* one process is a statistical claim:
@@ -180,6 +181,16 @@ fn manifests(dir: &Path, rank: usize) -> std::collections::BTreeMap<u64, Value> 
         .collect()
 }
 
+/// The chunks of a checkpoint's `dealt` set, one by one.
+fn chunks(dealt: &Value) -> std::collections::BTreeSet<u64> {
+    let below = dealt["below"].as_u64().unwrap();
+    let spans = dealt["above"].as_array().unwrap().iter().flat_map(|span| {
+        let [first, end] = [0, 1].map(|i| span[i].as_u64().unwrap());
+        first..end
+    });
+    (0..below).chain(spans).collect()
+}
+
 /// Count `i` of a push ledger's list (0 where it stops short).
 fn count(list: &Value, i: usize) -> u64 {
     list.get(i).and_then(Value::as_u64).unwrap_or(0)
@@ -299,16 +310,26 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
         serde_json::json!([]),
         "{report}"
     );
-    // Cursor accounting: the pass, whole, once, over both ranks, each rank's
-    // trainers taking their rank's chunks as they came (shared dealing: each
-    // checkpoint holds the chunks its rank had trained).
-    for rank in [&zero, &one] {
-        assert!(
-            rank[&from]["dealt"]["below"].as_u64().unwrap() > 0,
-            "{}",
-            rank[&from]
-        );
-    }
+    // Chunk accounting: rank 0 dealt the chunks to whichever rank asked, and
+    // each rank's checkpoint holds exactly those its trainers trained (a
+    // step a chunk), none the other's; the resumed job trains the rest, so
+    // the pass is trained whole, once.
+    let [dealt_zero, dealt_one] = [&zero, &one].map(|rank| {
+        let trained = chunks(&rank[&from]["dealt"]);
+        let steps: u64 = rank[&from]["trainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["steps"].as_u64().unwrap())
+            .sum();
+        assert_eq!(trained.len() as u64, steps, "{}", rank[&from]["dealt"]);
+        trained
+    });
+    assert!(!dealt_zero.is_empty() && !dealt_one.is_empty());
+    assert!(
+        dealt_zero.is_disjoint(&dealt_one),
+        "a chunk trained by both ranks"
+    );
     assert_eq!(report["examples"], 400_000, "{report}");
     let ne = report["final_metrics"]["ne"].as_f64().unwrap();
 
@@ -344,6 +365,42 @@ fn a_job_killed_mid_run_resumes_with_the_same_ranks_and_trains_every_example_onc
 /// fails the run on a push dropped, doubled or lost in a merge. The data has
 /// Criteo Kaggle's cardinalities hashed into 20,000 rows a field: hot rows
 /// collide and take pushes from every trainer.
+/// Shared dealing across ranks: rank 0 deals the pass's chunks to
+/// whichever rank asks, so a rank whose trainer is slowed 4× (its own
+/// configuration says so: stragglers are numbered within a rank) trains
+/// fewer of them, where fixed shares would give each rank half; the pass is
+/// still trained whole, once.
+#[test]
+fn a_slow_rank_takes_fewer_chunks_and_the_pass_is_trained_once() {
+    let dir = tempfile::tempdir().unwrap();
+    data(dir.path());
+    let results = dir.path().join("slow.json");
+    let args = |config: &str| {
+        let config = dir.path().join(config);
+        lr_run(dir.path(), &config, 1, "shadow-ma", &results, &[])
+    };
+    std::fs::write(dir.path().join("even.toml"), "").unwrap();
+    let slowed = "[[stragglers]]\ntrainer = 0\nslowdown = 4.0\n";
+    std::fs::write(dir.path().join("slow.toml"), slowed).unwrap();
+    let (even, slow) = (args("even.toml"), args("slow.toml"));
+    // Rank 0 as it is, rank 1 slowed: two programs in one job.
+    let mut job = shadowsync_testkit::process::mpirun(1);
+    job.arg(env!("CARGO_BIN_EXE_shadowsync"))
+        .args(&even)
+        .args([":", "-np", "1", env!("CARGO_BIN_EXE_shadowsync")])
+        .args(&slow);
+    let run = job.run_to_end();
+    assert!(run.status.success(), "{}", text(&run));
+    let report: Value = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    assert_eq!(report["examples"], 400_000, "{report}");
+    let fast = report["cluster"]["examples"].as_u64().unwrap();
+    assert!(fast > 240_000, "rank 0 trained {fast} of 400,000 examples");
+    assert!(
+        report["final_metrics"]["ne"].as_f64().unwrap() < LEARNED,
+        "{report}"
+    );
+}
+
 #[test]
 fn every_row_ends_at_its_initial_values_minus_every_step_at_4_by_8_and_2_by_16() {
     let dir = tempfile::tempdir().unwrap();

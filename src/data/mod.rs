@@ -23,7 +23,7 @@ pub use criteo::{
     parse_line, BadLinePolicy, CriteoReader, Example, LineError, ReadStats, NUM_DENSE, NUM_FIELDS,
     NUM_SPARSE,
 };
-pub use dealing::{ChunkLedger, ChunkSet, Dealing};
+pub use dealing::{ChunkDealer, ChunkLedger, ChunkSet, Dealing};
 pub use layout::TableLayout;
 pub use pipeline::{Batches, Pipeline, PipelineConfig, PipelineHalt, Resume};
 pub use synthetic::{Oracle, Profile, SyntheticData, SyntheticSpec};

@@ -11,7 +11,10 @@
 //!   trains more of the pass and a slow one less, consumers may come and go
 //!   (an elastic run's trainers), and the pass is still trained once. Each
 //!   [`Batch::chunk`] is its chunk's number in the pass; the consumers mark
-//!   what they trained in the pipeline's [`ChunkLedger`].
+//!   what they trained in the pipeline's [`ChunkLedger`]. In a job of many
+//!   processes, each process's reader asks the job's [`ChunkDealer`] for its
+//!   next few chunks whenever it has read those it holds, and reads past the
+//!   others': a slow process takes fewer.
 //! * **Static**: chunk `k` goes to shard `k % shards`, whose parser sends it
 //!   down its shard's own channel, so every consumer sees its own
 //!   1/`shards` of one pass, in a deterministic order. A plain regular file
@@ -41,7 +44,7 @@
 //! counted (policy `skip`); [`Pipeline::finish`] returns the counts.
 
 use crate::data::criteo::{self, parse_line, BadLinePolicy, Line, ReadStats};
-use crate::data::{Batch, ChunkLedger, ChunkSet, Dealing, TableLayout};
+use crate::data::{Batch, ChunkDealer, ChunkLedger, ChunkSet, Dealing, TableLayout};
 use crate::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use std::io::BufRead;
@@ -143,9 +146,15 @@ pub struct PipelineConfig {
     /// Consumers of the whole job; under static dealing each gets its own
     /// channel and 1/`shards` of the data.
     pub shards: usize,
-    /// The shards this process consumes (`None`: all); the lines of the others
-    /// are read past unparsed (they are other processes' part of the pass).
+    /// The shards this process consumes (`None`: all). Under static dealing
+    /// the lines of the others are read past unparsed (they are other
+    /// processes' part of the pass); under shared dealing it says how many
+    /// consumers there are here, and the `dealer` which chunks are this
+    /// process's.
     pub keep: Option<Range<usize>>,
+    /// Under shared dealing, who deals the chunks among the job's processes
+    /// (`None`: every chunk is this process's).
+    pub dealer: Option<Arc<dyn ChunkDealer>>,
     /// What to do with malformed lines.
     pub policy: BadLinePolicy,
     /// Batches buffered per consumer.
@@ -167,6 +176,7 @@ impl Default for PipelineConfig {
             policy: BadLinePolicy::Fail,
             capacity: 64,
             dealing: Dealing::Shared,
+            dealer: None,
             resume: Resume::Start,
         }
     }
@@ -203,16 +213,51 @@ enum Route {
         senders: Vec<Option<Sender<Result<Chunk>>>>,
         skip: Vec<u64>,
     },
-    /// This process's chunks not yet trained to the one channel, as `k`.
+    /// This process's chunks not yet trained to the one channel, as `k`:
+    /// those of its `lease` from the `dealer` (every chunk without one).
     Shared {
         sender: Sender<Result<Chunk>>,
-        shards: u64,
-        kept: Range<usize>,
+        dealer: Option<Arc<dyn ChunkDealer>>,
+        lease: Range<u64>,
         done: ChunkSet,
     },
 }
 
+/// Chunks a process asks the dealer for at a time, per consumer: few, since
+/// a chunk dealt to a process is one no other can take.
+const LEASE_PER_CONSUMER: u64 = 2;
+
 impl Route {
+    /// Makes sure the route knows whether chunk `k` is this process's:
+    /// under a dealer, once the reader has come past the chunks dealt to it,
+    /// asks for the next ones.
+    ///
+    /// # Errors
+    ///
+    /// A dealer that cannot be reached, or one that dealt chunks the reader
+    /// has passed.
+    fn lease(&mut self, k: u64, consumers: usize) -> Result<()> {
+        if let Route::Shared {
+            dealer: Some(dealer),
+            lease,
+            done,
+            ..
+        } = self
+        {
+            if k >= lease.end {
+                let count = LEASE_PER_CONSUMER * consumers.max(1) as u64;
+                let dealt = dealer.deal(k.max(done.below), count)?;
+                if dealt.start < k || dealt.is_empty() {
+                    return Err(Error::Pipeline(
+                        "the dealer dealt chunks the reader has passed",
+                    ));
+                }
+                *lease = dealt;
+            }
+        }
+        Ok(())
+    }
+
     /// Where chunk `k` goes (`None`: read past it) and its index there.
     fn of(&self, k: u64) -> (Option<&Sender<Result<Chunk>>>, u64) {
         match self {
@@ -224,13 +269,13 @@ impl Route {
             }
             Route::Shared {
                 sender,
-                shards,
-                kept,
+                lease,
                 done,
-            } => {
-                let ours = kept.contains(&((k % shards) as usize));
-                (Some(sender).filter(|_| ours && !done.contains(k)), k)
-            }
+                ..
+            } => (
+                Some(sender).filter(|_| lease.contains(&k) && !done.contains(k)),
+                k,
+            ),
         }
     }
 
@@ -279,21 +324,23 @@ impl Pipeline {
             stop: Arc::clone(&pipeline.stop),
             ledger: None,
         };
+        let consumers = keep.len();
         let routes = match config.dealing {
             Dealing::Shared => pipeline.shared(parser, keep, config)?,
             Dealing::Static => pipeline.dealt_statically(parser, keep, config, path)?,
         };
-        for route in routes {
+        for mut route in routes {
             let input = criteo::open(path)?;
             let path = path.to_path_buf();
             let (stop, lines) = (Arc::clone(&pipeline.stop), Arc::clone(&pipeline.lines));
-            let lines_per_chunk = config.batch_size;
+            let cut = Cut {
+                lines_per_chunk: config.batch_size,
+                consumers,
+            };
             pipeline.readers.push(
                 std::thread::Builder::new()
                     .name("read".into())
-                    .spawn(move || {
-                        read_chunks(&path, input, lines_per_chunk, &route, &stop, &lines)
-                    })
+                    .spawn(move || read_chunks(&path, input, cut, &mut route, &stop, &lines))
                     .map_err(|error| thread_refused("data reader", error))?,
             );
         }
@@ -312,7 +359,7 @@ impl Pipeline {
             Resume::Past(done) => done.clone(),
             _ => ChunkSet::default(),
         };
-        let ledger = ChunkLedger::new(config.shards, keep.clone(), &done);
+        let ledger = ChunkLedger::new(&done);
         parser.ledger = Some(ledger.clone());
         let parsers = keep.len().min(MAX_SHARED_PARSERS);
         let (chunk_tx, chunk_rx) = bounded::<Result<Chunk>>(2 * parsers);
@@ -328,10 +375,14 @@ impl Pipeline {
         };
         self.shards = vec![consumer; keep.len()];
         self.ledger = Some(ledger);
+        let lease = match config.dealer {
+            Some(_) => 0..0,
+            None => 0..u64::MAX,
+        };
         Ok(vec![Route::Shared {
             sender: chunk_tx,
-            shards: config.shards as u64,
-            kept: keep,
+            dealer: config.dealer.clone(),
+            lease,
             done,
         }])
     }
@@ -478,19 +529,36 @@ fn send_until_stopped<T>(tx: &Sender<T>, mut item: T, stop: &AtomicBool) -> bool
     }
 }
 
+/// How a reader cuts its input: lines per chunk, and the consumers of this
+/// process its chunks are for.
+#[derive(Clone, Copy)]
+struct Cut {
+    lines_per_chunk: usize,
+    consumers: usize,
+}
+
 /// A reader thread: cuts the input into chunks and sends each where `route`
 /// says (reading past the others), counting the lines read in `lines` (the
 /// furthest reader's).
 fn read_chunks(
     path: &Path,
     mut input: Box<dyn BufRead + Send>,
-    lines_per_chunk: usize,
-    route: &Route,
+    Cut {
+        lines_per_chunk,
+        consumers,
+    }: Cut,
+    route: &mut Route,
     stop: &AtomicBool,
     lines: &AtomicU64,
 ) {
     let mut line = 0u64;
     for k in 0u64.. {
+        if let Err(e) = route.lease(k, consumers) {
+            if let Some(consumer) = route.any() {
+                send_until_stopped(consumer, Err(e), stop);
+            }
+            return;
+        }
         let (target, index) = route.of(k);
         let mut chunk = Chunk {
             index,

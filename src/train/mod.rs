@@ -38,10 +38,10 @@
 use crate::checkpoint::{is_one_checkpoint, Checkpoint, CheckpointStore, Reason, Rejected};
 use crate::config::{Config, EmbeddingsMode, RowShape};
 use crate::data::{
-    BadLinePolicy, Batch, CriteoReader, Dealing, Oracle, Pipeline, PipelineConfig, ReadStats,
-    Resume, TableLayout,
+    BadLinePolicy, Batch, ChunkDealer, ChunkSet, CriteoReader, Dealing, Oracle, Pipeline,
+    PipelineConfig, ReadStats, Resume, TableLayout,
 };
-use crate::distributed::{every_process_u64s, TableSyncReport};
+use crate::distributed::{every_process_u64s, FabricDealer, TableSyncReport};
 use crate::metrics::{EvalPoint, Metrics};
 use crate::model::{AuditReport, CtrLearner, RowAudit, ShardedTable, Table};
 use crate::{Error, Registry, Result};
@@ -331,6 +331,7 @@ fn resumed_from(fabric: &dyn Fabric, dir: &Path) -> Result<(Config, Resumed, Che
         for trainer in &mut checkpoint.cluster.trainers {
             trainer.sync.round = furthest;
         }
+        checkpoint.dealt = dealt_in_job(fabric, checkpoint.dealt.take())?;
     }
     let mut config = checkpoint.config.clone();
     config.checkpoint.dir = Some(dir.to_path_buf());
@@ -402,6 +403,38 @@ fn load_job_checkpoint(
     Err(store.none_usable(&rejected))
 }
 
+/// The chunks the whole job had trained at its checkpoint, from `own`, this
+/// process's (a collective): each process's checkpoint holds the chunks its
+/// own trainers trained, dealt to it by rank 0, so the job's are their union.
+fn dealt_in_job(fabric: &dyn Fabric, own: Option<ChunkSet>) -> Result<Option<ChunkSet>> {
+    let words = own.as_ref().map(ChunkSet::to_words).unwrap_or_default();
+    let every = every_process_u64s(fabric, &words)?;
+    if own.is_none() && every.iter().all(Vec::is_empty) {
+        return Ok(None); // dealt in fixed shares
+    }
+    let sets = every
+        .iter()
+        .enumerate()
+        .map(|(process, words)| {
+            ChunkSet::from_words(words).ok_or_else(|| {
+                Error::config(
+                    "resume",
+                    format!(
+                        "the checkpoints of the job's processes disagree on how the data was \
+                         dealt: process {process}'s {} a ledger of the chunks trained",
+                        if words.is_empty() {
+                            "has no"
+                        } else {
+                            "holds a malformed"
+                        }
+                    ),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(ChunkSet::union(&sets)))
+}
+
 /// One run (or this process's part of one), phase by phase.
 fn run(
     fabric: Arc<dyn Fabric>,
@@ -421,7 +454,7 @@ fn run(
     if let Some((resumed, checkpoint)) = &resumed {
         refuse_finished(resumed, checkpoint)?;
     }
-    let mut pipeline = spawn_pipeline(&data.train, &layout, config, fabric.as_ref(), checkpoint)?;
+    let mut pipeline = spawn_pipeline(&data.train, &layout, config, &fabric, checkpoint)?;
     data.ledger = pipeline.ledger().cloned();
     let learners = build_learners(
         (config, registry),
@@ -500,15 +533,20 @@ fn untrained(
 
 /// The reader and parsers of the training file, one shard per learner of
 /// the job (this process's kept), past the chunks `resumed` had trained.
+/// Dealt shared across processes, rank 0 deals the chunks through `fabric`,
+/// and each process buffers few batches: one buffered here is one no other
+/// process can take.
 fn spawn_pipeline(
     train: &Path,
     layout: &TableLayout,
     config: &Config,
-    fabric: &dyn Fabric,
+    fabric: &Arc<dyn Fabric>,
     resumed: Option<&Checkpoint>,
 ) -> Result<Pipeline> {
     let learners = config.train.trainers * config.train.workers;
     let dealing = config.dealing();
+    let dealer = (fabric.processes() > 1 && dealing == Dealing::Shared)
+        .then(|| Arc::new(FabricDealer(Arc::clone(fabric))) as Arc<dyn ChunkDealer>);
     Pipeline::spawn(
         train,
         layout.clone(),
@@ -517,8 +555,9 @@ fn spawn_pipeline(
             shards: learners * fabric.processes(),
             keep: Some(fabric.local_trainers(learners)),
             policy: config.data.bad_lines,
-            capacity: 64,
+            capacity: if dealer.is_some() { 4 } else { 64 },
             dealing,
+            dealer,
             resume: match (resumed, dealing) {
                 (None, _) => Resume::Start,
                 (Some(c), Dealing::Shared) => Resume::Past(c.dealt.clone().unwrap_or_default()),

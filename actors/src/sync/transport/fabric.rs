@@ -82,6 +82,19 @@ pub trait Fabric: Send + Sync + std::fmt::Debug {
     /// stopping): the others' [`Fabric::agree`] on a later one says `false`.
     fn withdraw(&self);
 
+    /// The next `count` chunks of the job's pass for this process, the first
+    /// at or after `from`: one process (rank 0) deals the pass's chunk
+    /// numbers in rising order to whichever process asks, so that a slow
+    /// process reads and trains fewer. Every process asks with the same
+    /// `from` at first (where its resumed pass starts), and then with the
+    /// end of what it was dealt last. Not a collective (small messages),
+    /// like [`Fabric::rendezvous`].
+    ///
+    /// # Errors
+    ///
+    /// A communication thread that stopped.
+    fn deal(&self, from: u64, count: u64) -> Result<Range<u64>>;
+
     /// Serves this process's shards of the EASGD centre (`hosted`: each
     /// shard's index and actor) to the other processes' trainers, and returns
     /// how to reach the shards the others serve (`None` in one process).
@@ -190,6 +203,10 @@ impl Fabric for InProcess {
     }
 
     fn withdraw(&self) {}
+
+    fn deal(&self, from: u64, count: u64) -> Result<Range<u64>> {
+        Ok(from..from.saturating_add(count))
+    }
 
     fn serve_shards(
         &self,

@@ -29,6 +29,13 @@ pub(super) enum Ask {
     Withdraw,
     /// Tell every other rank to stop syncing.
     StopAll,
+    /// Deal this rank the next `count` chunks of the pass, the first at or
+    /// after `from` (rank 0 deals them); answer the first.
+    Deal {
+        from: u64,
+        count: u64,
+        answer: Sender<u64>,
+    },
     /// Sum these values over the ranks (`MPI_Iallreduce`) and answer the sums.
     Sum(Sums, Sender<Sums>),
     /// Gather every rank's words (`MPI_Iallgatherv`) and answer them.
@@ -64,6 +71,7 @@ impl std::fmt::Debug for Ask {
             Ask::Agree(point, _) => write!(f, "Agree({point})"),
             Ask::Withdraw => write!(f, "Withdraw"),
             Ask::StopAll => write!(f, "StopAll"),
+            Ask::Deal { from, count, .. } => write!(f, "Deal({count} from {from})"),
             Ask::Sum(_, _) => write!(f, "Sum"),
             Ask::Gather(words, _) => write!(f, "Gather({} words)", words.len()),
             Ask::HostShards(hosted, _) => write!(f, "HostShards({})", hosted.len()),

@@ -26,6 +26,10 @@
 //! delivering trainers' messages; a send or a collective that takes longer than
 //! the node's watchdog ends the process, naming the rank and what it waited for.
 //!
+//! Rank 0 deals the chunks of a shared pass ([`Fabric::deal`]): another
+//! rank's reader asks it with a control message and a ticket, and the
+//! answer (the first chunk dealt) comes back the same way.
+//!
 //! EASGD's centre is sharded over the ranks (shard `s` on rank `s mod R`): a
 //! trainer's request to another rank's shard crosses as one message with its
 //! slice of the replica and a ticket; the communication thread of the serving
@@ -60,6 +64,7 @@ use actix::Addr;
 use ask::{Ask, Sums};
 use crossbeam_channel::{bounded, unbounded, Sender};
 use shards::{RowsOnRanks, ShardsOnRanks};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -225,6 +230,19 @@ impl Fabric for MpiNode {
     fn withdraw(&self) {
         // Only fails once the communication thread is gone: nobody to tell.
         let _ = self.ask(Ask::Withdraw);
+    }
+
+    fn deal(&self, from: u64, count: u64) -> Result<Range<u64>> {
+        let (answer, dealt) = bounded(1);
+        self.ask(Ask::Deal {
+            from,
+            count,
+            answer,
+        })?;
+        let first = dealt
+            .recv()
+            .map_err(|_| Error::Stopped("MPI communication thread"))?;
+        Ok(first..first.saturating_add(count))
     }
 
     fn serve_shards(

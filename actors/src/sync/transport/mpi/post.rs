@@ -4,8 +4,8 @@
 //! long the rank waits.
 
 use super::wire::{
-    decode, encode, Envelope, AGREED, ARRIVED, CONTROL_TAG, ROWS_TAG, SERVER_TAG, STOP, TAG,
-    WITHDRAWN,
+    decode, encode, u64_of, words_of, Envelope, AGREED, ARRIVED, CONTROL_TAG, DEAL, DEALT,
+    ROWS_TAG, SERVER_TAG, STOP, TAG, WITHDRAWN,
 };
 use crate::embedding::RowServerActor;
 use crate::sync::transport::{Message, Outgoing};
@@ -82,6 +82,11 @@ pub(super) struct PostOffice {
     /// This rank's requests to other ranks' shards, by ticket.
     pub(super) tickets: HashMap<u64, Sender<ShardReply>>,
     pub(super) next_ticket: u64,
+    /// On rank 0, the first chunk of the pass not dealt yet.
+    pub(super) undealt: u64,
+    /// This rank's requests for chunks, by ticket.
+    pub(super) deals: HashMap<u32, Sender<u64>>,
+    pub(super) next_deal: u32,
 }
 
 impl PostOffice {
@@ -117,6 +122,9 @@ impl PostOffice {
             answers: Vec::new(),
             tickets: HashMap::new(),
             next_ticket: 0,
+            undealt: 0,
+            deals: HashMap::new(),
+            next_deal: 0,
         }
     }
 
@@ -134,6 +142,35 @@ impl PostOffice {
         }
         self.stop = Some(stop);
         self.deliver_waiting();
+    }
+
+    /// Deals `count` chunks, the first at or after `from` (rank 0 only):
+    /// the first dealt.
+    fn deal(&mut self, from: u64, count: u64) -> u64 {
+        let first = self.undealt.max(from);
+        self.undealt = first.saturating_add(count);
+        first
+    }
+
+    /// Asks for `count` chunks, the first at or after `from`: answered at
+    /// once on rank 0, else a request to it (returned, to send).
+    pub(super) fn ask_deal(
+        &mut self,
+        from: u64,
+        count: u64,
+        answer: Sender<u64>,
+    ) -> Option<Envelope> {
+        if self.rank == 0 {
+            // Into its own queue of one: it fails only when the asker is gone.
+            let _ = answer.send(self.deal(from, count));
+            return None;
+        }
+        let ticket = self.next_deal;
+        self.next_deal = self.next_deal.wrapping_add(1);
+        self.deals.insert(ticket, answer);
+        let ([from_low, from_high], [count_low, count_high]) = (words_of(from), words_of(count));
+        let words = [DEAL, ticket, from_low, from_high, count_low, count_high];
+        Some(Envelope::control(0, &words))
     }
 
     /// Ends the process if `what`, waited for since `started`, has taken
@@ -206,9 +243,24 @@ impl PostOffice {
             match words[..] {
                 [ARRIVED] if from < self.arrived.len() => self.arrived[from] += 1,
                 [AGREED, low, high] if from < self.agreed.len() => {
-                    self.agreed[from] = u64::from(low) | (u64::from(high) << 32);
+                    self.agreed[from] = u64_of(low, high);
                 }
                 [WITHDRAWN] if from < self.withdrawn.len() => self.withdrawn[from] = true,
+                [DEAL, ticket, from_low, from_high, count_low, count_high] if self.rank == 0 => {
+                    let first =
+                        self.deal(u64_of(from_low, from_high), u64_of(count_low, count_high));
+                    let [low, high] = words_of(first);
+                    self.answers
+                        .push(Envelope::control(from, &[DEALT, ticket, low, high]));
+                }
+                [DEALT, ticket, low, high] => match self.deals.remove(&ticket) {
+                    Some(answer) => {
+                        let _ = answer.send(u64_of(low, high));
+                    }
+                    None => {
+                        tracing::error!(from_rank = from, ticket, "chunks dealt for no request")
+                    }
+                },
                 [STOP] => {
                     self.stop_asked = true;
                     if let Some(stop) = &self.stop {

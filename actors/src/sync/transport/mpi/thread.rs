@@ -4,7 +4,7 @@
 
 use super::ask::{Ask, Sums};
 use super::post::PostOffice;
-use super::wire::{Envelope, AGREED, ARRIVED, STOP, WITHDRAWN};
+use super::wire::{words_of, Envelope, AGREED, ARRIVED, STOP, WITHDRAWN};
 use crate::sync::transport::Outgoing;
 use crate::{Error, Result};
 use ::mpi::datatype::PartitionMut;
@@ -144,7 +144,8 @@ impl Asked {
             Ask::Agree(point, waiter) => {
                 post.agreed[rank] = point;
                 self.agreements.push((point, waiter));
-                let words = [AGREED, point as u32, (point >> 32) as u32];
+                let [low, high] = words_of(point);
+                let words = [AGREED, low, high];
                 self.batch
                     .extend(others.map(|r| Envelope::control(r, &words)));
             }
@@ -156,6 +157,11 @@ impl Asked {
             Ask::StopAll => self
                 .batch
                 .extend(others.map(|r| Envelope::control(r, &[STOP]))),
+            Ask::Deal {
+                from,
+                count,
+                answer,
+            } => self.batch.extend(post.ask_deal(from, count, answer)),
             Ask::HostShards(hosted, codec) => post.host(hosted, codec),
             Ask::Shard {
                 rank,

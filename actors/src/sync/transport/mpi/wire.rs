@@ -27,7 +27,7 @@ impl Envelope {
 /// The MPI tag of parameter messages.
 pub(super) const TAG: i32 = 17;
 /// The MPI tag of control messages: [`ARRIVED`], [`STOP`], [`AGREED`] (and
-/// the point, low word first) or [`WITHDRAWN`].
+/// the point, low word first), [`WITHDRAWN`], [`DEAL`] or [`DEALT`].
 pub(super) const CONTROL_TAG: i32 = 18;
 /// The MPI tag of requests to EASGD's centre shards or to embedding rows, and
 /// their answers.
@@ -43,6 +43,22 @@ pub(super) const STOP: u32 = 1;
 pub(super) const AGREED: u32 = 2;
 /// Control: the sending rank comes to no further points.
 pub(super) const WITHDRAWN: u32 = 3;
+/// Control, to rank 0: deal the sender chunks (a ticket, then the first
+/// chunk it may take and how many, each low word first).
+pub(super) const DEAL: u32 = 4;
+/// Control, from rank 0: the chunks dealt (the ticket, then the first chunk,
+/// low word first).
+pub(super) const DEALT: u32 = 5;
+
+/// A `u64` as two words, low first.
+pub(super) fn words_of(value: u64) -> [u32; 2] {
+    [value as u32, (value >> 32) as u32]
+}
+
+/// The `u64` of two words, low first.
+pub(super) fn u64_of(low: u32, high: u32) -> u64 {
+    u64::from(low) | (u64::from(high) << 32)
+}
 /// Words of a message's header.
 const HEADER: usize = 8;
 /// The header's last word when the values cross as `f32`, not encoded.
