@@ -19,7 +19,13 @@ trainer, `--eval-every 0`) over the same files, each figure the median of
   static, and sync-sgd (static: it steps in lockstep). A sleeping straggler
   lends its core to the others when trainers outnumber cores, which hides what
   it costs: give S no more than the cores (on 2 cores, --straggler-trainers 2;
-  shared dealing can then keep (1 + 1/slowdown)/2 at best).
+  shared dealing can then keep (1 + 1/slowdown)/2 at best);
+* **slow-rank** (not run by default; shadowsync built with the `mpi` feature):
+  a job of 2 ranks (`mpirun`) of S/2 trainers each, every trainer of rank 1
+  slowed --slowdown times (its own configuration, one program per rank),
+  against none slowed: examples/s and the share kept, for none and shadow-ma,
+  chunks dealt by rank 0 to whichever rank asks (shared) or in fixed shares per
+  rank (static). Shared dealing can keep (1 + 1/slowdown)/2 at best.
 
 Writes the Markdown tables to --out after a line on the machine, and prints each
 figure as it comes, so that a run cut short still reports.
@@ -30,16 +36,27 @@ figure as it comes, so that a run cut short still reports.
 import argparse, json, os, platform, statistics, subprocess, sys, tempfile, time
 
 
-def run(args, out, name, flags, config=None):
-    """One run's results, with its wall seconds as the caller saw them."""
+def run(args, out, name, flags, config=None, ranks=None):
+    """One run's results, with its wall seconds as the caller saw them; with
+    `ranks` (each rank's configuration), a job of that many ranks under mpirun."""
     results = os.path.join(out, f"{name}.json")
     command = [args.shadowsync, "train", "--model", "dlrm", "--batch-size", "128",
                "--threads", "1", "--eval-every", "0", "--results", results] + flags
-    if config:
-        path = os.path.join(out, f"{name}.toml")
+
+    def configured(config, suffix=""):
+        if not config:
+            return command
+        path = os.path.join(out, f"{name}{suffix}.toml")
         with open(path, "w") as f:
             f.write(config)
-        command += ["--config", path]
+        return command + ["--config", path]
+
+    if ranks:
+        programs = [["-np", "1"] + configured(c, f"-rank-{r}") for r, c in enumerate(ranks)]
+        command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+        command += [word for p in programs for word in [":"] + p][1:]
+    else:
+        command = configured(config)
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.monotonic() - started
@@ -55,8 +72,8 @@ def run(args, out, name, flags, config=None):
     return report
 
 
-def repeated(args, out, name, flags, config=None):
-    return [run(args, out, f"{name}-{i}", flags, config) for i in range(args.repeats)]
+def repeated(args, out, name, flags, config=None, ranks=None):
+    return [run(args, out, f"{name}-{i}", flags, config, ranks) for i in range(args.repeats)]
 
 
 def spread(values, fmt="{:.1f}"):
@@ -143,6 +160,33 @@ def stragglers(args, out, lines):
               f"{1 / args.slowdown:.2f} (the job waits for the straggler's share).", ""]
 
 
+def slow_rank(args, out, lines):
+    per_rank = max(1, args.straggler_trainers // 2)
+    data = ["--train", args.straggler_train or args.train, "--test", args.test,
+            "--trainers", str(per_rank), "--no-replica-scores"]
+    slow = "".join(f"[[stragglers]]\ntrainer = {t}\nslowdown = {args.slowdown}\n"
+                   for t in range(per_rank))
+    lines += [f"## 2 ranks of {per_rank} trainers, rank 1 slowed {args.slowdown}×", "",
+              "| algorithm | dealing | examples/s, none slowed | examples/s, rank 1 slowed "
+              "| rank 0's share, slowed | kept |", "|---|---|---|---|---|---|"]
+    for algorithm in ["none", "shadow-ma"]:
+        for dealing in ["shared", "static"]:
+            flags = data + ["--sync", algorithm, "--dealing", dealing]
+            name = f"slow-rank-{algorithm}-{dealing}"
+            fast = repeated(args, out, f"{name}-none", flags, ranks=["", ""])
+            slowed = repeated(args, out, f"{name}-slowed", flags, ranks=["", slow])
+            rate = lambda r: r["examples_per_sec"]
+            share = lambda r: r["cluster"]["examples"] / r["examples"]
+            kept = median(slowed, rate) / median(fast, rate)
+            lines.append(f"| {algorithm} | {dealing} | {spread([rate(r) for r in fast], '{:,.0f}')} "
+                         f"| {spread([rate(r) for r in slowed], '{:,.0f}')} "
+                         f"| {spread([share(r) for r in slowed], '{:.2f}')} | **{kept:.2f}** |")
+            print(f"  kept {kept:.2f}", file=sys.stderr, flush=True)
+    best = (1 + 1 / args.slowdown) / 2
+    lines += ["", f"Shared dealing can keep at most {best:.2f} here; fixed shares "
+              f"{1 / args.slowdown:.2f} (the job waits for the slow rank's half).", ""]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shadowsync", required=True)
@@ -170,6 +214,8 @@ def main():
             scoring(args, out, lines, many)
         if "stragglers" in parts:
             stragglers(args, out, lines)
+        if "slow-rank" in parts:
+            slow_rank(args, out, lines)
     text = "\n".join(lines)
     print(text)
     if args.out:

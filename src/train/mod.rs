@@ -100,7 +100,9 @@ pub struct TrainReport {
     pub steps: u64,
     /// Training wall-clock seconds (with those of the run it resumed).
     pub train_seconds: f64,
-    /// Examples this run trained per second of the training clock.
+    /// Examples this run trained per second of the training clock (across
+    /// processes, the whole job's over the clock of the process that
+    /// trained longest).
     pub examples_per_sec: f64,
     /// This run from launch to results: setup, training, scoring, and
     /// examples/s over the whole (absent in reports from before it was kept).
@@ -698,6 +700,24 @@ fn distributed_report(
     }))
 }
 
+/// The whole job's examples (with those of the run it resumed) and this
+/// run's examples/s over the training clock of the process that trained
+/// longest (a collective): ranks dealt shared end together, ranks in fixed
+/// shares when the slowest does.
+fn job_examples(fabric: &dyn Fabric, cluster: &ClusterReport) -> Result<(u64, f64)> {
+    let trained = (cluster.examples_per_sec * cluster.seconds).round() as u64;
+    let mut job = [cluster.examples, trained];
+    fabric.sum(&mut job)?;
+    let micros = (cluster.seconds * 1e6).round() as u64;
+    let longest = every_process_u64s(fabric, &[micros])?
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(micros) as f64
+        / 1e6;
+    Ok((job[0], job[1] as f64 / longest.max(f64::MIN_POSITIVE)))
+}
+
 /// The report of an ended session: the whole job's examples and examples/s,
 /// the final evaluation added to the history. A run that trained nothing is an
 /// error, unless interrupted: the first trainer's error where one failed (the
@@ -711,9 +731,7 @@ fn report(
     observer: &mut dyn Observer,
 ) -> Result<TrainReport> {
     let cluster = ended.cluster;
-    let mut job = [cluster.examples, cluster.examples_per_sec.round() as u64];
-    fabric.sum(&mut job)?;
-    let [examples, job_examples_per_sec] = job;
+    let (examples, job_examples_per_sec) = job_examples(fabric, &cluster)?;
     if examples == 0 && !ended.interrupted {
         return Err(match cluster.errors.first() {
             Some(failed) => Error::data(&data.train, format!("nothing trained: {failed}")),
@@ -763,7 +781,7 @@ fn report(
         steps: steps.iter().sum(),
         train_seconds: last.train_seconds,
         examples_per_sec: match distributed {
-            Some(_) => job_examples_per_sec as f64,
+            Some(_) => job_examples_per_sec,
             None => cluster.examples_per_sec,
         },
         history,
