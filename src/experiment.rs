@@ -88,6 +88,14 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../experiments/e12-sgd-n16.toml"),
     ),
     (
+        "e13-ne-vs-n",
+        include_str!("../experiments/e13-ne-vs-n.toml"),
+    ),
+    (
+        "e13-hogwild-n",
+        include_str!("../experiments/e13-hogwild-n.toml"),
+    ),
+    (
         "e14-sgd-hybrid",
         include_str!("../experiments/e14-sgd-hybrid.toml"),
     ),
