@@ -232,6 +232,18 @@ fn the_pipeline_deals_every_example_exactly_once_across_shards() {
     assert_eq!(interleaved, labels_of(&expected));
 }
 
+/// The chunks trained before a stop and after the resume are each of the
+/// pass's 63 once.
+fn assert_each_of_63_chunks_once(before: &[u64], after: &[Vec<u64>]) {
+    let mut all: Vec<u64> = before
+        .iter()
+        .chain(after.iter().flatten())
+        .copied()
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..63).collect::<Vec<_>>(), "each chunk trained once");
+}
+
 /// Drains `shards` concurrently, consumer 0 sleeping `slow` per batch; each
 /// consumer marks its batches trained until `stop_after` are marked in all,
 /// then takes one more unmarked (as a trainer's prefetched batch) and stops.
@@ -296,13 +308,7 @@ fn shared_dealing_gives_each_chunk_once_to_whoever_asks_and_resumes_past_what_wa
     let rest = train_shared(pipeline.take_shards(), Duration::ZERO, usize::MAX);
     let read = pipeline.finish().unwrap();
     assert_eq!(read.lines, 1000, "every line read, once, by one reader");
-    let mut all: Vec<u64> = trained
-        .iter()
-        .chain(rest.iter().flatten())
-        .copied()
-        .collect();
-    all.sort_unstable();
-    assert_eq!(all, (0..63).collect::<Vec<_>>(), "each chunk trained once");
+    assert_each_of_63_chunks_once(&trained, &rest);
     assert_eq!(ChunkSet::default().count_below(63), 0);
 }
 
@@ -389,13 +395,7 @@ fn chunks_dealt_across_processes_go_once_each_to_whichever_asks_and_resume_exact
         [1000, 1000],
         "each process reads the whole file, once"
     );
-    let mut all: Vec<u64> = trained
-        .iter()
-        .chain(rest.iter().flatten())
-        .copied()
-        .collect();
-    all.sort_unstable();
-    assert_eq!(all, (0..63).collect::<Vec<_>>(), "each chunk trained once");
+    assert_each_of_63_chunks_once(&trained, &rest);
     assert_eq!(all_done.count_below(63), 63);
 }
 

@@ -255,6 +255,8 @@ impl PostOffice {
                 }
                 [DEALT, ticket, low, high] => match self.deals.remove(&ticket) {
                     Some(answer) => {
+                        // Into its own queue of one, sent once: it fails only
+                        // when the asker is gone, and then nobody needs it.
                         let _ = answer.send(u64_of(low, high));
                     }
                     None => {
