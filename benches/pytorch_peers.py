@@ -37,17 +37,21 @@ training `torch.optim.SGD` on rows rank::N, one thread each; against shadowsync'
 one trainer of N Hogwild workers (`--trainers 1 --workers N --optim-preset
 dlrm-reference`). Every N runs --runs seeds of each; the table gives each side's
 mean test NE ± its standard deviation, the difference with Welch's p, and the
-examples/s with their ratio.
+examples/s with their ratio. With --plain-init shadowsync, PyTorch's model starts
+from shadowsync's initial parameters at the same seed (read from the checkpoint of
+a run that changes nothing), so that only the training differs; a paired test
+follows the table.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time, warnings
+import argparse, glob, json, os, statistics, subprocess, sys, tempfile, time, warnings
 
 try:
+    import numpy as np
     import torch
     import torch.distributed as dist
     import torch.multiprocessing as mp
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
-    from scipy.stats import ttest_ind  # Welch's test
+    from scipy.stats import ttest_ind, ttest_rel  # Welch's test; a paired one
 except ImportError as e:  # the comparison needs torch; the rest of the suite does not
     print(f"PyTorch peers skipped: {e} (run scripts/setup.sh --with-torch)")
     sys.exit(0)
@@ -253,9 +257,66 @@ def plain_hogwild_worker(rank, model, lr, batches, times):
     times[rank, 1] = time.perf_counter()
 
 
+def shadowsync_initial_model(n, seed, args):
+    """A DLRM holding the parameters shadowsync's trainer of `n` workers starts
+    from at `seed`: a run of one step at a learning rate of 1e-30 (no change an
+    f32 holds) checkpoints them, and its safetensors file is read as it is laid
+    out (the dense buffer: the variables in name order; the table: field f's
+    rows from f × table size)."""
+    model = DLRM(args.table_size, 16, [512, 256, 64], [512, 256])
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = os.path.join(tmp, "rows.tsv")
+        with open(args.train, "rb") as src, open(rows, "wb") as dst:
+            dst.writelines(line for _, line in zip(range(args.batch_size), src))
+        checkpoints = os.path.join(tmp, "checkpoints")
+        run_shadowsync(args, ["--optim-preset", "dlrm-reference", "--lr", "1e-30",
+                              "--sparse-lr", "1e-30", "--trainers", "1", "--workers", str(n),
+                              "--seed", str(seed), "--checkpoint-dir", checkpoints],
+                       train=rows)
+        [state] = glob.glob(os.path.join(checkpoints, "ckpt-*", "state.safetensors"))
+        arrays = read_safetensors(state)
+    dense = torch.from_numpy(arrays["dense/0"])
+    with torch.no_grad():
+        offset = 0
+        for _, p in sorted(named_dense(model)):
+            p.copy_(dense[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        assert offset == dense.numel(), f"{offset} dense values against {dense.numel()}"
+        table = torch.from_numpy(arrays["table/weight"]).view(26, args.table_size, -1)
+        for field, t in enumerate(model.tables):
+            t.weight.copy_(table[field])
+    return model
+
+
+def named_dense(model):
+    """The dense parameters under shadowsync's names (`bottom/layer0/weight`),
+    which sort as its flat buffer lays them out."""
+    for mlp in ("bottom", "top"):
+        linear = [m for m in getattr(model, mlp) if isinstance(m, nn.Linear)]
+        for i, layer in enumerate(linear):
+            yield f"{mlp}/layer{i}/bias", layer.bias
+            yield f"{mlp}/layer{i}/weight", layer.weight
+
+
+def read_safetensors(path):
+    """The f32 arrays of a safetensors file, by name."""
+    with open(path, "rb") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(header_len))
+        body = f.read()
+    arrays = {}
+    for name, info in header.items():
+        if name != "__metadata__":
+            begin, end = info["data_offsets"]
+            values = np.frombuffer(body[begin:end], dtype=np.float32)
+            arrays[name] = values.reshape(info["shape"]).copy()
+    return arrays
+
+
 def plain_hogwild(n, seed, args, data, test):
     """PyTorch's Hogwild idiom: one shared model, N processes on rows rank::N."""
-    model = new_model(args, seed)
+    model = (shadowsync_initial_model(n, seed, args) if args.plain_init == "shadowsync"
+             else new_model(args, seed))
     model.share_memory()
     times = torch.zeros(n, 2, dtype=torch.float64).share_memory_()
     dense, sparse, labels = data
@@ -284,20 +345,21 @@ def shadowsync_hogwild(n, seed, args):
                                  "--no-replica-scores"])
 
 
-def run_shadowsync(args, flags):
-    """`shadowsync train` of DLRM on the files with `flags`: its examples/s,
-    test NE and AUC."""
+def run_shadowsync(args, flags, train=None):
+    """`shadowsync train` of DLRM on the files (or `train` rows) with `flags`:
+    its examples/s, test NE and AUC."""
     with tempfile.TemporaryDirectory() as tmp:
         results = os.path.join(tmp, "results.json")
-        command = [args.shadowsync, "train", "--train", args.train, "--test", args.test,
+        command = [args.shadowsync, "train", "--train", train or args.train, "--test", args.test,
                    "--model", "dlrm", "--table-size", str(args.table_size),
                    "--eval-every", "0", "--results", results] + flags
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
                        env=dict(os.environ, RUST_LOG="warn"))
         with open(results) as f:
             report = json.load(f)
-        return {"examples_per_sec": report["examples_per_sec"],
-                "ne": report["final_metrics"]["ne"], "auc": report["final_metrics"]["auc"]}
+        metrics = report["final_metrics"]
+        return {"examples_per_sec": report["examples_per_sec"], "ne": metrics["ne"],
+                "auc": metrics["auc"], "calibration": metrics["calibration"]}
 
 
 def compare_plain_hogwild(args, data, test):
@@ -310,11 +372,13 @@ def compare_plain_hogwild(args, data, test):
                    "pytorch": plain_hogwild(n, args.seed + r, args, data, test)}
             runs.append(run)
             print(f"N={n}, seed {args.seed + r}: " + "; ".join(
-                f"{k} {v['examples_per_sec']:.0f}/s NE {v['ne']:.4f}" for k, v in run.items()),
-                flush=True)
+                f"{k} {v['examples_per_sec']:.0f}/s NE {v['ne']:.4f} AUC {v['auc']:.4f} "
+                f"calibration {v['calibration']:.3f}" for k, v in run.items()), flush=True)
         cells.append({"workers": n, "runs": runs})
     print(f"\nplain Hogwild under SGD {args.plain_lr}, DLRM, batch {args.batch_size} per "
-          f"worker, PyTorch's rows {args.plain_rows}: shadowsync 1 trainer × N workers against PyTorch {torch.__version__}, "
+          f"worker, PyTorch's rows {args.plain_rows}, its initial parameters "
+          f"{args.plain_init}'s: shadowsync 1 trainer × N workers against PyTorch "
+          f"{torch.__version__}, "
           f"N processes sharing one model; {args.runs} seeds each, mean ± sd")
     print("| N | NE shadowsync | NE PyTorch | difference | Welch p | ex/s shadowsync "
           "| ex/s PyTorch | ÷ PyTorch |")
@@ -332,7 +396,17 @@ def compare_plain_hogwild(args, data, test):
               + f" | {p:.3f} | "
               + " | ".join(f"{statistics.mean(speed[k]):.0f}" for k in speed)
               + f" | {statistics.mean(speed['shadowsync']) / statistics.mean(speed['pytorch']):.2f} |")
+    if args.plain_init == "shadowsync" and args.runs > 1:
+        print("Both sides start from the same parameters at each seed; the paired test "
+              "of the differences, per N: " + ", ".join(
+                  f"N = {c['workers']}: p {paired_p(c['runs']):.3f}" for c in cells))
     return cells
+
+
+def paired_p(runs):
+    """The paired t-test's p of shadowsync's NE against PyTorch's, seed by seed."""
+    return ttest_rel([r["shadowsync"]["ne"] for r in runs],
+                     [r["pytorch"]["ne"] for r in runs]).pvalue
 
 
 def shadowsync(n, setting, args):
@@ -374,6 +448,10 @@ def main():
     ap.add_argument("--plain-rows", choices=["interleaved", "batches"], default="interleaved",
                     help="--plain-hogwild's PyTorch processes' rows: rank::N (the idiom's), "
                          "or batches of consecutive rows dealt in turn (as shadowsync's)")
+    ap.add_argument("--plain-init", choices=["own", "shadowsync"], default="own",
+                    help="--plain-hogwild's PyTorch model's initial parameters: its own "
+                         "draw at the seed, or shadowsync's at the same seed (read from "
+                         "a checkpoint of a run that changes nothing)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     data, test = load(args.train, args.table_size), load(args.test, args.table_size)

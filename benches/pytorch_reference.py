@@ -95,7 +95,8 @@ def auc(scores, labels):
 
 
 def evaluate(model, test):
-    """Test logloss, NE and AUC of `model` on `test` (dense, sparse, labels)."""
+    """Test logloss, NE, AUC and calibration (mean prediction over the click
+    rate) of `model` on `test` (dense, sparse, labels)."""
     tdense, tsparse, tlabels = test
     with torch.no_grad():
         p = torch.cat([torch.sigmoid(model(tdense[i:i + 8192], tsparse[i:i + 8192]))
@@ -105,7 +106,8 @@ def evaluate(model, test):
     logloss = float(-(y * np.log(pc) + (1 - y) * np.log(1 - pc)).mean())
     ctr = y.mean()
     entropy = -(ctr * math.log(ctr) + (1 - ctr) * math.log(1 - ctr))
-    return {"logloss": logloss, "ne": logloss / entropy, "auc": float(auc(p, y))}
+    return {"logloss": logloss, "ne": logloss / entropy, "auc": float(auc(p, y)),
+            "calibration": float(p.mean() / ctr)}
 
 
 def optimizers(model, kind, lr, sparse_lr):
