@@ -263,7 +263,7 @@ def shadowsync_initial_model(n, seed, args):
     f32 holds) checkpoints them, and its safetensors file is read as it is laid
     out (the dense buffer: the variables in name order; the table: field f's
     rows from f × table size)."""
-    model = DLRM(args.table_size, 16, [512, 256, 64], [512, 256])
+    model = new_model(args, seed)  # its own draw, overwritten below
     with tempfile.TemporaryDirectory() as tmp:
         rows = os.path.join(tmp, "rows.tsv")
         with open(args.train, "rb") as src, open(rows, "wb") as dst:
@@ -347,7 +347,7 @@ def shadowsync_hogwild(n, seed, args):
 
 def run_shadowsync(args, flags, train=None):
     """`shadowsync train` of DLRM on the files (or `train` rows) with `flags`:
-    its examples/s, test NE and AUC."""
+    its examples/s, test NE, AUC and calibration."""
     with tempfile.TemporaryDirectory() as tmp:
         results = os.path.join(tmp, "results.json")
         command = [args.shadowsync, "train", "--train", train or args.train, "--test", args.test,
