@@ -14,7 +14,7 @@
 use super::audit::{AuditReport, RowAudit};
 use crate::data::TableLayout;
 use crate::{Error, Result};
-use shadowsync_actors::embedding::{check_rule, update_row, RowRule, RowScratch};
+use shadowsync_actors::embedding::{check_rule, update_rows, RowRule};
 use shadowsync_actors::sync::Fabric;
 use shadowsync_actors::Error::Layout;
 use shadowsync_actors::{with_shared, SharedValues};
@@ -382,17 +382,16 @@ impl EmbeddingTable {
         // Other threads (Hogwild workers, the merge) read and write the rows
         // meanwhile: each row is updated on a copy and stored back.
         let update = |weight: SharedValues<'_>, state: &[SharedValues<'_>]| -> Result<()> {
-            let rows = weight.len() / width;
-            let mut scratch = RowScratch::default();
-            for (&id, grad) in ids.iter().zip(grads.chunks_exact(width)) {
-                let row = usize::try_from(id).ok().filter(|&row| row < rows);
-                let Some(row) = row else {
-                    let reason = format!("embedding row {id} is outside the table's {rows} rows");
-                    return Err(Layout(reason).into());
-                };
-                let span = row * width..(row + 1) * width;
-                update_row(rule, (weight, state), span, grad, lr, &mut scratch);
-            }
+            let table_rows = weight.len() / width;
+            let rows = (ids.iter())
+                .map(|&id| match usize::try_from(id) {
+                    Ok(row) if row < table_rows => Ok(row),
+                    _ => Err(Layout(format!(
+                        "embedding row {id} is outside the table's {table_rows} rows"
+                    ))),
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            update_rows(rule, (weight, state), width, &rows, grads, lr);
             Ok(())
         };
         let written = with_shared(&self.weight, |weight| match &self.state {

@@ -40,7 +40,7 @@ mod store;
 
 pub use client::{Fetch, RowClient, RowStats, RowTraffic};
 pub use ledger::{unaccounted, PushCounts, Pushes, Unaccounted};
-pub use rule::{check_rule, update_row, Adagrad, Ftrl, RowRule, RowScratch, Sgd, MAX_STATE_ARRAYS};
+pub use rule::{check_rule, update_rows, Adagrad, Ftrl, RowRule, Sgd, MAX_STATE_ARRAYS};
 #[cfg(feature = "mpi")]
 pub(crate) use server::serve_rows;
 pub use server::{RemoteRows, RowRequest, RowServer, RowServerActor};

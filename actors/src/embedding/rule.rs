@@ -9,7 +9,6 @@
 
 use crate::{Error, Result, SharedValues};
 use std::fmt::Debug;
-use std::ops::Range;
 
 /// The most state arrays a [`RowRule`] may keep.
 pub const MAX_STATE_ARRAYS: usize = 4;
@@ -57,40 +56,58 @@ pub fn check_rule(rule: &dyn RowRule) -> Result<()> {
     Ok(())
 }
 
-/// A row and its state, copied out of a table for [`update_row`] to update
-/// and store back: kept between rows, so that no row allocates.
-#[derive(Debug, Default)]
-pub struct RowScratch {
-    row: Vec<f32>,
-    state: [Vec<f32>; MAX_STATE_ARRAYS],
-}
+/// Rows whose memory is requested ahead of their update by [`update_rows`]:
+/// a table's rows lie far apart, and each one's load would otherwise wait
+/// for memory in turn.
+const PREFETCH_AHEAD: usize = 8;
 
-/// Applies `rule` to the row at `span` of `weight` and of each of the rule's
-/// `state` arrays (every array as long as `weight`): on private copies of
-/// the row's values in `scratch`, stored back whole, so other threads may
-/// read and write the rows meanwhile (Hogwild).
-pub fn update_row(
+/// Applies `rule` to the rows `rows` (each `width` values) of `weight` and of
+/// each of the rule's `state` arrays (every array as long as `weight`), the
+/// i-th by the i-th `width` values of `grads`: each on private copies of the
+/// row's values, stored back whole, so other threads may read and write the
+/// rows meanwhile (Hogwild). Rows past the end of `weight` are skipped (the
+/// callers check them first).
+pub fn update_rows(
     rule: &dyn RowRule,
     (weight, state): (SharedValues<'_>, &[SharedValues<'_>]),
-    span: Range<usize>,
-    grad: &[f32],
+    width: usize,
+    rows: &[usize],
+    grads: &[f32],
     lr: f32,
-    scratch: &mut RowScratch,
 ) {
     let arrays = state.len().min(MAX_STATE_ARRAYS);
-    let RowScratch { row, state: copies } = scratch;
-    row.resize(span.len(), 0.0);
-    weight.slice(span.clone()).read_into(row);
-    let mut row_state: [&mut [f32]; MAX_STATE_ARRAYS] = Default::default();
-    for ((slot, copy), array) in row_state.iter_mut().zip(copies.iter_mut()).zip(state) {
-        copy.resize(span.len(), 0.0);
-        array.slice(span.clone()).read_into(copy);
-        *slot = copy;
-    }
-    rule.update(row, &mut row_state[..arrays], grad, lr);
-    weight.slice(span.clone()).write_from(row);
-    for (copy, array) in copies.iter().zip(state).take(arrays) {
-        array.slice(span.clone()).write_from(copy);
+    let span = |row: usize| row * width..(row + 1) * width;
+    let prefetch = |row: usize| {
+        weight.slice(span(row)).prefetch();
+        state
+            .iter()
+            .for_each(|array| array.slice(span(row)).prefetch());
+    };
+    rows.iter()
+        .take(PREFETCH_AHEAD)
+        .for_each(|&row| prefetch(row));
+    let mut values = vec![0f32; width];
+    let mut copies: [Vec<f32>; MAX_STATE_ARRAYS] = Default::default();
+    copies
+        .iter_mut()
+        .take(arrays)
+        .for_each(|c| c.resize(width, 0.0));
+    for (i, (&row, grad)) in rows.iter().zip(grads.chunks_exact(width)).enumerate() {
+        if let Some(&ahead) = rows.get(i + PREFETCH_AHEAD) {
+            prefetch(ahead);
+        }
+        let span = span(row);
+        weight.slice(span.clone()).read_into(&mut values);
+        let mut row_state: [&mut [f32]; MAX_STATE_ARRAYS] = Default::default();
+        for ((slot, copy), array) in row_state.iter_mut().zip(copies.iter_mut()).zip(state) {
+            array.slice(span.clone()).read_into(copy);
+            *slot = copy;
+        }
+        rule.update(&mut values, &mut row_state[..arrays], grad, lr);
+        weight.slice(span.clone()).write_from(&values);
+        for (copy, array) in copies.iter().zip(state).take(arrays) {
+            array.slice(span.clone()).write_from(copy);
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! One rank's shard of a table: its rows, their optimizer state, and the rule
 //! that turns a row's gradient into its update.
 
-use super::rule::{check_rule, update_row, RowRule, RowScratch};
+use super::rule::{check_rule, update_rows, RowRule};
 use super::{PushCounts, RowSharding};
 use crate::{Error, Result, SharedValues};
 
@@ -134,11 +134,7 @@ impl RowStore {
         let rows = self.weight.len();
         let weight = SharedValues::of(&mut self.weight);
         let state: Vec<_> = SharedValues::of(&mut self.state).chunks(rows).collect();
-        let mut scratch = RowScratch::default();
-        for (local, grad) in locals.into_iter().zip(grads.chunks(w)) {
-            let span = local * w..(local + 1) * w;
-            update_row(&*self.rule, (weight, &state), span, grad, lr, &mut scratch);
-        }
+        update_rows(&*self.rule, (weight, &state), w, &locals, grads, lr);
         self.applied.record(from, ids.len());
         Ok(())
     }
