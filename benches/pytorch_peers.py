@@ -40,7 +40,9 @@ mean test NE ± its standard deviation, the difference with Welch's p, and the
 examples/s with their ratio. With --plain-init shadowsync, PyTorch's model starts
 from shadowsync's initial parameters at the same seed (read from the checkpoint of
 a run that changes nothing), so that only the training differs; a paired test
-follows the table.
+follows the table. With --plain-rows first-come, both sides deal every batch to
+whichever worker asks first (shadowsync's `--dealing shared`) instead of in fixed
+shares.
 """
 import argparse, glob, json, os, statistics, subprocess, sys, tempfile, time, warnings
 
@@ -243,18 +245,31 @@ def hogwild(n, setting, args, data, test):
     return result
 
 
-def plain_hogwild_worker(rank, model, lr, batches, times):
-    """A process of plain Hogwild: every parameter shared, SGD applied in place."""
+def plain_hogwild_worker(rank, model, lr, batches, times, counter=None):
+    """A process of plain Hogwild: every parameter shared, SGD applied in place.
+    With a `counter`, `batches` are everyone's, dealt first come (`first_come`)."""
     warnings.filterwarnings("ignore", message="Sparse invariant checks")
     torch.set_num_threads(1)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = nn.BCEWithLogitsLoss()
     times[rank, 0] = time.perf_counter()
-    for d, s, y in batches:
+    for d, s, y in (batches if counter is None else first_come(batches, counter)):
         opt.zero_grad()
         loss_fn(model(d, s), y).backward()
         opt.step()
     times[rank, 1] = time.perf_counter()
+
+
+def first_come(batches, counter):
+    """The batches of one list, each to whichever process asks first (a shared
+    counter under its lock): shadowsync's `--dealing shared`."""
+    while True:
+        with counter.get_lock():
+            i = counter.value
+            counter.value += 1
+        if i >= len(batches):
+            return
+        yield batches[i]
 
 
 def shadowsync_initial_model(n, seed, args):
@@ -321,15 +336,20 @@ def plain_hogwild(n, seed, args, data, test):
     times = torch.zeros(n, 2, dtype=torch.float64).share_memory_()
     dense, sparse, labels = data
     b = args.batch_size
+    context = mp.get_context("fork")  # the children inherit the parsed data
+    counter = None
     if args.plain_rows == "interleaved":
         shards = [(dense[r::n], sparse[r::n], labels[r::n]) for r in range(n)]
         work = [[(d[i:i + b], s[i:i + b], y[i:i + b]) for i in range(0, y.shape[0], b)]
                 for d, s, y in shards]
-    else:  # batches of consecutive rows, dealt in turn (as shadowsync's chunks)
+    elif args.plain_rows == "batches":  # consecutive rows, dealt in turn (shadowsync's static)
         work = [split(n, rank, b, data) for rank in range(n)]
-    context = mp.get_context("fork")  # the children inherit the parsed data
+    else:  # first come: every process takes the next batch of one list
+        work = [split(1, 0, b, data)] * n
+        counter = context.Value("q", 0)
     run_processes(context, plain_hogwild_worker, [
-        (rank, model, args.plain_lr, batches, times) for rank, batches in enumerate(work)])
+        (rank, model, args.plain_lr, batches, times, counter)
+        for rank, batches in enumerate(work)])
     seconds = float(times[:, 1].max() - times[:, 0].min())
     result = {"examples_per_sec": labels.shape[0] / seconds}
     result.update(evaluate(model, test))
@@ -339,10 +359,11 @@ def plain_hogwild(n, seed, args, data, test):
 def shadowsync_hogwild(n, seed, args):
     """shadowsync's one trainer of N Hogwild workers under plain SGD."""
     lr = str(args.plain_lr)
+    dealing = "shared" if args.plain_rows == "first-come" else "static"
     return run_shadowsync(args, ["--optim-preset", "dlrm-reference", "--lr", lr,
                                  "--sparse-lr", lr, "--batch-size", str(args.batch_size),
                                  "--trainers", "1", "--workers", str(n), "--seed", str(seed),
-                                 "--no-replica-scores"])
+                                 "--dealing", dealing, "--no-replica-scores"])
 
 
 def run_shadowsync(args, flags, train=None):
@@ -445,9 +466,12 @@ def main():
                     help="plain Hogwild under SGD against PyTorch's Hogwild idiom instead")
     ap.add_argument("--plain-lr", type=float, default=0.1,
                     help="--plain-hogwild's SGD learning rate, dense and rows (DLRM's 0.1)")
-    ap.add_argument("--plain-rows", choices=["interleaved", "batches"], default="interleaved",
+    ap.add_argument("--plain-rows", choices=["interleaved", "batches", "first-come"],
+                    default="interleaved",
                     help="--plain-hogwild's PyTorch processes' rows: rank::N (the idiom's), "
-                         "or batches of consecutive rows dealt in turn (as shadowsync's)")
+                         "batches of consecutive rows dealt in turn (as shadowsync's "
+                         "workers' default, static dealing), or each batch to whichever "
+                         "process asks first (both sides; shadowsync's --dealing shared)")
     ap.add_argument("--plain-init", choices=["own", "shadowsync"], default="own",
                     help="--plain-hogwild's PyTorch model's initial parameters: its own "
                          "draw at the seed, or shadowsync's at the same seed (read from "

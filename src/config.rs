@@ -666,12 +666,16 @@ impl Config {
     }
 
     /// How the run deals its batches: as `data.dealing` says, else to
-    /// whoever asks first, except under sync-sgd, whose trainers step in
-    /// lockstep on equal shares.
+    /// whoever asks first, except in equal shares under sync-sgd, whose
+    /// trainers step in lockstep, and to Hogwild workers (`train.workers` >
+    /// 1), which finish one by one and so settle their shared replica at the
+    /// end of the pass, where first come they stop together in mid-swing
+    /// (measured in docs/results/peers.md).
     pub fn dealing(&self) -> Dealing {
         match (self.data.dealing, &self.sync.algorithm) {
             (Some(dealing), _) => dealing,
             (None, Algorithm::SyncSgd) => Dealing::Static,
+            (None, _) if self.train.workers > 1 => Dealing::Static,
             (None, _) => Dealing::Shared,
         }
     }
@@ -960,7 +964,7 @@ mod tests {
     }
 
     #[test]
-    fn batches_are_dealt_shared_but_to_sync_sgd_which_refuses_it_by_name() {
+    fn batches_are_dealt_shared_but_to_sync_sgd_and_hogwild_workers() {
         let dealing = |text: &str| parse(text).map(|c| c.dealing());
         for algorithm in ["none", "shadow-ma", "fr-bmuf:4"] {
             let sync = format!("[sync]\nalgorithm = \"{algorithm}\"\n");
@@ -970,6 +974,10 @@ mod tests {
         }
         let sync_sgd = "[sync]\nalgorithm = \"sync-sgd\"\n";
         assert_eq!(dealing(sync_sgd).unwrap(), Dealing::Static);
+        let workers = "[train]\nworkers = 4\n";
+        assert_eq!(dealing(workers).unwrap(), Dealing::Static);
+        let shared = format!("[data]\ndealing = \"shared\"\n{workers}");
+        assert_eq!(dealing(&shared).unwrap(), Dealing::Shared);
         let e = dealing(&format!("[data]\ndealing = \"shared\"\n{sync_sgd}"))
             .unwrap_err()
             .to_string();

@@ -337,11 +337,12 @@ fn resumed_from(fabric: &dyn Fabric, dir: &Path) -> Result<(Config, Resumed, Che
     }
     let mut config = checkpoint.config.clone();
     config.checkpoint.dir = Some(dir.to_path_buf());
-    if checkpoint.dealt.is_none() {
-        // Written by a run whose batches were dealt in fixed shares (before
-        // shared dealing, or chosen): it goes on in them.
-        config.data.dealing = Some(Dealing::Static);
-    }
+    // The run goes on dealing as it dealt: shared dealing keeps a ledger,
+    // fixed shares (chosen, a default, or before shared dealing) none.
+    config.data.dealing = Some(match checkpoint.dealt {
+        Some(_) => Dealing::Shared,
+        None => Dealing::Static,
+    });
     tracing::info!(checkpoint = %path.display(), examples = checkpoint.examples(), "resuming");
     // The job's examples before it.
     let mut examples = [checkpoint.examples()];
