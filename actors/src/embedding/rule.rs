@@ -76,12 +76,12 @@ pub fn update_rows(
     lr: f32,
 ) {
     let arrays = state.len().min(MAX_STATE_ARRAYS);
-    let span = |row: usize| row * width..(row + 1) * width;
+    let span_of = |row: usize| row * width..(row + 1) * width;
     let prefetch = |row: usize| {
-        weight.slice(span(row)).prefetch();
+        weight.slice(span_of(row)).prefetch();
         state
             .iter()
-            .for_each(|array| array.slice(span(row)).prefetch());
+            .for_each(|array| array.slice(span_of(row)).prefetch());
     };
     rows.iter()
         .take(PREFETCH_AHEAD)
@@ -96,7 +96,7 @@ pub fn update_rows(
         if let Some(&ahead) = rows.get(i + PREFETCH_AHEAD) {
             prefetch(ahead);
         }
-        let span = span(row);
+        let span = span_of(row);
         weight.slice(span.clone()).read_into(&mut values);
         let mut row_state: [&mut [f32]; MAX_STATE_ARRAYS] = Default::default();
         for ((slot, copy), array) in row_state.iter_mut().zip(copies.iter_mut()).zip(state) {
