@@ -157,7 +157,7 @@ pub struct PipelineConfig {
     pub dealer: Option<Arc<dyn ChunkDealer>>,
     /// What to do with malformed lines.
     pub policy: BadLinePolicy,
-    /// Batches buffered per consumer.
+    /// Batches buffered per consumer, up to 16 consumers' worth in all.
     pub capacity: usize,
     /// How the chunks reach the consumers.
     pub dealing: Dealing,
@@ -397,9 +397,13 @@ impl Pipeline {
         path: &Path,
     ) -> Result<Vec<Route>> {
         let mut chunk_senders = vec![None; config.shards];
+        // In all, as many batches as shared dealing's parsers buffer: a
+        // thousand shards of 64 each would hold gigabytes.
+        let capacity = config.capacity.max(1);
+        let per_shard = (capacity * MAX_SHARED_PARSERS / keep.len().max(1)).clamp(1, capacity);
         for shard in keep.clone() {
             let (chunk_tx, chunk_rx) = bounded::<Result<Chunk>>(2);
-            let (batch_tx, batch_rx) = bounded(config.capacity.max(1));
+            let (batch_tx, batch_rx) = bounded(per_shard);
             chunk_senders[shard] = Some(chunk_tx);
             self.shards.push(Batches {
                 batches: batch_rx,
